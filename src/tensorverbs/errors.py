@@ -1,0 +1,141 @@
+"""Errors: one base class carrying a status code, one subclass per code.
+
+The codes are gRPC's (and so distributed TensorFlow's) status codes, so an error
+crosses a process boundary as ``(code, message)`` and is rebuilt on the other side
+as the same class.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Code(enum.IntEnum):
+    """Status codes, numbered as gRPC and TensorFlow number them."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+
+
+class TensorverbsError(Exception):
+    """Base of every error tensorverbs raises; ``code`` is a :class:`Code`."""
+
+    code: Code = Code.UNKNOWN
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"
+
+    def __reduce__(self):  # picklable across multiprocessing pipes
+        return (from_code, (int(self.code), self.message))
+
+
+class CancelledError(TensorverbsError):
+    """The operation was cancelled (its caller gave up or the server stopped)."""
+
+    code = Code.CANCELLED
+
+
+class UnknownError(TensorverbsError):
+    """An error without a better code."""
+
+    code = Code.UNKNOWN
+
+
+class InvalidArgumentError(TensorverbsError):
+    """A bad argument: an unknown task, an unsupported dtype, an invalid setting."""
+
+    code = Code.INVALID_ARGUMENT
+
+
+class DeadlineExceededError(TensorverbsError):
+    """A timeout expired before the operation completed."""
+
+    code = Code.DEADLINE_EXCEEDED
+
+
+class NotFoundError(TensorverbsError):
+    """Something named does not exist (a device, a port)."""
+
+    code = Code.NOT_FOUND
+
+
+class FailedPreconditionError(TensorverbsError):
+    """The system is not in a state the operation needs (a stopped server, a restarted peer)."""
+
+    code = Code.FAILED_PRECONDITION
+
+
+class ResourceExhaustedError(TensorverbsError):
+    """A limit was reached: the registered-memory pool, a queue."""
+
+    code = Code.RESOURCE_EXHAUSTED
+
+
+class AbortedError(TensorverbsError):
+    """The step was aborted."""
+
+    code = Code.ABORTED
+
+
+class UnimplementedError(TensorverbsError):
+    """The operation is not supported here."""
+
+    code = Code.UNIMPLEMENTED
+
+
+class InternalError(TensorverbsError):
+    """A broken invariant or a malformed message from a peer."""
+
+    code = Code.INTERNAL
+
+
+class UnavailableError(TensorverbsError):
+    """A peer cannot be reached, or died."""
+
+    code = Code.UNAVAILABLE
+
+
+class DataLossError(TensorverbsError):
+    """Data arrived corrupted (a checksum mismatch)."""
+
+    code = Code.DATA_LOSS
+
+
+_BY_CODE: dict[Code, type[TensorverbsError]] = {
+    cls.code: cls
+    for cls in (
+        CancelledError, UnknownError, InvalidArgumentError, DeadlineExceededError,
+        NotFoundError, FailedPreconditionError, ResourceExhaustedError, AbortedError,
+        UnimplementedError, InternalError, UnavailableError, DataLossError,
+    )
+}
+
+
+def from_code(code: int, message: str) -> TensorverbsError:
+    """Rebuild the error of ``code`` (an int or :class:`Code`) with ``message``."""
+    try:
+        cls = _BY_CODE[Code(code)]
+    except ValueError:
+        return UnknownError(f"(status code {code}) {message}")
+    except KeyError:  # codes without a class of their own, OK included
+        err = UnknownError(message)
+        err.code = Code(code)
+        return err
+    return cls(message)

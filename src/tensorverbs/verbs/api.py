@@ -1,0 +1,277 @@
+"""The provider-neutral verbs objects: Context, ProtectionDomain, MemoryRegion,
+CompletionQueue and QueuePair, as abstract classes that each provider implements.
+
+The protocol above (``tensorverbs.rdma``) uses only these classes. What is the same for
+every provider lives here once: send-queue accounting with back-pressure (work requests
+beyond the queue depth wait in a software queue instead of failing), flushing of that
+queue when a queue pair enters the error state, and context-manager cleanup.
+"""
+from __future__ import annotations
+
+import abc
+import collections
+import threading
+from typing import TYPE_CHECKING, Any, Iterable
+
+from ..errors import InvalidArgumentError, ResourceExhaustedError
+from .model import (
+    WC_OF_WR, Access, DeviceAttr, QPEndpoint, QPState, RecvWR, SendWR, SGE, WcOpcode,
+    WcStatus, WorkCompletion,
+)
+
+if TYPE_CHECKING:
+    from .config import RdmaConfig
+
+
+class _Resource(abc.ABC):
+    """A verbs object that frees what it holds on ``close()`` or at the end of a ``with``."""
+
+    closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._close()
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Provider(abc.ABC):
+    """A verbs implementation ("soft", "ibverbs"), registered in :mod:`.registry`."""
+
+    name: str
+
+    @abc.abstractmethod
+    def availability(self) -> tuple[bool, str]:
+        """(usable here, why or why not)."""
+
+    @abc.abstractmethod
+    def devices(self) -> list[DeviceAttr]:
+        """The devices this provider sees."""
+
+    @abc.abstractmethod
+    def open(self, config: "RdmaConfig", listen_host: str | None = None) -> "Context":
+        """Open the configured device. ``listen_host`` is the address peers reach this
+        process at (used by providers that carry traffic over IP themselves)."""
+
+
+class Context(_Resource):
+    """An open device (``ibv_context``)."""
+
+    provider: str
+    device: DeviceAttr
+
+    @abc.abstractmethod
+    def alloc_pd(self) -> "ProtectionDomain": ...
+
+    @abc.abstractmethod
+    def create_cq(self, depth: int) -> "CompletionQueue": ...
+
+    @abc.abstractmethod
+    def create_qp(self, pd: "ProtectionDomain", send_cq: "CompletionQueue",
+                  recv_cq: "CompletionQueue", max_send_wr: int, max_recv_wr: int) -> "QueuePair": ...
+
+
+class ProtectionDomain(_Resource):
+    """A protection domain (``ibv_pd``): the scope of memory registrations."""
+
+    @abc.abstractmethod
+    def reg_mr(self, buffer: Any, access: Access) -> "MemoryRegion":
+        """Register caller-owned memory (any writable buffer-protocol object, kept alive
+        by the region)."""
+
+    @abc.abstractmethod
+    def alloc_mr(self, length: int, access: Access) -> "MemoryRegion":
+        """Allocate ``length`` bytes of pre-faulted memory owned by the region and register
+        it; it is reachable by every peer the provider can connect to."""
+
+
+class MemoryRegion(_Resource):
+    """A registered memory region (``ibv_mr``). ``buf`` is a writable view of its bytes."""
+
+    addr: int
+    length: int
+    lkey: int
+    rkey: int
+    access: Access
+    buf: memoryview
+
+    def sge(self, offset: int = 0, length: int | None = None) -> SGE:
+        """The scatter/gather element for ``length`` bytes at ``offset`` in this region."""
+        if length is None:
+            length = self.length - offset
+        if offset < 0 or length < 0 or offset + length > self.length:
+            raise InvalidArgumentError(
+                f"range [{offset}, {offset + length}) is outside the {self.length}-byte region")
+        return SGE(self.addr + offset, length, self.lkey)
+
+
+class CompletionQueue(_Resource):
+    """A completion queue (``ibv_cq``), shared by the queue pairs created on it."""
+
+    def __init__(self) -> None:
+        self._qps: dict[int, QueuePair] = {}
+        self._synthetic: collections.deque[WorkCompletion] = collections.deque()
+
+    def poll(self, max_entries: int = 64) -> list[WorkCompletion]:
+        """Return up to ``max_entries`` completions without blocking."""
+        wcs = self._drain_synthetic(max_entries)
+        if len(wcs) < max_entries:
+            wcs.extend(self._poll(max_entries - len(wcs)))
+        self._account(wcs)
+        return wcs
+
+    def wait(self, timeout: float | None = None, max_entries: int = 64) -> list[WorkCompletion]:
+        """Block until at least one completion arrives (without spinning) or ``timeout``
+        seconds pass; return what arrived, possibly nothing."""
+        wcs = self._drain_synthetic(max_entries)
+        if not wcs:
+            wcs = self._wait(timeout, max_entries)
+        self._account(wcs)
+        return wcs
+
+    def _drain_synthetic(self, max_entries: int) -> list[WorkCompletion]:
+        out = []
+        while self._synthetic and len(out) < max_entries:
+            out.append(self._synthetic.popleft())
+        return out
+
+    def _account(self, wcs: Iterable[WorkCompletion]) -> None:
+        for wc in wcs:
+            if wc.opcode < WcOpcode.RECV:
+                qp = self._qps.get(wc.qp_num)
+                if qp is not None:
+                    qp._send_completed(wc)
+
+    def push(self, wc: WorkCompletion) -> None:
+        """Queue a completion made outside the provider (flushes of queued requests)."""
+        self._synthetic.append(wc)
+        self.wake()
+
+    @abc.abstractmethod
+    def _poll(self, max_entries: int) -> list[WorkCompletion]: ...
+
+    @abc.abstractmethod
+    def _wait(self, timeout: float | None, max_entries: int) -> list[WorkCompletion]: ...
+
+    @abc.abstractmethod
+    def wake(self) -> None:
+        """Make a concurrent :meth:`wait` return now (for shutdown and synthetic entries)."""
+
+
+class QueuePair(_Resource):
+    """A reliable-connected queue pair (``ibv_qp``) with send-queue back-pressure.
+
+    ``post_send`` never fails for lack of room: work requests beyond ``max_send_wr``
+    outstanding wait in order in a software queue and are posted as earlier ones
+    complete. On the error state every waiting request is flushed with
+    ``WR_FLUSH_ERR``, as the hardware flushes what it holds.
+    """
+
+    qp_num: int
+
+    def __init__(self, send_cq: CompletionQueue, recv_cq: CompletionQueue,
+                 max_send_wr: int, max_recv_wr: int) -> None:
+        self.send_cq = send_cq
+        self.recv_cq = recv_cq
+        self.max_send_wr = max_send_wr
+        self.max_recv_wr = max_recv_wr
+        self._sq_lock = threading.Lock()
+        self._inflight: collections.deque[bool] = collections.deque()  # signaled flags
+        self._waiting: collections.deque[SendWR] = collections.deque()
+        self.state = QPState.INIT
+
+    def _register(self) -> None:
+        """Call once ``qp_num`` is known, so the CQs can route completions back here."""
+        self.send_cq._qps[self.qp_num] = self
+        self.recv_cq._qps[self.qp_num] = self
+
+    # -- send queue --------------------------------------------------------------------
+    def post_send(self, wr: SendWR) -> None:
+        """Post ``wr``; it runs now if the send queue has room, later otherwise."""
+        with self._sq_lock:
+            if self.state == QPState.ERR:
+                self._flush_one(wr)
+            elif self._waiting or len(self._inflight) >= self.max_send_wr:
+                self._waiting.append(wr)
+            else:
+                self._inflight.append(wr.signaled)
+                self._post_send(wr)
+
+    def _send_completed(self, wc: WorkCompletion) -> None:
+        """A send-side completion retires every request up to the completed one."""
+        with self._sq_lock:
+            while self._inflight:
+                if self._inflight.popleft():
+                    break
+            while self._waiting and len(self._inflight) < self.max_send_wr \
+                    and self.state != QPState.ERR:
+                wr = self._waiting.popleft()
+                self._inflight.append(wr.signaled)
+                self._post_send(wr)
+
+    @property
+    def send_backlog(self) -> int:
+        """How many work requests wait for room in the send queue."""
+        return len(self._waiting)
+
+    def _flush_one(self, wr: SendWR) -> None:
+        self.send_cq.push(WorkCompletion(
+            wr.wr_id, WcStatus.WR_FLUSH_ERR, WC_OF_WR[wr.opcode], self.qp_num,
+            detail="queue pair is in the error state"))
+
+    def to_error(self, reason: str) -> None:
+        """Move to the error state: outstanding work completes with ``WR_FLUSH_ERR``."""
+        with self._sq_lock:
+            if self.state == QPState.ERR:
+                return
+            self.state = QPState.ERR
+            waiting, self._waiting = self._waiting, collections.deque()
+        self._enter_error(reason)
+        for wr in waiting:
+            self._flush_one(wr)
+
+    # -- receive queue -------------------------------------------------------------------
+    def post_recv(self, wr: RecvWR) -> None:
+        """Post a receive; raises ResourceExhaustedError past ``max_recv_wr`` outstanding."""
+        if self.state == QPState.ERR:
+            self.recv_cq.push(WorkCompletion(
+                wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, self.qp_num,
+                detail="queue pair is in the error state"))
+            return
+        if self._recv_outstanding() >= self.max_recv_wr:
+            raise ResourceExhaustedError(
+                f"receive queue of QP {self.qp_num} is full ({self.max_recv_wr} requests)")
+        self._post_recv(wr)
+
+    # -- provider hooks ------------------------------------------------------------------
+    @abc.abstractmethod
+    def endpoint(self) -> QPEndpoint:
+        """What the peer needs to connect to this queue pair."""
+
+    @abc.abstractmethod
+    def connect(self, remote: QPEndpoint) -> None:
+        """Take the queue pair to RTS towards ``remote`` (INIT -> RTR -> RTS). Raises
+        InvalidArgumentError for an endpoint of another provider and UnavailableError when
+        the peer cannot be reached."""
+
+    @abc.abstractmethod
+    def _post_send(self, wr: SendWR) -> None:
+        """Hand ``wr`` to the provider; the send queue has room. Called under a lock."""
+
+    @abc.abstractmethod
+    def _post_recv(self, wr: RecvWR) -> None: ...
+
+    @abc.abstractmethod
+    def _recv_outstanding(self) -> int: ...
+
+    @abc.abstractmethod
+    def _enter_error(self, reason: str) -> None:
+        """Provider part of :meth:`to_error`: flush what the provider holds."""

@@ -1,0 +1,166 @@
+"""Configuration from the environment: the seeds' RDMA_* variables and tensorverbs' own.
+
+Each setting is read once, validated, and kept in :class:`RdmaConfig`. The RDMA_QP_*
+names of TensorFlow's README and the names its code read (RDMA_PKEY, RDMA_QUEUE_DEPTH,
+RDMA_TIMEOUT, RDMA_RETRY_CNT, RDMA_SL, RDMA_MTU) are both accepted; setting both to
+different values is an error. A bad value raises InvalidArgumentError naming the
+variable, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, fields
+from typing import Callable, Mapping
+
+from ..errors import InvalidArgumentError
+from .model import MTU_ENUM
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"4096"``, ``"256MiB"``, ``"1G"``."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(text)
+    unit = (m.group(2) or "").upper()[:1]
+    return int(m.group(1)) * _UNITS[unit if unit != "B" else ""]
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text, 0)
+        if not lo <= value <= hi:
+            raise ValueError(text)
+        return value
+    parse.allowed = f"an integer in [{lo}, {hi}]"  # type: ignore[attr-defined]
+    return parse
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in options:
+            raise ValueError(text)
+        return value
+    parse.allowed = "one of " + ", ".join(options)  # type: ignore[attr-defined]
+    return parse
+
+
+def _mtu(text: str) -> int:
+    value = int(text)
+    if value not in MTU_ENUM:
+        raise ValueError(text)
+    return value
+
+
+_mtu.allowed = "one of " + ", ".join(map(str, MTU_ENUM))  # type: ignore[attr-defined]
+
+
+def _size(text: str) -> int:
+    value = parse_size(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
+_size.allowed = "a positive size such as 1048576, 64MiB or 1G"  # type: ignore[attr-defined]
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise ValueError(text)
+    return text.strip()
+
+
+_name.allowed = "a non-empty name"  # type: ignore[attr-defined]
+
+
+def _flag(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise ValueError(text)
+    return value in ("1", "true", "yes", "on")
+
+
+_flag.allowed = "1 or 0"  # type: ignore[attr-defined]
+
+# field -> (environment names, the first being the documented one; parser)
+_VARIABLES: dict[str, tuple[tuple[str, ...], Callable[[str], object]]] = {
+    "provider": (("TENSORVERBS_PROVIDER",), _choice("auto", "soft", "ibverbs")),
+    "device": (("RDMA_DEVICE",), _name),
+    "port": (("RDMA_DEVICE_PORT",), _int_in(1, 255)),
+    "gid_index": (("RDMA_GID_INDEX",), _int_in(0, 255)),
+    "pkey_index": (("RDMA_QP_PKEY_INDEX", "RDMA_PKEY"), _int_in(0, 65535)),
+    "queue_depth": (("RDMA_QP_QUEUE_DEPTH", "RDMA_QUEUE_DEPTH"), _int_in(1, 65536)),
+    "timeout": (("RDMA_QP_TIMEOUT", "RDMA_TIMEOUT"), _int_in(0, 31)),
+    "retry_count": (("RDMA_QP_RETRY_COUNT", "RDMA_RETRY_CNT"), _int_in(0, 7)),
+    "sl": (("RDMA_QP_SL", "RDMA_SL"), _int_in(0, 7)),
+    "mtu": (("RDMA_QP_MTU", "RDMA_MTU"), _mtu),
+    "traffic_class": (("RDMA_TRAFFIC_CLASS",), _int_in(0, 255)),
+    "same_host": (("TENSORVERBS_SAME_HOST",), _choice("auto", "yes", "no")),
+    "pool_block_bytes": (("TENSORVERBS_POOL_BLOCK",), _size),
+    "pool_limit_bytes": (("TENSORVERBS_POOL_LIMIT",), _size),
+    "message_slots": (("TENSORVERBS_MESSAGE_SLOTS",), _int_in(1, 1024)),
+    "rendezvous": (("TENSORVERBS_RENDEZVOUS",), _choice("write", "read")),
+    "validate": (("RDMA_VERBS_VALIDATE", "TENSORVERBS_VALIDATE"), _flag),
+}
+
+
+@dataclass(frozen=True)
+class RdmaConfig:
+    """The effective verbs configuration. ``None`` means "choose from the device"."""
+
+    provider: str = "auto"
+    device: str | None = None
+    port: int | None = None
+    gid_index: int | None = None
+    pkey_index: int = 0
+    queue_depth: int = 1024
+    timeout: int = 14
+    retry_count: int = 7
+    sl: int = 0
+    mtu: int | None = None
+    traffic_class: int = 0
+    same_host: str = "auto"
+    pool_block_bytes: int = 256 << 20
+    pool_limit_bytes: int = 16 << 30
+    message_slots: int = 16
+    rendezvous: str = "write"
+    validate: bool = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> "RdmaConfig":
+        """Read every variable from ``environ`` (default ``os.environ``); keyword
+        arguments override the environment."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, (names, parse) in _VARIABLES.items():
+            given = [(n, env[n]) for n in names if env.get(n, "") != ""]
+            if not given:
+                continue
+            parsed = []
+            for var, text in given:
+                try:
+                    parsed.append((var, parse(text)))
+                except ValueError:
+                    raise InvalidArgumentError(
+                        f"{var}={text!r} is not valid: expected {parse.allowed}") from None
+            if len({v for _, v in parsed}) > 1:
+                shown = " and ".join(f"{var}={env[var]!r}" for var, _ in parsed)
+                raise InvalidArgumentError(f"{shown} disagree: set one of them")
+            values[name] = parsed[0][1]
+        values.update(overrides)
+        return cls(**values)
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """(variable, effective value, where it came from) for ``tensorverbs info``."""
+        rows = []
+        for f in fields(self):
+            names = _VARIABLES[f.name][0]
+            source = next((n for n in names if os.environ.get(n)), "default")
+            value = getattr(self, f.name)
+            rows.append((" | ".join(names), "(from device)" if value is None else str(value), source))
+        return rows
