@@ -1,13 +1,19 @@
 """tensorverbs: move tensors between the tasks of a distributed job over gRPC or RDMA verbs."""
+from .cluster import ClusterSpec, TaskName, parse_task
 from .errors import (
     AbortedError, CancelledError, Code, DataLossError, DeadlineExceededError,
     FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
     ResourceExhaustedError, TensorverbsError, UnavailableError, UnimplementedError, UnknownError,
 )
+from .rendezvous.key import RendezvousKey, format_key, parse_key
+from .server import Server
+from .tensor import DeadTensor, is_dead
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ClusterSpec", "DeadTensor", "RendezvousKey", "Server", "TaskName", "format_key", "is_dead",
+    "parse_key", "parse_task",
     "AbortedError", "CancelledError", "Code", "DataLossError", "DeadlineExceededError",
     "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError",
     "ResourceExhaustedError", "TensorverbsError", "UnavailableError", "UnimplementedError",

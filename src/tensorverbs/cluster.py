@@ -1,0 +1,120 @@
+"""ClusterSpec and task names.
+
+A cluster maps job names to task addresses, as TensorFlow's ``tf.train.ClusterSpec``
+does. Task names take the long form ``/job:ps/replica:0/task:0`` or the short form
+``/job:ps/task:0``; :func:`parse_task` accepts both and :class:`TaskName` prints the long.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence, Union
+
+from .errors import InvalidArgumentError
+
+_TASK = re.compile(
+    r"^/job:(?P<job>[A-Za-z0-9_\-]+)(?:/replica:(?P<replica>\d+))?/task:(?P<task>\d+)"
+    r"(?:/device:(?P<device>[A-Za-z_]+:\d+))?$")
+
+
+@dataclass(frozen=True, order=True)
+class TaskName:
+    """One task of a cluster: job name, replica and task index."""
+
+    job: str
+    task: int
+    replica: int = 0
+
+    def __str__(self) -> str:
+        return f"/job:{self.job}/replica:{self.replica}/task:{self.task}"
+
+    @property
+    def device(self) -> str:
+        """The task's CPU device, as rendezvous keys name it."""
+        return f"{self}/device:CPU:0"
+
+
+def parse_task(name: Union[str, TaskName]) -> TaskName:
+    """Parse ``/job:J[/replica:R]/task:T[/device:D:N]``; raise InvalidArgumentError otherwise."""
+    if isinstance(name, TaskName):
+        return name
+    m = _TASK.match(name.strip()) if isinstance(name, str) else None
+    if not m:
+        raise InvalidArgumentError(
+            f"malformed task name {name!r}: expected /job:<name>/task:<index> "
+            "or /job:<name>/replica:<r>/task:<index>")
+    return TaskName(m["job"], int(m["task"]), int(m["replica"] or 0))
+
+
+JobSpec = Union[Sequence[str], Mapping[int, str]]
+
+
+class ClusterSpec:
+    """Jobs and the addresses (``host:port``) of their tasks."""
+
+    def __init__(self, jobs: Mapping[str, JobSpec]) -> None:
+        if isinstance(jobs, ClusterSpec):
+            jobs = jobs.as_dict()
+        if not isinstance(jobs, Mapping) or not jobs:
+            raise InvalidArgumentError("a cluster needs at least one job: {job: [host:port, ...]}")
+        self._jobs: dict[str, dict[int, str]] = {}
+        for job, tasks in jobs.items():
+            if not re.fullmatch(r"[A-Za-z0-9_\-]+", str(job)):
+                raise InvalidArgumentError(f"malformed job name {job!r}")
+            table = dict(tasks.items()) if isinstance(tasks, Mapping) else dict(enumerate(tasks))
+            for index, address in table.items():
+                if not isinstance(address, str) or not re.fullmatch(r".+:\d+", address):
+                    raise InvalidArgumentError(
+                        f"address of /job:{job}/task:{index} is {address!r}: expected host:port")
+            self._jobs[str(job)] = {int(i): a for i, a in sorted(table.items())}
+
+    @classmethod
+    def from_tf_config(cls, environ: Mapping[str, str] | None = None) -> "ClusterSpec":
+        """The ``cluster`` of the TF_CONFIG environment variable (JSON), as TensorFlow reads it."""
+        env = os.environ if environ is None else environ
+        text = env.get("TF_CONFIG")
+        if not text:
+            raise InvalidArgumentError("TF_CONFIG is not set")
+        try:
+            cluster = json.loads(text)["cluster"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgumentError(f"TF_CONFIG has no valid 'cluster': {exc}") from None
+        return cls(cluster)
+
+    @property
+    def jobs(self) -> list[str]:
+        return list(self._jobs)
+
+    def as_dict(self) -> dict[str, list[str] | dict[int, str]]:
+        """The spec as TensorFlow prints it: lists where task indices are dense."""
+        out: dict[str, list[str] | dict[int, str]] = {}
+        for job, table in self._jobs.items():
+            dense = list(table) == list(range(len(table)))
+            out[job] = list(table.values()) if dense else dict(table)
+        return out
+
+    def tasks(self) -> Iterator[TaskName]:
+        for job, table in self._jobs.items():
+            for index in table:
+                yield TaskName(job, index)
+
+    def resolve(self, name: Union[str, TaskName]) -> TaskName:
+        """The task called ``name``; InvalidArgumentError naming it if it is not in the cluster."""
+        task = parse_task(name)
+        if task.replica != 0 or task.task not in self._jobs.get(task.job, {}):
+            raise InvalidArgumentError(
+                f"task {name} is not in the cluster (it has {', '.join(map(str, self.tasks()))})")
+        return task
+
+    def address(self, name: Union[str, TaskName]) -> str:
+        """``host:port`` of a task."""
+        task = self.resolve(name)
+        return self._jobs[task.job][task.task]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ClusterSpec) and self._jobs == other._jobs
+
+    def __repr__(self) -> str:
+        return f"ClusterSpec({self.as_dict()!r})"

@@ -1,0 +1,139 @@
+"""The local rendezvous table: tag matching of sends and recvs, scoped by step.
+
+A send puts its value in the table unless a recv already waits for it; a recv takes the
+value if it is there and waits otherwise. Matching is first-in first-out per key, and
+every step has its own table, so two steps using the same tensor name never mix.
+Aborting a step fails its waiting recvs and every later send or recv of it until the
+step is cleaned up. Callbacks run outside the lock, in the thread of whoever completed
+the match (the sender for a recv that waited, the receiver otherwise).
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+from ..errors import AbortedError, TensorverbsError
+from .key import RendezvousKey
+
+
+@dataclass(slots=True)
+class Value:
+    """What a send puts in the table."""
+
+    array: Any
+    is_dead: bool = False
+
+
+#: called once with (error, None) or (None, value)
+Callback = Callable[[TensorverbsError | None, Value | None], None]
+
+
+@dataclass
+class _Step:
+    items: dict[Hashable, collections.deque[Value]] = field(default_factory=dict)
+    waiters: dict[Hashable, collections.deque["Waiter"]] = field(default_factory=dict)
+    aborted: TensorverbsError | None = None
+
+
+class Waiter:
+    """A recv waiting in the table; :meth:`cancel` withdraws it if it has not fired."""
+
+    __slots__ = ("_table", "_step_id", "_match", "callback")
+
+    def __init__(self, table: "LocalTable", step_id: int, match: Hashable, callback: Callback):
+        self._table, self._step_id, self._match, self.callback = table, step_id, match, callback
+
+    def cancel(self) -> bool:
+        """Remove the waiter; False if it already fired."""
+        return self._table._withdraw(self)
+
+
+class LocalTable:
+    """Sends of this task, matched with recvs (local ones and remote requests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._steps: dict[int, _Step] = {}
+
+    def _step(self, step_id: int) -> _Step:
+        step = self._steps.get(step_id)
+        if step is None:
+            step = self._steps[step_id] = _Step()
+        return step
+
+    def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
+        """Offer ``value``; raises AbortedError if the step is aborted."""
+        match = key.matching
+        with self._lock:
+            step = self._step(step_id)
+            if step.aborted is not None:
+                raise type(step.aborted)(step.aborted.message)
+            queue = step.waiters.get(match)
+            if queue:
+                waiter = queue.popleft()
+                if not queue:
+                    del step.waiters[match]
+            else:
+                step.items.setdefault(match, collections.deque()).append(value)
+                return
+        waiter.callback(None, value)
+
+    def recv_async(self, step_id: int, key: RendezvousKey, callback: Callback) -> Waiter | None:
+        """Match a recv: ``callback`` runs now if the value (or the step's abort) is there,
+        else when it arrives. Returns the waiter, or None if the callback already ran."""
+        match = key.matching
+        with self._lock:
+            step = self._step(step_id)
+            error, value = step.aborted, None
+            if error is None:
+                queue = step.items.get(match)
+                if queue:
+                    value = queue.popleft()
+                    if not queue:
+                        del step.items[match]
+                else:
+                    waiter = Waiter(self, step_id, match, callback)
+                    step.waiters.setdefault(match, collections.deque()).append(waiter)
+                    return waiter
+        callback(error, value)
+        return None
+
+    def _withdraw(self, waiter: Waiter) -> bool:
+        with self._lock:
+            step = self._steps.get(waiter._step_id)
+            queue = step.waiters.get(waiter._match) if step else None
+            if not queue or waiter not in queue:
+                return False
+            queue.remove(waiter)
+            if not queue:
+                del step.waiters[waiter._match]
+            return True
+
+    def abort_step(self, step_id: int, error: TensorverbsError) -> None:
+        """Fail the step's waiting recvs with ``error`` and refuse its later sends/recvs."""
+        with self._lock:
+            step = self._step(step_id)
+            step.aborted = error
+            step.items.clear()
+            waiters = [w for queue in step.waiters.values() for w in queue]
+            step.waiters.clear()
+        for waiter in waiters:
+            waiter.callback(type(error)(error.message), None)
+
+    def cleanup_step(self, step_id: int) -> None:
+        """Forget the step; its waiting recvs fail with AbortedError."""
+        with self._lock:
+            step = self._steps.pop(step_id, None)
+        if step is not None:
+            for queue in step.waiters.values():
+                for waiter in queue:
+                    waiter.callback(AbortedError(f"step {step_id} was cleaned up"), None)
+
+    def pending(self) -> tuple[int, int]:
+        """(values waiting for a recv, recvs waiting for a value)."""
+        with self._lock:
+            items = sum(len(q) for s in self._steps.values() for q in s.items.values())
+            waiters = sum(len(q) for s in self._steps.values() for q in s.waiters.values())
+        return items, waiters

@@ -1,0 +1,43 @@
+"""The asyncio event loop thread that runs a task's gRPC server and client calls."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Awaitable, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+class EventLoopThread:
+    """An asyncio loop in a daemon thread; other threads hand it coroutines and callbacks."""
+
+    def __init__(self, name: str = "tensorverbs-grpc") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the loop; cancelling the returned future cancels the coroutine."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop in ``delay`` seconds (from any thread). There is no
+        handle: ``fn`` must do nothing when what it guards has already finished."""
+        self.loop.call_soon_threadsafe(self.loop.call_later, max(0.0, delay), fn, *args)
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
+

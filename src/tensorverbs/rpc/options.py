@@ -1,0 +1,43 @@
+"""gRPC channel and server options shared by every task.
+
+No message size limit (tensors are streamed in chunks anyway), HTTP/2 keepalive so a
+peer that vanishes without closing its socket is noticed within seconds, fast reconnect
+backoff for peers that start late, no proxy, and no SO_REUSEPORT (two servers must not
+silently share a port).
+"""
+from __future__ import annotations
+
+KEEPALIVE_MS = 2000
+KEEPALIVE_TIMEOUT_MS = 3000
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.enable_http_proxy", 0),
+    ("grpc.enable_retries", 0),
+]
+
+SERVER_OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.so_reuseport", 0),
+]
+
+SERVICE = "tensorverbs.TensorverbsService"
+
+
+def method(name: str) -> str:
+    """The full path of a method of the tensorverbs service."""
+    return f"/{SERVICE}/{name}"

@@ -1,0 +1,134 @@
+"""The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor and grpc.health.v1.
+
+RecvTensor is the sender side of the "grpc" data path: it matches the request against
+the local table (waiting if the tensor is not sent yet) and streams the tensor back.
+GetRemoteAddress is answered by the verbs protocol when the task runs "grpc+verbs";
+the gRPC layer knows nothing of verbs beyond that message.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, AsyncIterator, Callable
+
+import grpc
+from grpc_health.v1 import _async as health_async
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ..errors import (
+    FailedPreconditionError, InvalidArgumentError, TensorverbsError, UnavailableError,
+)
+from ..rendezvous.key import parse_key
+from . import tensorverbs_pb2 as pb
+from .errors import to_status
+from .options import SERVER_OPTIONS, SERVICE
+from .tensor_stream import tensor_messages
+
+if TYPE_CHECKING:
+    from ..runtime import TaskRuntime
+
+#: answers GetRemoteAddress; runs in a worker thread
+SetupHandler = Callable[[pb.GetRemoteAddressRequest], pb.GetRemoteAddressResponse]
+
+
+class Servicer:
+    """The handlers of the tensorverbs service for one task."""
+
+    def __init__(self, rt: "TaskRuntime") -> None:
+        self.rt = rt
+        self.setup_handler: SetupHandler | None = None
+
+    async def get_status(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
+        return pb.GetStatusResponse(task=str(self.rt.task), incarnation=self.rt.incarnation,
+                                    protocol=self.rt.protocol)
+
+    async def get_remote_address(self, request: pb.GetRemoteAddressRequest,
+                                 context) -> pb.GetRemoteAddressResponse:
+        if self.setup_handler is None:
+            await _abort(context, FailedPreconditionError(
+                f"{self.rt.task} runs protocol {self.rt.protocol!r}, not 'grpc+verbs': "
+                f"{request.host_name} cannot set up a verbs channel to it"))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                None, self.setup_handler, request)
+        except TensorverbsError as exc:
+            await _abort(context, exc)
+
+    async def recv_tensor(self, request: pb.RecvTensorRequest, context) -> AsyncIterator[bytes]:
+        try:
+            key = parse_key(request.rendezvous_key)
+        except InvalidArgumentError as exc:
+            await _abort(context, exc)
+        error = self.check_request(key.src, key.src_incarnation)
+        if error is not None:
+            await _abort(context, error)
+        loop = asyncio.get_running_loop()
+        arrived: asyncio.Future = loop.create_future()
+
+        def on_value(err, value) -> None:
+            loop.call_soon_threadsafe(
+                lambda: arrived.done() or (arrived.set_exception(err) if err else arrived.set_result(value)))
+
+        waiter = self.rt.table.recv_async(request.step_id, key, on_value)
+        try:
+            value = await arrived
+        except TensorverbsError as exc:
+            await _abort(context, exc)
+        except asyncio.CancelledError:
+            if waiter is not None:
+                waiter.cancel()
+            raise
+        try:
+            nbytes, messages = tensor_messages(value)
+        except TensorverbsError as exc:
+            await _abort(context, exc)
+        async for message in messages:
+            yield message
+        self.rt.counters.add("tensors_sent")
+        self.rt.counters.add("bytes_sent", nbytes)
+
+    def check_request(self, src, incarnation: int) -> TensorverbsError | None:
+        """Why a request for a tensor of ``src`` at ``incarnation`` cannot be served here."""
+        if src != self.rt.task:
+            return InvalidArgumentError(f"request for a tensor of {src} reached {self.rt.task}")
+        if incarnation not in (0, self.rt.incarnation):
+            return UnavailableError(
+                f"{self.rt.task} restarted: request for incarnation {incarnation:016x}, "
+                f"this is {self.rt.incarnation:016x}")
+        return None
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            "GetStatus": grpc.unary_unary_rpc_method_handler(
+                self.get_status, request_deserializer=pb.GetStatusRequest.FromString,
+                response_serializer=pb.GetStatusResponse.SerializeToString),
+            "GetRemoteAddress": grpc.unary_unary_rpc_method_handler(
+                self.get_remote_address,
+                request_deserializer=pb.GetRemoteAddressRequest.FromString,
+                response_serializer=pb.GetRemoteAddressResponse.SerializeToString),
+            "RecvTensor": grpc.unary_stream_rpc_method_handler(
+                self.recv_tensor, request_deserializer=pb.RecvTensorRequest.FromString,
+                response_serializer=None),
+        })
+
+
+async def _abort(context, error: TensorverbsError) -> None:
+    code, message = to_status(error)
+    await context.abort(code, message)
+
+
+async def start_server(servicer: Servicer, bind: str) -> grpc.aio.Server:
+    """Serve ``servicer`` and the health service on ``bind`` (host:port)."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server.add_generic_rpc_handlers((servicer.handler(),))
+    health = health_async.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    try:
+        port = server.add_insecure_port(bind)
+    except RuntimeError as exc:
+        raise UnavailableError(f"cannot listen on {bind}: {exc}") from None
+    if port == 0:
+        raise UnavailableError(f"cannot listen on {bind} (address in use or not local)")
+    await server.start()
+    await health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    await health.set("", health_pb2.HealthCheckResponse.SERVING)
+    return server

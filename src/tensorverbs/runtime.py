@@ -1,0 +1,35 @@
+"""What the parts of one task share: its identity, local table, counters, loop and peers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .cluster import ClusterSpec, TaskName
+from .rendezvous.local import LocalTable
+from .stats import Counters
+
+if TYPE_CHECKING:
+    from .rpc.loop import EventLoopThread
+    from .rpc.peers import Peers
+    from .verbs.config import RdmaConfig
+
+
+@dataclass
+class TaskRuntime:
+    """One task's shared state, handed to the protocol it runs."""
+
+    cluster: ClusterSpec
+    task: TaskName
+    incarnation: int
+    protocol: str
+    table: LocalTable
+    counters: Counters
+    loop: "EventLoopThread"
+    peers: "Peers"
+    rdma_config: "RdmaConfig"
+    startup_grace: float
+
+    @property
+    def host(self) -> str:
+        """This task's host, as the cluster spec writes it."""
+        return self.cluster.address(self.task).rsplit(":", 1)[0].strip("[]")

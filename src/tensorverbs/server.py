@@ -1,0 +1,176 @@
+"""Server: one task of a cluster, exchanging tensors by name with the others.
+
+``send`` is passive: it puts the tensor in the task's local table. ``recv`` initiates the
+transfer: from the local table when the source is this task, otherwise through the
+protocol the server runs, "grpc" (tensors streamed over gRPC) or "grpc+verbs" (gRPC for
+setup and liveness, RDMA verbs for the tensors).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import importlib
+import logging
+import secrets
+import threading
+from typing import Any, Mapping
+
+from .cluster import ClusterSpec, TaskName
+from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError
+from .rendezvous.key import RendezvousKey, check_name
+from .rendezvous.local import LocalTable, Value
+from .rendezvous.remote import RemoteRendezvous
+from .rpc.loop import EventLoopThread
+from .rpc.peers import Peers
+from .rpc.service import Servicer, start_server
+from .runtime import TaskRuntime
+from .stats import Counters
+from .tensor import prepare
+from .verbs.config import RdmaConfig
+
+log = logging.getLogger(__name__)
+
+#: protocol name -> "module:class" of its RemoteRendezvous
+PROTOCOLS = {
+    "grpc": "tensorverbs.rpc.grpc_rendezvous:GrpcRemoteRendezvous",
+    "grpc+verbs": "tensorverbs.rdma.rendezvous_mgr:RdmaRemoteRendezvous",
+}
+
+#: counters every server reports, whatever its protocol
+COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
+            "bytes_received")
+
+
+class Server:
+    """A task of ``cluster`` running ``protocol``; also a context manager that stops it.
+
+    Args:
+        cluster: a ClusterSpec or the dict it is made from.
+        job_name, task_index: which task this is.
+        protocol: "grpc" or "grpc+verbs".
+        config: verbs configuration (default: from the RDMA_* environment variables).
+        startup_grace: how long a recv waits for a peer that has not come up yet before
+            raising UnavailableError (seconds).
+        bind_address: where the gRPC server listens (default: this task's address).
+    """
+
+    def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str, task_index: int,
+                 protocol: str = "grpc", *, config: RdmaConfig | None = None,
+                 startup_grace: float = 60.0, bind_address: str | None = None) -> None:
+        self.cluster = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec(cluster)
+        self._task = self.cluster.resolve(TaskName(job_name, int(task_index)))
+        if protocol not in PROTOCOLS:
+            raise InvalidArgumentError(
+                f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        self.protocol = protocol
+        self.incarnation = secrets.randbits(64) or 1
+        self._stopped = threading.Event()
+        self._loop = EventLoopThread(f"tensorverbs-{self._task.job}-{self._task.task}")
+        counters = Counters(*COUNTERS)
+        peers = Peers(self.cluster, startup_grace)
+        self._rt = TaskRuntime(
+            cluster=self.cluster, task=self._task, incarnation=self.incarnation,
+            protocol=protocol, table=LocalTable(), counters=counters, loop=self._loop,
+            peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace)
+        module, cls = PROTOCOLS[protocol].split(":")
+        self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
+        servicer = Servicer(self._rt)
+        bind = bind_address or self.cluster.address(self._task)
+        try:
+            self._grpc = self._loop.submit(start_server(servicer, bind)).result()
+            self._rendezvous.start()
+            servicer.setup_handler = getattr(self._rendezvous, "handle_setup", None)
+        except BaseException:
+            self._shutdown()
+            raise
+        log.info("%s serving %s on %s", self._task, protocol, bind)
+
+    @property
+    def task(self) -> str:
+        """This task's name, long form: ``/job:worker/replica:0/task:0``."""
+        return str(self._task)
+
+    @property
+    def target(self) -> str:
+        return "grpc://" + self.cluster.address(self._task)
+
+    def _check_running(self) -> None:
+        if self._stopped.is_set():
+            raise FailedPreconditionError(f"server of {self._task} is stopped")
+
+    def send(self, name: str, value: Any, to: str, step_id: int = 0, is_dead: bool = False) -> None:
+        """Offer ``value`` (an array) as tensor ``name`` for task ``to`` at ``step_id``.
+
+        Passive: the tensor waits in the local table until ``to`` receives it. A
+        non-contiguous array is made contiguous here; the caller must not modify the
+        array until it has been received.
+        """
+        self._check_running()
+        key = RendezvousKey(self._task, self.incarnation, self.cluster.resolve(to), check_name(name))
+        self._rt.table.send(int(step_id), key, Value(prepare(value), bool(is_dead)))
+        self._rt.counters.add("sends")
+
+    def recv_async(self, name: str, source: str, step_id: int = 0,
+                   timeout: float | None = None) -> concurrent.futures.Future:
+        """Start receiving tensor ``name`` sent by ``source`` to this task at ``step_id``.
+
+        The future yields a numpy array; a dead tensor yields a :class:`tensorverbs.DeadTensor`
+        (test with :func:`tensorverbs.is_dead`). It raises DeadlineExceededError after
+        ``timeout`` seconds, AbortedError when the step is aborted, UnavailableError when
+        ``source`` cannot be reached or dies.
+        """
+        self._check_running()
+        src = self.cluster.resolve(source)
+        key = RendezvousKey(src, 0, self._task, check_name(name))
+        if src == self._task:
+            self._rt.counters.add("local_recvs")
+        return self._rendezvous.recv_async(key, int(step_id), timeout)
+
+    def recv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None) -> Any:
+        """Receive tensor ``name`` from ``source`` (blocking); see :meth:`recv_async`."""
+        return self.recv_async(name, source, step_id, timeout).result()
+
+    def abort_step(self, step_id: int, reason: str = "") -> None:
+        """Make every pending and later send/recv of ``step_id`` raise AbortedError."""
+        message = f"step {step_id} was aborted" + (f": {reason}" if reason else "")
+        self._rendezvous.abort_step(int(step_id), AbortedError(message))
+
+    def cleanup_step(self, step_id: int) -> None:
+        """Forget ``step_id``'s tensors and state (including an abort)."""
+        self._rt.table.cleanup_step(int(step_id))
+
+    def stats(self) -> dict[str, int]:
+        """Counters: sends, local_recvs, tensors_sent, bytes_sent, tensors_received,
+        bytes_received, and the protocol's own."""
+        return self._rt.counters.snapshot()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the server is stopped; False if ``timeout`` passed first."""
+        return self._stopped.wait(timeout)
+
+    def stop(self) -> None:
+        """Fail pending recvs, close channels and stop serving. Idempotent."""
+        if not self._stopped.is_set():
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._stopped.set()
+        self._rendezvous.stop()
+        grpc_server = getattr(self, "_grpc", None)
+
+        async def close() -> None:
+            if grpc_server is not None:
+                await grpc_server.stop(grace=0.5)
+            await self._rt.peers.close()
+        try:
+            self._loop.submit(close()).result(timeout=10)
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Server({self.task}, protocol={self.protocol!r}, target={self.target!r})"

@@ -1,0 +1,171 @@
+"""Tensors as tensorverbs moves them: dtypes with TensorFlow's DataType numbers,
+meta-data, the DMAable test, the TensorProto codec, and dead tensors.
+
+DMAable tensors (every numeric dtype) travel as their raw bytes. String tensors (numpy
+object arrays of ``bytes``/``str``, or ``S``/``U`` arrays) are not DMAable: they travel
+as a serialized TensorProto, wire-compatible with TensorFlow's, and arrive as object
+arrays of ``bytes`` (``str`` is sent UTF-8 encoded, as TensorFlow stores strings).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .errors import InvalidArgumentError
+from .rpc import tensor_pb2
+
+DT_STRING = tensor_pb2.DT_STRING
+
+_NUMERIC: dict[np.dtype, int] = {
+    np.dtype(np.float32): tensor_pb2.DT_FLOAT,
+    np.dtype(np.float64): tensor_pb2.DT_DOUBLE,
+    np.dtype(np.int32): tensor_pb2.DT_INT32,
+    np.dtype(np.uint8): tensor_pb2.DT_UINT8,
+    np.dtype(np.int16): tensor_pb2.DT_INT16,
+    np.dtype(np.int8): tensor_pb2.DT_INT8,
+    np.dtype(np.complex64): tensor_pb2.DT_COMPLEX64,
+    np.dtype(np.int64): tensor_pb2.DT_INT64,
+    np.dtype(np.bool_): tensor_pb2.DT_BOOL,
+    np.dtype(ml_dtypes.bfloat16): tensor_pb2.DT_BFLOAT16,
+    np.dtype(np.uint16): tensor_pb2.DT_UINT16,
+    np.dtype(np.complex128): tensor_pb2.DT_COMPLEX128,
+    np.dtype(np.float16): tensor_pb2.DT_HALF,
+    np.dtype(np.uint32): tensor_pb2.DT_UINT32,
+    np.dtype(np.uint64): tensor_pb2.DT_UINT64,
+}
+_BY_ENUM: dict[int, np.dtype] = {v: k for k, v in _NUMERIC.items()}
+_BY_ENUM[DT_STRING] = np.dtype(object)
+
+#: the largest rank a tensor may have (the RDMA message layout reserves room for this many)
+MAX_RANK = 32
+
+
+def dtype_enum(dtype: np.dtype) -> int:
+    """TensorFlow's DataType number of a numpy dtype (object/S/U arrays are DT_STRING)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "OSU":
+        return DT_STRING
+    try:
+        return _NUMERIC[dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype]
+    except KeyError:
+        raise InvalidArgumentError(f"dtype {dtype} is not supported") from None
+
+
+def numpy_dtype(enum: int) -> np.dtype:
+    """The numpy dtype of a DataType number; InvalidArgumentError for unknown numbers."""
+    try:
+        return _BY_ENUM[enum]
+    except KeyError:
+        raise InvalidArgumentError(f"unknown DataType {enum}") from None
+
+
+def is_dmaable(enum: int) -> bool:
+    """Whether tensors of this DataType can be copied as raw bytes (TensorFlow's CanMemCopy)."""
+    return enum != DT_STRING
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMeta:
+    """What a receiver must know to allocate a result: DataType, shape, deadness and the
+    byte count (raw bytes for DMAable tensors, TensorProto size otherwise)."""
+
+    dtype: int
+    shape: tuple[int, ...]
+    is_dead: bool
+    nbytes: int
+
+    @property
+    def dmaable(self) -> bool:
+        return is_dmaable(self.dtype)
+
+    def check(self) -> "TensorMeta":
+        """Validate the fields against each other; InvalidArgumentError if they disagree."""
+        np_dtype = numpy_dtype(self.dtype)
+        if len(self.shape) > MAX_RANK or any(d < 0 for d in self.shape):
+            raise InvalidArgumentError(f"invalid tensor shape {self.shape}")
+        if self.dmaable:
+            expected = int(np.prod(self.shape, dtype=np.int64)) * np_dtype.itemsize
+            if expected != self.nbytes:
+                raise InvalidArgumentError(
+                    f"tensor of {np_dtype} {self.shape} has {expected} bytes, not {self.nbytes}")
+        return self
+
+
+def prepare(value: Any) -> np.ndarray:
+    """The array a send puts in the table: C-contiguous, of a supported dtype; strings as an
+    object array of bytes."""
+    array = np.asarray(value)
+    if array.dtype.kind in "OSU":
+        flat = [v.encode() if isinstance(v, str) else v for v in array.reshape(-1).tolist()]
+        if not all(isinstance(v, bytes) for v in flat):
+            raise InvalidArgumentError("object arrays must hold only bytes or str")
+        out = np.empty(array.shape, dtype=object)
+        out.reshape(-1)[:] = flat if flat else []
+        return out
+    dtype_enum(array.dtype)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def raw_bytes(array: np.ndarray) -> np.ndarray:
+    """The bytes of a C-contiguous array as a 1-D uint8 view (no copy; any rank and dtype)."""
+    return array.reshape(-1).view(np.uint8)
+
+
+def meta_of(array: np.ndarray, is_dead: bool, proto_size: int = 0) -> TensorMeta:
+    """Meta-data of a prepared array; ``proto_size`` is the encoded size of a string tensor."""
+    enum = dtype_enum(array.dtype)
+    nbytes = array.nbytes if is_dmaable(enum) else proto_size
+    return TensorMeta(enum, tuple(array.shape), bool(is_dead), nbytes)
+
+
+def encode_proto(array: np.ndarray) -> bytes:
+    """Serialize a prepared array as a TensorProto (string_val for strings, tensor_content
+    for the rest)."""
+    proto = tensor_pb2.TensorProto(dtype=dtype_enum(array.dtype))
+    proto.tensor_shape.dim.extend(tensor_pb2.TensorShapeProto.Dim(size=d) for d in array.shape)
+    if array.dtype == object:
+        proto.string_val.extend(array.reshape(-1).tolist())
+    else:
+        proto.tensor_content = array.tobytes()
+    return proto.SerializeToString()
+
+
+def decode_proto(data: bytes | memoryview) -> np.ndarray:
+    """Parse a TensorProto into an array; InvalidArgumentError if it is malformed."""
+    proto = tensor_pb2.TensorProto()
+    try:
+        proto.ParseFromString(bytes(data))
+    except Exception as exc:  # protobuf raises DecodeError and others
+        raise InvalidArgumentError(f"malformed TensorProto: {exc}") from None
+    shape = tuple(d.size for d in proto.tensor_shape.dim)
+    dtype = numpy_dtype(proto.dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    if dtype == object:
+        if len(proto.string_val) != count:
+            raise InvalidArgumentError(
+                f"TensorProto of shape {shape} has {len(proto.string_val)} strings")
+        out = np.empty(shape, dtype=object)
+        out.reshape(-1)[:] = list(proto.string_val)
+        return out
+    if len(proto.tensor_content) != count * dtype.itemsize:
+        raise InvalidArgumentError(f"TensorProto content does not match {dtype} {shape}")
+    return np.frombuffer(proto.tensor_content, dtype=dtype).reshape(shape).copy()
+
+
+class DeadTensor(np.ndarray):
+    """The value of a dead tensor (sent with ``is_dead=True``): a normal array that
+    :func:`is_dead` recognises. ``recv`` returns one instead of raising."""
+
+
+def mark_dead(array: np.ndarray) -> DeadTensor:
+    return array.view(DeadTensor)
+
+
+def is_dead(value: Any) -> bool:
+    """Whether a received value is a dead tensor."""
+    return isinstance(value, DeadTensor)
