@@ -65,6 +65,18 @@ class LocalTable:
 
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
         """Offer ``value``; raises AbortedError if the step is aborted."""
+        self._offer(step_id, key, value, first=False)
+
+    def requeue(self, step_id: int, key: RendezvousKey, value: Value) -> None:
+        """Give back a value a recv took but could not deliver (its requester went away):
+        it is matched again before any later send of the same key. Dropped if the step
+        was aborted meanwhile."""
+        try:
+            self._offer(step_id, key, value, first=True)
+        except TensorverbsError:
+            pass
+
+    def _offer(self, step_id: int, key: RendezvousKey, value: Value, first: bool) -> None:
         match = key.matching
         with self._lock:
             step = self._step(step_id)
@@ -76,7 +88,8 @@ class LocalTable:
                 if not queue:
                     del step.waiters[match]
             else:
-                step.items.setdefault(match, collections.deque()).append(value)
+                items = step.items.setdefault(match, collections.deque())
+                items.appendleft(value) if first else items.append(value)
                 return
         waiter.callback(None, value)
 
@@ -121,6 +134,13 @@ class LocalTable:
             step.waiters.clear()
         for waiter in waiters:
             waiter.callback(type(error)(error.message), None)
+
+    def aborted(self, step_id: int) -> TensorverbsError | None:
+        """The error a step was aborted with, or None."""
+        with self._lock:
+            step = self._steps.get(step_id)
+            error = step.aborted if step else None
+        return type(error)(error.message) if error is not None else None
 
     def cleanup_step(self, step_id: int) -> None:
         """Forget the step; its waiting recvs fail with AbortedError."""

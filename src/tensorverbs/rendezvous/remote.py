@@ -63,7 +63,7 @@ class RemoteRendezvous(abc.ABC):
 
     def __init__(self, runtime: "TaskRuntime") -> None:
         self.rt = runtime
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._pending: dict[int, dict[concurrent.futures.Future, PendingRecv]] = \
             collections.defaultdict(dict)
 
@@ -89,11 +89,15 @@ class RemoteRendezvous(abc.ABC):
                 step_id, key, lambda err, value: settle(fut, err, value and result_of(value)))
             op: PendingRecv | None = _LocalRecv(waiter) if waiter is not None else None
         else:
-            op = self.recv_from_remote(key, step_id, fut)
-            if not fut.done():
-                with self._lock:
+            with self._lock:  # against a concurrent abort_step of this step
+                error = self.rt.table.aborted(step_id)
+                if error is not None:
+                    settle(fut, error)
+                    return fut
+                op = self.recv_from_remote(key, step_id, fut)
+                if not fut.done():
                     self._pending[step_id][fut] = op
-                fut.add_done_callback(lambda f: self._forget(step_id, f))
+            fut.add_done_callback(lambda f: self._forget(step_id, f))
         if op is not None and timeout is not None and not fut.done():
             self.rt.loop.call_later(timeout, self._expire, fut, op, what, timeout)
         if op is not None:
@@ -117,8 +121,8 @@ class RemoteRendezvous(abc.ABC):
 
     def abort_step(self, step_id: int, error: AbortedError) -> None:
         """Fail the step's pending recvs (local and remote) and refuse its later ones."""
-        self.rt.table.abort_step(step_id, error)
         with self._lock:
+            self.rt.table.abort_step(step_id, error)
             ops = self._pending.pop(step_id, {})
         for fut, op in ops.items():
             if settle(fut, AbortedError(error.message)):

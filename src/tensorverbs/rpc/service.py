@@ -63,26 +63,32 @@ class Servicer:
             await _abort(context, error)
         loop = asyncio.get_running_loop()
         arrived: asyncio.Future = loop.create_future()
+        table, step_id = self.rt.table, request.step_id
 
-        def on_value(err, value) -> None:
-            loop.call_soon_threadsafe(
-                lambda: arrived.done() or (arrived.set_exception(err) if err else arrived.set_result(value)))
+        def deliver(err, value) -> None:  # on the loop; the requester may be gone already
+            if not arrived.done():
+                arrived.set_exception(err) if err else arrived.set_result(value)
+            elif value is not None:
+                table.requeue(step_id, key, value)
 
-        waiter = self.rt.table.recv_async(request.step_id, key, on_value)
+        waiter = table.recv_async(step_id, key, lambda err, value: loop.call_soon_threadsafe(deliver, err, value))
+        value = None
         try:
             value = await arrived
+            nbytes, messages = tensor_messages(value)
+            async for message in messages:
+                yield message
         except TensorverbsError as exc:
             await _abort(context, exc)
-        except asyncio.CancelledError:
-            if waiter is not None:
+        except (asyncio.CancelledError, GeneratorExit):
+            # the requester went away: a value taken for it goes back to the table
+            if value is None and arrived.done() and not arrived.cancelled() and not arrived.exception():
+                value = arrived.result()
+            if value is not None:
+                table.requeue(step_id, key, value)
+            elif waiter is not None:
                 waiter.cancel()
             raise
-        try:
-            nbytes, messages = tensor_messages(value)
-        except TensorverbsError as exc:
-            await _abort(context, exc)
-        async for message in messages:
-            yield message
         self.rt.counters.add("tensors_sent")
         self.rt.counters.add("bytes_sent", nbytes)
 

@@ -1,0 +1,167 @@
+"""Tasks of a test cluster, each in its own process, driven over a pipe.
+
+A :class:`TaskProcess` starts a fresh Python (multiprocessing "spawn"), optionally
+moves it into a network namespace, applies environment variables, starts a
+``tensorverbs.Server`` and then executes the commands the test sends it. Large tensors
+are made on both sides from a seed (:func:`pattern`) instead of crossing the pipe.
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+COMMAND_TIMEOUT = 120.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def cluster_spec(jobs: dict[str, int], host: str = "127.0.0.1") -> dict[str, list[str]]:
+    """A cluster of ``{job: task count}`` on free ports of ``host``."""
+    return {job: [f"{host}:{free_port(host)}" for _ in range(n)] for job, n in jobs.items()}
+
+
+def pattern(nbytes: int, seed: int, dtype: Any = np.uint8) -> np.ndarray:
+    """``nbytes`` of deterministic data of ``dtype``, the same in every process."""
+    raw = np.arange(nbytes, dtype=np.uint64)
+    raw *= 2654435761
+    raw += seed
+    raw >>= 7
+    return raw.astype(np.uint8).view(dtype)
+
+
+class _Raised:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.trace = traceback.format_exc()
+
+
+def _enter_netns(name: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        raise OSError(ctypes.get_errno(), f"setns({name}) failed")
+    os.close(fd)
+
+
+def _wait_waiters(server, n: int, timeout: float) -> None:
+    """Block until ``n`` recvs wait in the server's local table (a condition, polled)."""
+    deadline = time.monotonic() + timeout
+    while server._rt.table.pending()[1] < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fewer than {n} recvs waited after {timeout} s")
+        time.sleep(0.005)
+
+
+def _task_main(conn, cluster, job: str, index: int, protocol: str, env: dict, netns: str | None,
+               kwargs: dict) -> None:
+    if netns:
+        _enter_netns(netns)
+    os.environ.update(env)
+    import tensorverbs as tv
+
+    futures: dict[int, Any] = {}
+    try:
+        server = tv.Server(cluster, job, index, protocol, **kwargs)
+    except BaseException as exc:
+        conn.send(_Raised(exc))
+        return
+    conn.send("ready")
+
+    def recv_pattern(name, source, step_id, nbytes, seed, dtype="uint8", timeout=None):
+        out = server.recv(name, source, step_id, timeout)
+        return bool(np.array_equal(out, pattern(nbytes, seed, dtype)))
+
+    commands = {
+        "send_pattern": lambda name, to, step_id, nbytes, seed, dtype="uint8":
+            server.send(name, pattern(nbytes, seed, dtype), to, step_id),
+        "recv_pattern": recv_pattern,
+        "recv_async": lambda ident, *a, **k: futures.__setitem__(ident, server.recv_async(*a, **k)),
+        "result": lambda ident, timeout=None: futures.pop(ident).result(timeout),
+        "recv_many": lambda names, source, step_id, timeout=None: [
+            f.result() for f in [server.recv_async(n, source, step_id, timeout) for n in names]],
+        "is_dead_recv": lambda *a, **k: (lambda v: (tv.is_dead(v), np.asarray(v)))(server.recv(*a, **k)),
+        "stats": server.stats,
+        "wait_waiters": lambda n, timeout=60.0: _wait_waiters(server, n, timeout),
+        "task": lambda: server.task,
+    }
+    while True:
+        try:
+            method, args, kw = conn.recv()
+        except EOFError:
+            break
+        if method == "stop":
+            server.stop()
+            conn.send(None)
+            break
+        try:
+            fn = commands.get(method) or getattr(server, method)
+            conn.send(fn(*args, **kw))
+        except BaseException as exc:  # sent back and raised in the test
+            conn.send(_Raised(exc))
+
+
+class TaskProcess:
+    """One task of a cluster in a child process."""
+
+    def __init__(self, cluster: dict, job: str, index: int, protocol: str = "grpc",
+                 env: dict[str, str] | None = None, netns: str | None = None, wait: bool = True,
+                 **server_kwargs: Any) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.name = f"/job:{job}/replica:0/task:{index}"
+        self.process = ctx.Process(
+            target=_task_main, name=f"task-{job}-{index}", daemon=True,
+            args=(child, cluster, job, index, protocol, dict(env or {}), netns, server_kwargs))
+        self.process.start()
+        child.close()
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
+        """Wait until the child's server is up (raising its start-up error)."""
+        self._reply(COMMAND_TIMEOUT)
+
+    def _reply(self, timeout: float) -> Any:
+        if not self._conn.poll(timeout):
+            raise TimeoutError(f"{self.name} did not answer within {timeout} s")
+        reply = self._conn.recv()
+        if isinstance(reply, _Raised):
+            raise reply.error
+        return reply
+
+    def call(self, method: str, *args: Any, timeout: float = COMMAND_TIMEOUT, **kwargs: Any) -> Any:
+        """Run ``method`` in the child and return its result or raise its exception."""
+        self._conn.send((method, args, kwargs))
+        return self._reply(timeout)
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
+
+    def kill(self) -> None:
+        """SIGKILL: the task dies without a chance to clean up."""
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.join(10)
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.call("stop", timeout=30)
+            except (EOFError, BrokenPipeError, TimeoutError, ConnectionResetError):
+                pass
+            self.process.join(10)
+        if self.process.is_alive():
+            self.kill()

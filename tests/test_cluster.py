@@ -1,0 +1,70 @@
+"""ClusterSpec, task names and rendezvous keys."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tensorverbs as tv
+
+
+def test_cluster_spec_and_addresses():
+    spec = tv.ClusterSpec({"ps": ["h0:1"], "worker": ["h1:2", "h2:3"]})
+    assert spec.jobs == ["ps", "worker"]
+    assert spec.address("/job:worker/task:1") == "h2:3"
+    assert spec.address("/job:worker/replica:0/task:0") == "h1:2"
+    assert [str(t) for t in spec.tasks()] == [
+        "/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"]
+    assert tv.ClusterSpec(spec.as_dict()) == spec
+    sparse = tv.ClusterSpec({"worker": {0: "a:1", 5: "b:2"}})
+    assert sparse.address("/job:worker/task:5") == "b:2"
+    assert sparse.as_dict() == {"worker": {0: "a:1", 5: "b:2"}}
+
+
+@pytest.mark.parametrize("bad", [{}, {"ps": ["nohostport"]}, {"bad job": ["h:1"]}, {"ps": [3]}])
+def test_bad_cluster_specs(bad):
+    with pytest.raises(tv.InvalidArgumentError):
+        tv.ClusterSpec(bad)
+
+
+def test_from_tf_config():
+    env = {"TF_CONFIG": json.dumps({"cluster": {"ps": ["a:1"], "worker": ["b:2"]},
+                                    "task": {"type": "worker", "index": 0}})}
+    assert tv.ClusterSpec.from_tf_config(env).address("/job:ps/task:0") == "a:1"
+    with pytest.raises(tv.InvalidArgumentError, match="TF_CONFIG"):
+        tv.ClusterSpec.from_tf_config({})
+    with pytest.raises(tv.InvalidArgumentError, match="TF_CONFIG"):
+        tv.ClusterSpec.from_tf_config({"TF_CONFIG": "{not json"})
+
+
+def test_task_names_long_and_short():
+    assert tv.parse_task("/job:ps/task:0") == tv.parse_task("/job:ps/replica:0/task:0")
+    assert str(tv.parse_task("/job:ps/task:3")) == "/job:ps/replica:0/task:3"
+    assert tv.parse_task("/job:ps/replica:0/task:0/device:CPU:0").task == 0
+    for bad in ["ps:0", "/job:ps", "/job:/task:0", "/job:ps/task:x", "job:ps/task:0"]:
+        with pytest.raises(tv.InvalidArgumentError, match="malformed task name"):
+            tv.parse_task(bad)
+
+
+def test_rendezvous_key_format_and_parse():
+    key = tv.RendezvousKey(tv.parse_task("/job:ps/task:0"), 123456789,
+                           tv.parse_task("/job:worker/task:1"), "w1", 2, 7)
+    text = tv.format_key(key)
+    assert text == ("/job:ps/replica:0/task:0/device:CPU:0;00000000075bcd15;"
+                    "/job:worker/replica:0/task:1/device:CPU:0;w1;2:7")
+    assert tv.parse_key(text) == key
+    for bad in ["a;b;c", text.replace(";2:7", ";x:7"), text.replace("075bcd15", "zz"),
+                text.replace(";w1;", ";;")]:
+        with pytest.raises(tv.InvalidArgumentError):
+            tv.parse_key(bad)
+
+
+def test_errors_carry_codes_and_pickle():
+    import pickle
+
+    err = tv.AbortedError("step 3 was aborted")
+    assert err.code == tv.Code.ABORTED and "step 3" in str(err)
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is tv.AbortedError and again.message == err.message
+    assert isinstance(tv.errors.from_code(14, "x"), tv.UnavailableError)
+    assert tv.errors.from_code(99, "odd").code == tv.Code.UNKNOWN

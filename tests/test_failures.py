@@ -1,0 +1,77 @@
+"""Peers that die, start late or never come up: errors, never hangs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.verbs.config import RdmaConfig
+
+from conftest import VARIANTS, start_pair
+from harness import TaskProcess, cluster_spec
+
+
+@pytest.fixture(params=list(VARIANTS))
+def fresh_pair(request):
+    protocol, env = VARIANTS[request.param]
+    p = start_pair(protocol, env)
+    yield p
+    p.worker.stop()
+    p.ps.stop()
+
+
+def test_peer_killed_while_recv_waits(fresh_pair):
+    p = fresh_pair
+    p.ps.send("warm", np.ones(4), to=p.WORKER, step_id=1)
+    p.worker.recv("warm", source=p.PS, step_id=1, timeout=30)  # the channel is up
+    futures = [p.worker.recv_async(f"never{i}", source=p.PS, step_id=2) for i in range(3)]
+    p.ps.call("wait_waiters", 3)
+    p.ps.kill()
+    for fut in futures:
+        with pytest.raises(tv.UnavailableError, match="/job:ps"):
+            fut.result(timeout=10)
+
+
+def test_peer_that_starts_late(step):
+    protocol, env = VARIANTS["grpc"]
+    cluster = cluster_spec({"ps": 1, "worker": 1})
+    with tv.Server(cluster, "worker", 0, protocol, config=RdmaConfig.from_env(env)) as worker:
+        fut = worker.recv_async("w", source="/job:ps/task:0", step_id=step, timeout=60)
+        ps = TaskProcess(cluster, "ps", 0, protocol, env)
+        try:
+            ps.send("w", np.arange(5), to="/job:worker/task:0", step_id=step)
+            assert fut.result(60).tolist() == [0, 1, 2, 3, 4]
+        finally:
+            ps.stop()
+
+
+@pytest.mark.parametrize("timeout", [None, 0.5])
+def test_peer_that_never_comes_up(timeout):
+    cluster = cluster_spec({"ps": 1, "worker": 1})
+    with tv.Server(cluster, "worker", 0, startup_grace=1.0) as worker:
+        with pytest.raises(tv.UnavailableError, match=r"/job:ps/replica:0/task:0"):
+            worker.recv("w", source="/job:ps/task:0", timeout=timeout)
+
+
+def test_port_in_use_is_an_error():
+    cluster = cluster_spec({"ps": 1})
+    with tv.Server(cluster, "ps", 0):
+        with pytest.raises(tv.UnavailableError, match="cannot listen"):
+            tv.Server(cluster, "ps", 0)
+
+
+def test_unknown_protocol_and_task():
+    cluster = cluster_spec({"ps": 1})
+    with pytest.raises(tv.InvalidArgumentError, match="protocol"):
+        tv.Server(cluster, "ps", 0, protocol="grpc+carrier-pigeon")
+    with pytest.raises(tv.InvalidArgumentError, match="/job:ps/replica:0/task:3"):
+        tv.Server(cluster, "ps", 3)
+
+
+def test_stopped_server_refuses_work():
+    cluster = cluster_spec({"ps": 1})
+    server = tv.Server(cluster, "ps", 0)
+    server.stop()
+    server.stop()
+    with pytest.raises(tv.FailedPreconditionError):
+        server.send("x", np.zeros(1), to="/job:ps/task:0")
