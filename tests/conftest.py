@@ -10,7 +10,7 @@ import pytest
 import tensorverbs as tv
 from tensorverbs.verbs.config import RdmaConfig
 
-from harness import TaskProcess, cluster_spec
+from tensorverbs.local_cluster import TaskProcess, cluster_spec
 
 #: variant -> (protocol, environment of every task)
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {

@@ -8,7 +8,7 @@ import tensorverbs as tv
 from tensorverbs.verbs.config import RdmaConfig
 
 from conftest import VARIANTS, start_pair
-from harness import TaskProcess, cluster_spec
+from tensorverbs.local_cluster import TaskProcess, cluster_spec
 
 
 @pytest.fixture(params=list(VARIANTS))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tensorverbs as tv
+from tensorverbs.local_cluster import same
 
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
           np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64,
@@ -20,11 +21,6 @@ def sample(dtype, shape, seed: int) -> np.ndarray:
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     return rng.integers(0, 256, size=count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
-
-
-def same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Same dtype, shape and bytes."""
-    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -70,7 +66,7 @@ def test_dead_tensor_arrives_dead(pair, step):
     alive = pair.worker.recv("alive", source=pair.PS, step_id=step, timeout=30)
     assert tv.is_dead(dead) and isinstance(dead, tv.DeadTensor)
     assert not tv.is_dead(alive)
-    assert same(np.asarray(dead).view(np.ndarray), array) and same(alive, array)
+    assert same(dead.view(np.ndarray), array) and same(alive, array)
 
 
 def test_recv_before_send(pair, step):

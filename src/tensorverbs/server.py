@@ -138,6 +138,11 @@ class Server:
         """Forget ``step_id``'s tensors and state (including an abort)."""
         self._rt.table.cleanup_step(int(step_id))
 
+    def pending(self) -> tuple[int, int]:
+        """(tensors sent and waiting for their recv, recvs of this task's tensors waiting for
+        their send) in the local table."""
+        return self._rt.table.pending()
+
     def stats(self) -> dict[str, int]:
         """Counters: sends, local_recvs, tensors_sent, bytes_sent, tensors_received,
         bytes_received, and the protocol's own."""

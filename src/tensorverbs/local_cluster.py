@@ -1,9 +1,11 @@
-"""Tasks of a test cluster, each in its own process, driven over a pipe.
+"""A local cluster: each task in its own process, driven over a pipe.
 
 A :class:`TaskProcess` starts a fresh Python (multiprocessing "spawn"), optionally
 moves it into a network namespace, applies environment variables, starts a
-``tensorverbs.Server`` and then executes the commands the test sends it. Large tensors
-are made on both sides from a seed (:func:`pattern`) instead of crossing the pipe.
+:class:`tensorverbs.Server` and then runs the commands its parent sends: any Server
+method, plus the helpers below. Large tensors are made on both sides from a seed
+(:func:`pattern`) instead of crossing the pipe. The demo, the benchmarks and the tests
+drive their clusters with it.
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from .tensor import raw_bytes
+
+#: how long the parent waits for a child's answer before giving up on it (seconds)
 COMMAND_TIMEOUT = 120.0
 
 
@@ -33,12 +38,26 @@ def cluster_spec(jobs: dict[str, int], host: str = "127.0.0.1") -> dict[str, lis
 
 
 def pattern(nbytes: int, seed: int, dtype: Any = np.uint8) -> np.ndarray:
-    """``nbytes`` of deterministic data of ``dtype``, the same in every process."""
+    """About ``nbytes`` of deterministic data of ``dtype``, the same in every process
+    (``dtype="string"``: an object array of bytes strings of that total length)."""
+    if dtype == "string":
+        items = [b"%d:%d|" % (seed, i) for i in range(max(1, nbytes // 12))]
+        return np.array(items, dtype=object)
     raw = np.arange(nbytes, dtype=np.uint64)
     raw *= 2654435761
     raw += seed
     raw >>= 7
     return raw.astype(np.uint8).view(dtype)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same dtype, shape and bytes (NaN payloads included)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype == object:
+        return bool(np.array_equal(a, b))
+    return bool(np.array_equal(raw_bytes(np.ascontiguousarray(a)), raw_bytes(np.ascontiguousarray(b))))
 
 
 class _Raised:
@@ -58,7 +77,7 @@ def _enter_netns(name: str) -> None:
 def _wait_waiters(server, n: int, timeout: float) -> None:
     """Block until ``n`` recvs wait in the server's local table (a condition, polled)."""
     deadline = time.monotonic() + timeout
-    while server._rt.table.pending()[1] < n:
+    while server.pending()[1] < n:
         if time.monotonic() > deadline:
             raise TimeoutError(f"fewer than {n} recvs waited after {timeout} s")
         time.sleep(0.005)
@@ -81,12 +100,20 @@ def _task_main(conn, cluster, job: str, index: int, protocol: str, env: dict, ne
 
     def recv_pattern(name, source, step_id, nbytes, seed, dtype="uint8", timeout=None):
         out = server.recv(name, source, step_id, timeout)
-        return bool(np.array_equal(out, pattern(nbytes, seed, dtype)))
+        return same(out, pattern(nbytes, seed, dtype))
+
+    def timed_recv(name, source, step_id, nbytes, seed, dtype="uint8", timeout=None):
+        """(seconds the recv took, whether the bytes match the pattern)"""
+        start = time.perf_counter()
+        out = server.recv(name, source, step_id, timeout)
+        seconds = time.perf_counter() - start
+        return seconds, same(out, pattern(nbytes, seed, dtype))
 
     commands = {
         "send_pattern": lambda name, to, step_id, nbytes, seed, dtype="uint8":
             server.send(name, pattern(nbytes, seed, dtype), to, step_id),
         "recv_pattern": recv_pattern,
+        "timed_recv": timed_recv,
         "recv_async": lambda ident, *a, **k: futures.__setitem__(ident, server.recv_async(*a, **k)),
         "result": lambda ident, timeout=None: futures.pop(ident).result(timeout),
         "recv_many": lambda names, source, step_id, timeout=None: [
@@ -143,7 +170,15 @@ class TaskProcess:
 
     def call(self, method: str, *args: Any, timeout: float = COMMAND_TIMEOUT, **kwargs: Any) -> Any:
         """Run ``method`` in the child and return its result or raise its exception."""
+        self.post(method, *args, **kwargs)
+        return self._reply(timeout)
+
+    def post(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Start ``method`` in the child without waiting; :meth:`result` collects it."""
         self._conn.send((method, args, kwargs))
+
+    def result(self, timeout: float = COMMAND_TIMEOUT) -> Any:
+        """The result of the oldest :meth:`post` not collected yet."""
         return self._reply(timeout)
 
     def __getattr__(self, method: str):

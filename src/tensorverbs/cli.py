@@ -1,0 +1,111 @@
+"""The ``tensorverbs`` command: server, demo, info and bench."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Sequence
+
+#: ``tensorverbs bench NAME`` -> the module whose ``main(argv)`` runs it
+BENCHMARKS = {
+    "transfer": "tensorverbs.bench.transfer",
+    "alexnet": "tensorverbs.bench.alexnet",
+    "verbs": "tensorverbs.bench.verbs_write",
+}
+
+
+def _load_cluster(text: str | None):
+    from .cluster import ClusterSpec
+
+    if text is None:
+        return ClusterSpec.from_tf_config()
+    if os.path.exists(text):
+        with open(text, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"--cluster is neither a file nor JSON: {exc}") from None
+    return ClusterSpec(data.get("cluster", data))
+
+
+def _server(args: argparse.Namespace) -> int:
+    from .server import Server
+
+    server = Server(_load_cluster(args.cluster), args.job, args.task, args.protocol,
+                    startup_grace=args.startup_grace, bind_address=args.bind)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: server.stop())
+    print(f"{server.task} serving {args.protocol} at {server.target}; Ctrl-C stops", flush=True)
+    while not server.join(timeout=1.0):
+        pass
+    print(f"{server.task} stopped", flush=True)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import main
+
+    return main(args.protocols.split(",") if args.protocols else None, args.rounds)
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .verbs.info import main
+
+    return main([])
+
+
+def _bench(args: argparse.Namespace) -> int:
+    return importlib.import_module(BENCHMARKS[args.name]).main(args.rest)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tensorverbs", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("server", help="run one task of a cluster until interrupted")
+    s.add_argument("--cluster", help="cluster spec: a JSON file or JSON text ({job: [host:port, ...]} "
+                   "or TF_CONFIG's form); default: the TF_CONFIG environment variable")
+    s.add_argument("--job", required=True)
+    s.add_argument("--task", type=int, required=True)
+    s.add_argument("--protocol", default="grpc", choices=["grpc", "grpc+verbs"])
+    s.add_argument("--startup-grace", type=float, default=60.0,
+                   help="seconds a recv waits for a peer that has not started (default 60)")
+    s.add_argument("--bind", help="host:port to listen on (default: the task's address)")
+    s.set_defaults(func=_server)
+
+    d = sub.add_parser("demo", help="a local cluster moving tensors with each protocol")
+    d.add_argument("--protocols", help="comma-separated (default: all)")
+    d.add_argument("--rounds", type=int, default=3)
+    d.set_defaults(func=_demo)
+
+    i = sub.add_parser("info", help="verbs providers, devices, ports and the effective configuration")
+    i.set_defaults(func=_info)
+
+    b = sub.add_parser("bench", help="benchmarks (each has its own --help)")
+    b.add_argument("name", choices=sorted(BENCHMARKS))
+    b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the benchmark")
+    b.set_defaults(func=_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from .errors import TensorverbsError
+
+    try:
+        return args.func(args)
+    except TensorverbsError as exc:
+        print(f"tensorverbs: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
