@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# rxe-lab.sh - run a command against real RDMA verbs (soft-RoCE, rdma_rxe) inside a
+# throw-away qemu guest, with this checkout and its Python dependencies shared in.
+#
+#   tools/rxe-lab.sh [COMMAND...]     default COMMAND: the verbs tests on the "ibverbs" provider
+#
+# Runs as root on a Debian host. Everything comes from the Debian archive (qemu,
+# debootstrap, the guest kernel package) and from PyPI (the project's wheels, for the
+# guest's Python 3.11); nothing else is downloaded. The first run builds a guest
+# (about 2 minutes) and caches it; later runs boot it in about 10 seconds.
+#
+# In the guest: Debian bookworm, Python 3.11 with python3-pyverbs (rdma-core 44), two
+# soft-RoCE devices rxe0 and rxe1 on the two ends of a veth pair (port 1, GID index 0
+# is the IPv6 link-local RoCEv2 GID). COMMAND runs from a writable copy of the
+# checkout with src/ and the dependencies on PYTHONPATH. The guest's exit status
+# becomes ours; the last line says "rxe-lab: PASS" or "rxe-lab: FAIL".
+#
+# Settings (environment):
+#   RXE_CACHE      build cache (default ~/.cache/tensorverbs-rxe)
+#   RXE_FRESH=1    rebuild the guest and the dependency folder
+#   RXE_NO_APT=1   do not apt-get install the host tools (they must be there)
+#   RXE_ACCEL      tcg (default) or kvm
+#   RXE_TIMEOUT    seconds for the whole guest run (default 1200)
+#   RXE_SMOKE=0    skip the ibv_rc_pingpong check that runs before COMMAND
+#   RXE_MIRROR     Debian mirror (default: the one this host's apt uses)
+#   RXE_PASS_ENV   space-separated names of host variables to pass into the guest
+#                  (TENSORVERBS_*, RDMA_* and PYTEST_ADDOPTS always pass)
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tensorverbs-rxe}
+ACCEL=${RXE_ACCEL:-tcg}
+TIMEOUT=${RXE_TIMEOUT:-1200}
+SUITE=bookworm            # the guest's Python must stay 3.11: the wheels below are built for it
+GUEST_PKGS=rdma-core,ibverbs-providers,ibverbs-utils,python3-pyverbs,iproute2,kmod,procps
+GUEST_MODULES="rdma_rxe ib_uverbs crc32_generic veth virtio_pci 9pnet_virtio 9p"
+TEST_TOOLS="pytest pytest-timeout hypothesis"
+
+START=$(date +%s)
+say() { echo "[rxe-lab $(( $(date +%s) - START ))s] $*"; }
+die() { echo "rxe-lab: FAIL: $*" >&2; exit 1; }
+
+if [ $# -eq 0 ]; then
+  set -- python3 -m pytest -q -p no:cacheprovider tests/verbs -k ibverbs
+fi
+[ "$(id -u)" = 0 ] || die "must run as root (debootstrap and the guest image need it)"
+[ "${RXE_FRESH:-0}" = 1 ] && rm -rf "$CACHE"
+mkdir -p "$CACHE"
+
+# -------------------------------------------------------------------------- host tools
+need_tools() {
+  for t in qemu-system-x86_64 debootstrap cpio zstd modprobe depmod dpkg-deb; do
+    command -v "$t" >/dev/null || return 1
+  done
+}
+if ! need_tools; then
+  [ "${RXE_NO_APT:-0}" = 1 ] && die "host tools missing (qemu-system-x86 debootstrap cpio zstd kmod)"
+  say "installing host tools with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends \
+    qemu-system-x86 debootstrap cpio zstd kmod ca-certificates python3-pip >/dev/null
+  need_tools || die "host tools still missing after apt-get install"
+fi
+
+# ------------------------------------------------------------------- guest kernel (.deb)
+kernel_package() {
+  apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
+}
+KPKG=$(kernel_package)
+if [ -z "$KPKG" ]; then
+  [ "${RXE_NO_APT:-0}" = 1 ] && die "apt knows no linux-image-amd64 (run apt-get update)"
+  apt-get update -qq
+  KPKG=$(kernel_package)
+fi
+[ -n "$KPKG" ] || die "cannot find the kernel package behind linux-image-amd64"
+KVER=${KPKG#linux-image-}
+KDIR=$CACHE/kernel-$KVER
+if [ ! -f "$KDIR/boot/vmlinuz-$KVER" ]; then
+  say "fetching $KPKG"
+  rm -rf "$CACHE"/kernel-* "$CACHE/deb"
+  mkdir -p "$CACHE/deb"
+  (cd "$CACHE/deb" && apt-get download -qq "$KPKG" >/dev/null 2>&1) || die "apt-get download $KPKG failed"
+  dpkg-deb -x "$CACHE"/deb/*.deb "$KDIR.tmp" && rm -rf "$CACHE/deb"
+  depmod -b "$KDIR.tmp" "$KVER"
+  mv "$KDIR.tmp" "$KDIR"
+fi
+grep -Eq '^CONFIG_RDMA_RXE=(m|y)' "$KDIR/boot/config-$KVER" || die "kernel $KVER has no rdma_rxe"
+
+# --------------------------------------------------------------------------- guest root
+ROOT=$CACHE/rootfs
+STAMP="$SUITE $GUEST_PKGS"
+if [ "$(cat "$ROOT/.stamp" 2>/dev/null)" != "$STAMP" ]; then
+  MIRROR=${RXE_MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}
+  [ -n "$MIRROR" ] || MIRROR=$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  [ -n "$MIRROR" ] || die "no Debian mirror found in the host's apt sources; set RXE_MIRROR"
+  say "debootstrap $SUITE with $GUEST_PKGS (about a minute)"
+  rm -rf "$ROOT"
+  debootstrap --variant=minbase --include="$GUEST_PKGS" "$SUITE" "$ROOT" "$MIRROR" \
+    > "$CACHE/debootstrap.log" 2>&1 || { tail -n 20 "$CACHE/debootstrap.log"; die "debootstrap failed"; }
+  rm -rf "$ROOT"/var/cache/apt/* "$ROOT"/var/lib/apt/lists/* "$ROOT"/usr/share/{doc,man,info,locale}
+  echo "$STAMP" > "$ROOT/.stamp"
+fi
+
+# only the modules the lab loads, with what they depend on
+MODDIR=$ROOT/usr/lib/modules/$KVER
+if [ ! -f "$MODDIR/.complete" ]; then
+  say "copying kernel modules into the guest"
+  rm -rf "$ROOT"/usr/lib/modules/*
+  mkdir -p "$MODDIR"
+  for m in $GUEST_MODULES; do
+    modprobe -d "$KDIR" -S "$KVER" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
+  done | sort -u | while read -r ko; do
+    rel=${ko#"$KDIR/lib/modules/$KVER/"}
+    install -D -m 0644 "$ko" "$MODDIR/$rel"
+  done
+  cp "$KDIR/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$MODDIR/" 2>/dev/null || true
+  depmod -b "$ROOT" "$KVER"
+  touch "$MODDIR/.complete"
+fi
+
+# ------------------------------------------------- Python dependencies for the guest (3.11)
+SHARE=$CACHE/share         # shared read-only into the guest at /mnt/share
+SITE=$SHARE/site
+DEPS=$(python3 - "$REPO/pyproject.toml" <<'EOF'
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    print(" ".join(tomllib.load(f)["project"]["dependencies"]))
+EOF
+) || die "cannot read the dependencies from pyproject.toml (needs python3 >= 3.11 on the host)"
+WANT="$DEPS $TEST_TOOLS"
+if [ "$(cat "$SITE/.stamp" 2>/dev/null)" != "$WANT" ]; then
+  say "pip install --target for the guest: $WANT"
+  rm -rf "$SITE"
+  PIP_FLAGS=()
+  if [ "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != 3.11 ]; then
+    # another host Python: fetch the guest's wheels explicitly
+    PIP_FLAGS=(--python-version 3.11 --implementation cp --abi cp311 --only-binary=:all:
+               --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64)
+  fi
+  # shellcheck disable=SC2086
+  python3 -m pip install -q --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+    --target "$SITE.tmp" "${PIP_FLAGS[@]}" $WANT || die "pip install --target failed"
+  echo "$WANT" > "$SITE.tmp/.stamp"
+  rm -rf "$SITE" && mv "$SITE.tmp" "$SITE"
+fi
+
+# --------------------------------------------------- the checkout, shared read-only (9p)
+rm -rf "$SHARE/repo"
+mkdir -p "$SHARE/repo"
+for p in pyproject.toml src tests tools; do
+  [ -e "$REPO/$p" ] && cp -a "$REPO/$p" "$SHARE/repo/"
+done
+find "$SHARE/repo" -name __pycache__ -prune -exec rm -rf {} +
+{
+  echo 'export RXE_LAB=1'
+  for v in $(compgen -e); do
+    case $v in
+      TENSORVERBS_*|RDMA_*|PYTEST_ADDOPTS|HYPOTHESIS_*) ;;
+      *) [[ " ${RXE_PASS_ENV:-} " == *" $v "* ]] || continue ;;
+    esac
+    printf 'export %s=%q\n' "$v" "${!v}"
+  done
+  printf 'set --'; printf ' %q' "$@"; printf '\n'
+} > "$SHARE/command.sh"
+
+# ------------------------------------------------------------------------ guest scripts
+mkdir -p "$ROOT/lab"
+cat > "$ROOT/init" <<'EOF'
+#!/bin/sh
+# PID 1: mount what a program expects, run the lab, power off.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts pts /dev/pts
+for d in /dev/shm /tmp /run; do mount -t tmpfs tmp "$d"; done
+/lab/run.sh > /dev/console 2>&1
+echo o > /proc/sysrq-trigger
+sleep 60
+EOF
+cat > "$ROOT/lab/run.sh" <<'EOF'
+#!/bin/sh
+# Inside the guest: two rxe devices on a veth pair, the checkout, then the command.
+set -u
+uptime() { cut -d' ' -f1 /proc/uptime; }
+step() { echo "rxe-guest: $* (t=$(uptime)s)"; }
+finish() { echo "RXE-LAB-EXIT $1"; exit 0; }
+step "kernel $(uname -r), $(nproc) cpus"
+echo 1 > /proc/sys/kernel/sysrq
+ip link set lo up
+echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad
+# rxe computes its ICRC with the kernel's "crc32" hash, which crc32_generic provides
+for m in crc32_generic rdma_rxe ib_uverbs veth virtio_pci 9pnet_virtio 9p; do
+  modprobe "$m" || { echo "rxe-guest: modprobe $m failed"; finish 90; }
+done
+ip link add veth0 type veth peer name veth1
+ip link set veth0 up && ip link set veth1 up
+rdma link add rxe0 type rxe netdev veth0 && rdma link add rxe1 type rxe netdev veth1 \
+  || { echo "rxe-guest: rdma link add failed"; finish 91; }
+for i in $(seq 50); do   # the link-local GID appears once IPv6 is up on the veth
+  grep -qv '^0000:0000' /sys/class/infiniband/rxe1/ports/1/gids/0 2>/dev/null && break
+  sleep 0.1
+done
+rdma link show
+mkdir -p /mnt/share
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,ro share /mnt/share \
+  || { echo "rxe-guest: mounting the share failed"; finish 92; }
+if grep -q 'rxe_smoke=1' /proc/cmdline; then
+  step "smoke: ibv_rc_pingpong rxe1 -> rxe0"
+  timeout 60 ibv_rc_pingpong -d rxe0 -g 0 -n 100 > /tmp/pp.srv 2>&1 &
+  sleep 1
+  timeout 60 ibv_rc_pingpong -d rxe1 -g 0 -n 100 127.0.0.1 > /tmp/pp.cli 2>&1; c=$?
+  wait $!; s=$?
+  tail -n 1 /tmp/pp.cli
+  [ "$c$s" = 00 ] || { cat /tmp/pp.srv /tmp/pp.cli; echo "rxe-guest: smoke test failed"; finish 93; }
+fi
+cp -a /mnt/share/repo /tmp/repo && cd /tmp/repo || finish 94
+export PYTHONPATH=/tmp/repo/src:/mnt/share/site PYTHONDONTWRITEBYTECODE=1 PY_COLORS=0 TERM=dumb
+. /mnt/share/command.sh
+step "running: $*"
+timeout "$(sed -n 's/.*rxe_timeout=\([0-9]*\).*/\1/p' /proc/cmdline)" "$@"
+rc=$?
+step "command exited with $rc"
+finish $rc
+EOF
+chmod +x "$ROOT/init" "$ROOT/lab/run.sh"
+
+say "packing the guest image"
+(cd "$ROOT" && find . -print0 | cpio --null -o -H newc --quiet \
+  | zstd -q -T0 -3 > "$CACHE/initrd.zst.tmp") && mv "$CACHE/initrd.zst.tmp" "$CACHE/initrd.zst"
+
+# ----------------------------------------------------------------------------------- boot
+case $ACCEL in
+  tcg) ACCEL_ARGS=(-accel tcg,thread=multi -cpu max) ;;   # max: PyPI's numpy needs AVX2
+  kvm) ACCEL_ARGS=(-enable-kvm -cpu host) ;;
+  *) die "RXE_ACCEL must be tcg or kvm, not $ACCEL" ;;
+esac
+GUEST_TIMEOUT=$(( TIMEOUT > 120 ? TIMEOUT - 60 : TIMEOUT ))
+APPEND="console=ttyS0 rdinit=/init panic=-1 quiet loglevel=3 rxe_timeout=$GUEST_TIMEOUT"
+[ "${RXE_SMOKE:-1}" = 1 ] && APPEND="$APPEND rxe_smoke=1"
+say "booting the guest ($ACCEL, kernel $KVER): $*"
+LOG=$CACHE/guest.log
+BOOT=$(date +%s)
+set +e
+timeout "$TIMEOUT" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -smp 2 -m 3072 -nographic -no-reboot \
+  -nic none -virtfs "local,path=$SHARE,mount_tag=share,security_model=none,readonly=on" \
+  -kernel "$KDIR/boot/vmlinuz-$KVER" -initrd "$CACHE/initrd.zst" -append "$APPEND" \
+  < /dev/null 2>&1 | tr -d '\r' | tee "$LOG"
+QEMU_RC=${PIPESTATUS[0]}
+set -e
+
+RC=$(sed -n 's/^RXE-LAB-EXIT \([0-9]*\)$/\1/p' "$LOG" | tail -n 1)
+if [ -z "$RC" ]; then
+  [ "$QEMU_RC" = 124 ] && echo "the guest did not finish within RXE_TIMEOUT=${TIMEOUT}s"
+  RC=1
+fi
+VERDICT=FAIL; [ "$RC" = 0 ] && VERDICT=PASS
+echo "rxe-lab: $VERDICT (exit $RC, guest $(( $(date +%s) - BOOT ))s, total $(( $(date +%s) - START ))s)"
+exit "$RC"
