@@ -63,6 +63,14 @@ if ! need_tools; then
   need_tools || die "host tools still missing after apt-get install"
 fi
 
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  [ "${RXE_NO_APT:-0}" = 1 ] && die "python3 -m pip is missing on the host"
+  say "installing python3-pip with apt-get"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null; } \
+    || die "cannot install python3-pip"
+fi
+
 # ------------------------------------------------------------------- guest kernel (.deb)
 kernel_package() {
   apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'

@@ -300,6 +300,7 @@ def test_path_mtu_is_negotiated_down_to_the_peer(provider):
 
 def test_wait_sleeps_without_spinning_and_wake_interrupts(pair):
     a, _ = pair
+    assert a.cq._fd is not None, "the completion channel's descriptor was not found"
     cpu0, t0 = time.process_time(), time.monotonic()
     assert a.cq.wait(timeout=0.5) == []
     assert time.monotonic() - t0 >= 0.45 and time.process_time() - cpu0 < 0.2
