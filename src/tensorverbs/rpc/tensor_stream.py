@@ -1,6 +1,7 @@
 """A tensor as a stream of RecvTensorResponse messages, built and parsed without extra copies.
 
-The first message carries the meta-data; each following one is a ``chunk`` field
+The first message carries the meta-data (and the whole tensor if it is small); each
+following one is a ``chunk`` field
 (protobuf field 2, length-delimited) holding the next bytes of the tensor (its raw bytes,
 or a serialized TensorProto for non-DMAable tensors). Chunk messages are framed by hand,
 wire-compatible with the generated class, so the sender copies each byte once (into the
@@ -22,6 +23,8 @@ from . import tensor_pb2
 from . import tensorverbs_pb2 as pb
 
 CHUNK_BYTES = 4 << 20
+#: payloads up to this size travel inside the first message (one message per tensor)
+INLINE_BYTES = 64 << 10
 _CHUNK_TAG = 0x12  # field 2, wire type 2
 
 
@@ -37,11 +40,11 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def encode_meta(meta: TensorMeta, is_proto: bool) -> bytes:
+def encode_meta(meta: TensorMeta, is_proto: bool, inline: bytes = b"") -> bytes:
     shape = tensor_pb2.TensorShapeProto(dim=[tensor_pb2.TensorShapeProto.Dim(size=d) for d in meta.shape])
     return pb.RecvTensorResponse(meta=pb.TensorMeta(
         dtype=meta.dtype, shape=shape, is_dead=meta.is_dead, tensor_bytes=meta.nbytes,
-        is_proto=is_proto)).SerializeToString()
+        is_proto=is_proto), chunk=inline).SerializeToString()
 
 
 def tensor_messages(value: Value) -> tuple[int, AsyncIterator[bytes]]:
@@ -52,6 +55,9 @@ def tensor_messages(value: Value) -> tuple[int, AsyncIterator[bytes]]:
     payload = raw_bytes(array) if proto is None else np.frombuffer(proto, np.uint8)
 
     async def messages() -> AsyncIterator[bytes]:
+        if payload.size <= INLINE_BYTES:
+            yield encode_meta(meta, proto is not None, payload.tobytes())
+            return
         yield encode_meta(meta, proto is not None)
         for offset in range(0, payload.size, CHUNK_BYTES):
             part = payload[offset:offset + CHUNK_BYTES]
@@ -59,7 +65,7 @@ def tensor_messages(value: Value) -> tuple[int, AsyncIterator[bytes]]:
     return payload.size, messages()
 
 
-def _meta(message: bytes) -> tuple[TensorMeta, bool]:
+def _meta(message: bytes) -> tuple[TensorMeta, bool, bytes]:
     try:
         first = pb.RecvTensorResponse.FromString(message)
     except Exception as exc:  # protobuf's DecodeError and friends
@@ -73,7 +79,7 @@ def _meta(message: bytes) -> tuple[TensorMeta, bool]:
             meta.check()
         except InvalidArgumentError as exc:
             raise InternalError(f"bad meta-data in RecvTensor response: {exc.message}") from None
-    return meta, m.is_proto
+    return meta, m.is_proto, first.chunk
 
 
 def _chunk(message: bytes) -> tuple[int, int]:
@@ -98,7 +104,7 @@ async def read_tensor(messages: AsyncIterator[bytes]) -> tuple[Value, int]:
     """(the value carried by a RecvTensor response stream, its payload bytes)."""
     it = messages.__aiter__()
     try:
-        meta, is_proto = _meta(await it.__anext__())
+        meta, is_proto, inline = _meta(await it.__anext__())
     except StopAsyncIteration:
         raise InternalError("RecvTensor response stream was empty") from None
     if is_proto:
@@ -107,7 +113,10 @@ async def read_tensor(messages: AsyncIterator[bytes]) -> tuple[Value, int]:
     else:
         result = np.empty(meta.shape, numpy_dtype(meta.dtype))
         raw = raw_bytes(result)
-    filled = 0
+    if len(inline) > raw.size:
+        raise DataLossError(f"sender sent more than the {raw.size} bytes announced")
+    raw[:len(inline)] = np.frombuffer(inline, np.uint8)
+    filled = len(inline)
     async for message in it:
         start, length = _chunk(message)
         if filled + length > raw.size:
