@@ -15,6 +15,7 @@ import threading
 from typing import Any, Mapping
 
 from .cluster import ClusterSpec, TaskName
+from .devices import get_device, host_array
 from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError
 from .rendezvous.key import RendezvousKey, check_name
 from .rendezvous.local import LocalTable, Value
@@ -37,7 +38,7 @@ PROTOCOLS = {
 
 #: counters every server reports, whatever its protocol
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
-            "bytes_received")
+            "bytes_received", "proxy_copies")
 
 
 class Server:
@@ -98,23 +99,31 @@ class Server:
             raise FailedPreconditionError(f"server of {self._task} is stopped")
 
     def send(self, name: str, value: Any, to: str, step_id: int = 0, is_dead: bool = False) -> None:
-        """Offer ``value`` (an array) as tensor ``name`` for task ``to`` at ``step_id``.
+        """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``.
 
-        Passive: the tensor waits in the local table until ``to`` receives it. A
-        non-contiguous array is made contiguous here; the caller must not modify the
-        array until it has been received.
+        ``value`` is a numpy array (or anything ``numpy.asarray`` takes), a torch tensor,
+        or an array of the ``cpu:proxy`` stand-in device. Passive: the tensor waits in the
+        local table until ``to`` receives it. A non-contiguous array is made contiguous and
+        a tensor on a device the transport cannot reach is copied to host memory here;
+        otherwise the array itself is sent, so the caller must not modify it until it
+        has been received.
         """
         self._check_running()
         key = RendezvousKey(self._task, self.incarnation, self.cluster.resolve(to), check_name(name))
-        self._rt.table.send(int(step_id), key, Value(prepare(value), bool(is_dead)))
+        array, copied = host_array(value)
+        if copied:
+            self._rt.counters.add("proxy_copies")
+        self._rt.table.send(int(step_id), key, Value(prepare(array), bool(is_dead)))
         self._rt.counters.add("sends")
 
     def recv_async(self, name: str, source: str, step_id: int = 0,
-                   timeout: float | None = None) -> concurrent.futures.Future:
+                   timeout: float | None = None, device: str | None = None) -> concurrent.futures.Future:
         """Start receiving tensor ``name`` sent by ``source`` to this task at ``step_id``.
 
-        The future yields a numpy array; a dead tensor yields a :class:`tensorverbs.DeadTensor`
-        (test with :func:`tensorverbs.is_dead`). It raises DeadlineExceededError after
+        The future yields a numpy array, or a tensor on ``device`` ("cuda:0", or the
+        "cpu:proxy" stand-in) copied there from a host proxy buffer. A dead tensor (sent
+        with ``is_dead=True``) yields a :class:`tensorverbs.DeadTensor`: test it with
+        :func:`tensorverbs.is_dead`. The future raises DeadlineExceededError after
         ``timeout`` seconds, AbortedError when the step is aborted, UnavailableError when
         ``source`` cannot be reached or dies.
         """
@@ -123,11 +132,12 @@ class Server:
         key = RendezvousKey(src, 0, self._task, check_name(name))
         if src == self._task:
             self._rt.counters.add("local_recvs")
-        return self._rendezvous.recv_async(key, int(step_id), timeout)
+        return self._rendezvous.recv_async(key, int(step_id), timeout, get_device(device))
 
-    def recv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None) -> Any:
+    def recv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None,
+             device: str | None = None) -> Any:
         """Receive tensor ``name`` from ``source`` (blocking); see :meth:`recv_async`."""
-        return self.recv_async(name, source, step_id, timeout).result()
+        return self.recv_async(name, source, step_id, timeout, device).result()
 
     def abort_step(self, step_id: int, reason: str = "") -> None:
         """Make every pending and later send/recv of ``step_id`` raise AbortedError."""

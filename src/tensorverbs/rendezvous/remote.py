@@ -14,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AbortedError, CancelledError, DeadlineExceededError, TensorverbsError
+from ..devices import HOST, Device
 from ..tensor import mark_dead
 from .key import RendezvousKey
 from .local import Value
@@ -47,11 +48,6 @@ def settle(fut: concurrent.futures.Future, error: BaseException | None = None,
         return False
 
 
-def result_of(value: Value) -> Any:
-    """The array a recv returns for a received value (a DeadTensor if it is dead)."""
-    return mark_dead(value.array) if value.is_dead else value.array
-
-
 def describe(key: RendezvousKey, step_id: int) -> str:
     return f"recv of {key.name!r} from {key.src} at step {step_id}"
 
@@ -79,14 +75,16 @@ class RemoteRendezvous(abc.ABC):
             op.cancel()
             settle(fut, CancelledError("the server stopped"))
 
-    def recv_async(self, key: RendezvousKey, step_id: int,
-                   timeout: float | None) -> concurrent.futures.Future:
-        """Start a recv; the future yields the array or raises a TensorverbsError."""
+    def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
+                   device: Device = HOST) -> concurrent.futures.Future:
+        """Start a recv; the future yields the tensor (on ``device``) or raises a
+        TensorverbsError."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut.device = device  # type: ignore[attr-defined]  # read by complete()
         what = describe(key, step_id)
         if key.src == self.rt.task:
             waiter = self.rt.table.recv_async(
-                step_id, key, lambda err, value: settle(fut, err, value and result_of(value)))
+                step_id, key, lambda err, value: settle(fut, err) if err else self.complete(fut, value))
             op: PendingRecv | None = _LocalRecv(waiter) if waiter is not None else None
         else:
             with self._lock:  # against a concurrent abort_step of this step
@@ -103,6 +101,18 @@ class RemoteRendezvous(abc.ABC):
         if op is not None:
             fut.add_done_callback(lambda f: f.cancelled() and op.cancel())
         return fut
+
+    def complete(self, fut: concurrent.futures.Future, value: Value, nbytes: int | None = None) -> None:
+        """Settle ``fut`` with ``value`` on the future's device. ``nbytes`` (the bytes that
+        crossed the network) counts the value as received from a peer."""
+        device = fut.device
+        result = mark_dead(value.array) if value.is_dead else value.array
+        if device is not HOST:
+            result = device.from_host(value.array)
+            self.rt.counters.add("proxy_copies")
+        if settle(fut, None, result) and nbytes is not None:
+            self.rt.counters.add("tensors_received")
+            self.rt.counters.add("bytes_received", nbytes)
 
     def _forget(self, step_id: int, fut: concurrent.futures.Future) -> None:
         with self._lock:

@@ -8,7 +8,7 @@ import grpc
 
 from ..errors import TensorverbsError, UnavailableError
 from ..rendezvous.key import RendezvousKey, format_key
-from ..rendezvous.remote import PendingRecv, RemoteRendezvous, result_of, settle
+from ..rendezvous.remote import PendingRecv, RemoteRendezvous, settle
 from . import tensorverbs_pb2 as pb
 from .errors import from_rpc_error
 from .tensor_stream import read_tensor
@@ -59,6 +59,4 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
         except asyncio.CancelledError:
             pass  # whoever cancelled settles the future
         else:
-            if settle(fut, None, result_of(value)):
-                self.rt.counters.add("tensors_received")
-                self.rt.counters.add("bytes_received", nbytes)
+            self.complete(fut, value, nbytes)
