@@ -1,0 +1,529 @@
+"""The soft queue pair: reliable-connected semantics over shared memory and a stream.
+
+Requester side: each posted send work request becomes an :class:`_Op` in post order.
+A one-sided operation whose target is shared memory on this host is validated against
+the peer's key table and copied at once; everything else is a request frame on the
+stream, finished by the peer's ACK, READ_RESP or NAK. Completions leave in post order,
+whichever way each request went, and the first error completion takes the queue pair
+to the error state.
+
+Responder side: requests are executed in arrival order; a SEND, or the immediate of a
+write, consumes the oldest posted receive. When none is posted the request is held
+(its payload buffered) until one is, as hardware retries forever on receiver-not-ready;
+acknowledgements stop before the first held request meanwhile.
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import secrets
+import threading
+from typing import TYPE_CHECKING, Sequence
+
+from ...errors import FailedPreconditionError, InternalError, InvalidArgumentError
+from ..api import QueuePair
+from ..model import (
+    WC_OF_WR, Access, QPEndpoint, QPState, RecvWR, SendWR, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
+)
+from .host import HostIdentity, same_host
+from .peer import PeerMemory, RemoteAccessError
+from .stream import Stream, discard
+from .wire import F_IMM, TOKEN_SIZE, Header, Op, frame
+
+if TYPE_CHECKING:
+    import socket
+
+    from .context import SoftContext, SoftMR, SoftPD
+    from .cq import SoftCQ
+
+#: how long the passive side of a connection waits for the peer to dial in
+ATTACH_TIMEOUT = 30.0
+
+_memmove = ctypes.memmove
+_REQUESTS = (Op.WRITE, Op.SEND, Op.READ_REQ, Op.IMM)
+
+
+class _VerbsError(Exception):
+    """A work request fails with ``status``."""
+
+    def __init__(self, status: WcStatus, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class _Op:
+    """A send work request between posting and completion."""
+
+    __slots__ = ("wr_id", "opcode", "signaled", "status", "byte_len", "detail", "sinks")
+
+    def __init__(self, wr: SendWR) -> None:
+        self.wr_id = wr.wr_id
+        self.opcode = WC_OF_WR.get(wr.opcode, WcOpcode.SEND)
+        self.signaled = wr.signaled
+        self.status: WcStatus | None = None
+        self.byte_len = 0
+        self.detail = ""
+        self.sinks: list[memoryview] = []
+
+    def finish(self, status: WcStatus = WcStatus.SUCCESS, detail: str = "") -> None:
+        if self.status is None:
+            self.status, self.detail = status, detail
+
+    def completion(self, qp_num: int) -> WorkCompletion:
+        return WorkCompletion(self.wr_id, self.status, self.opcode, qp_num,  # type: ignore[arg-type]
+                              byte_len=self.byte_len, detail=self.detail)
+
+
+class _Recv:
+    """A posted receive: its destinations, or why it cannot take data."""
+
+    __slots__ = ("wr_id", "views", "capacity", "error")
+
+    def __init__(self, wr_id: int, views: list[memoryview], error: _VerbsError | None) -> None:
+        self.wr_id = wr_id
+        self.views = views
+        self.capacity = sum(len(v) for v in views)
+        self.error = error
+
+    def check(self, length: int) -> None:
+        if self.error is not None:
+            raise self.error
+        if length > self.capacity:
+            raise _VerbsError(WcStatus.LOC_LEN_ERR,
+                              f"a {length}-byte message does not fit the {self.capacity}-byte receive")
+
+    def scatter(self, length: int) -> list[memoryview]:
+        out = []
+        for view in self.views:
+            if length <= 0:
+                break
+            out.append(view[:length])
+            length -= len(out[-1])
+        return out
+
+
+def check_region(mr: "SoftMR | None", pd: "SoftPD", key: int, addr: int, length: int,
+                 need: Access, status: WcStatus) -> memoryview:
+    """The bytes [addr, addr + length) of region ``mr`` (found by ``key``) if this
+    protection domain may use them with ``need``; raises _VerbsError(status) otherwise."""
+    if mr is None or mr.pd is not pd:
+        raise _VerbsError(status, f"key {key:#x} is not a region of this protection domain")
+    offset = addr - mr.addr
+    if offset < 0 or offset + length > mr.length:
+        raise _VerbsError(status, f"[{addr:#x}, +{length}) is outside the region of key {key:#x} "
+                                  f"([{mr.addr:#x}, +{mr.length}))")
+    if need and not mr.access & need:
+        raise _VerbsError(status, f"the region of key {key:#x} does not allow {need.name}")
+    return mr.buf[offset:offset + length]
+
+
+class SoftQP(QueuePair):
+    """A queue pair of the soft provider (see the module docstring)."""
+
+    def __init__(self, ctx: "SoftContext", pd: "SoftPD", send_cq: "SoftCQ", recv_cq: "SoftCQ",
+                 max_send_wr: int, max_recv_wr: int) -> None:
+        super().__init__(send_cq, recv_cq, max_send_wr, max_recv_wr)
+        self.send_cq: SoftCQ = send_cq
+        self.recv_cq: SoftCQ = recv_cq
+        self._ctx = ctx
+        self._pd = pd
+        self._engine = ctx.engine
+        self.qp_num = ctx.new_qp_num()
+        self.token = secrets.token_bytes(TOKEN_SIZE)
+        self._lock = threading.Lock()
+        self._stream: Stream | None = None
+        self._unsent: list[bytes | memoryview] = []  # frames posted before the dial
+        self._remote_token: bytes | None = None
+        self._dialer_token: bytes | None = None
+        self._peer: PeerMemory | None = None
+        self._failed: str | None = None
+        # requester
+        self._ops: collections.deque[_Op] = collections.deque()
+        self._by_seq: dict[int, _Op] = {}
+        self._seq = 0
+        self._acked = 0
+        # responder
+        self._recvs: collections.deque[_Recv] = collections.deque()
+        self._held: collections.deque[tuple[Header, bytearray | None]] = collections.deque()
+        self._rx_seq = 0   # requests started
+        self._rx_done = 0  # requests finished
+        self._rx_acked = 0
+        self._rx_frame: tuple[bytearray | None, _VerbsError | None] = (None, None)
+        self._nak_sent = False
+        self._register()
+
+    # -- connection ----------------------------------------------------------------------
+    def endpoint(self) -> QPEndpoint:
+        return QPEndpoint("soft", self.qp_num, mtu=self._ctx.device.ports[0].active_mtu,
+                          info={**self._ctx.contact(), "token": self.token.hex()})
+
+    def connect(self, remote: QPEndpoint) -> None:
+        if remote.provider != "soft":
+            raise InvalidArgumentError(
+                f"cannot connect a soft queue pair to a {remote.provider!r} endpoint")
+        info = remote.info
+        try:
+            token = bytes.fromhex(info["token"])
+            local = same_host(self._ctx.identity, self._ctx.config.same_host,
+                              HostIdentity.from_json(info["host"]), info["same_host"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"malformed soft endpoint ({exc!r})") from None
+        if self._remote_token is not None:
+            raise FailedPreconditionError(f"QP {self.qp_num} is already connected")
+        sock = self._ctx.dial(info, local, token, self.token) if self.token < token else None
+        peer = self._ctx.acquire_peer(info) if local else None
+        with self._lock:
+            if self._dialer_token not in (None, token):
+                self._fail_soon("a queue pair other than the connected one dialed in")
+            self._remote_token = token
+            self._peer = peer
+        self.state = QPState.RTS
+        if sock is not None:
+            self.attach(sock, None)
+        elif self._stream is None:
+            self._engine.call_later(ATTACH_TIMEOUT, self._check_attached)
+
+    def attach(self, sock: "socket.socket", dialer_token: bytes | None) -> bool:
+        """Carry this queue pair's traffic over ``sock`` (dialed by either side)."""
+        with self._lock:
+            if self._stream is not None or self.closed or self._failed is not None:
+                return False
+            if dialer_token is not None and self._remote_token not in (None, dialer_token):
+                return False
+            self._dialer_token = dialer_token
+            fd = sock.fileno()
+            self._stream = Stream(sock, self, lambda on: self._engine.want_write(fd, on))
+            self._engine.add(fd, self, writable=False)
+            unsent, self._unsent = self._unsent, []
+            self._send(unsent)
+        return True
+
+    def _check_attached(self) -> None:
+        if self._stream is None and not self.closed:
+            self.to_error(f"the peer did not connect within {ATTACH_TIMEOUT:.0f} s")
+
+    # -- requester -----------------------------------------------------------------------
+    def _post_send(self, wr: SendWR) -> None:
+        op = _Op(wr)
+        with self._lock:
+            self._ops.append(op)
+            if self._failed is not None:
+                op.finish(WcStatus.WR_FLUSH_ERR, self._failed)
+            elif self._remote_token is None:
+                op.finish(WcStatus.LOC_QP_OP_ERR, "the queue pair is not connected")
+            else:
+                try:
+                    self._execute(wr, op)
+                except _VerbsError as exc:
+                    op.finish(exc.status, exc.detail)
+            self._emit()
+
+    def _execute(self, wr: SendWR, op: _Op) -> None:
+        code = wr.opcode
+        if code == WrOpcode.RDMA_READ:
+            local = self._gather(wr.sg_list, Access.LOCAL_WRITE)
+            op.byte_len = n = sum(len(v) for _, v in local)
+            src = self._peer_address(wr.rkey, wr.remote_addr, n, Access.REMOTE_READ)
+            if src is None:
+                op.sinks = [v for _, v in local]
+                self._request(op, Op.READ_REQ, (), rkey=wr.rkey, addr=wr.remote_addr, length=n)
+            else:
+                for addr, view in local:
+                    _memmove(addr, src, len(view))
+                    src += len(view)
+                op.finish()
+            return
+        if code not in WC_OF_WR:
+            raise _VerbsError(WcStatus.LOC_QP_OP_ERR, f"unknown opcode {code!r}")
+        local = self._gather(wr.sg_list, Access(0))
+        op.byte_len = n = sum(len(v) for _, v in local)
+        with_imm = code in (WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.SEND_WITH_IMM)
+        fields = dict(flags=F_IMM if with_imm else 0, imm=wr.imm_data, length=n)
+        if code in (WrOpcode.SEND, WrOpcode.SEND_WITH_IMM):
+            self._request(op, Op.SEND, [v for _, v in local], **fields)
+            return
+        dst = self._peer_address(wr.rkey, wr.remote_addr, n, Access.REMOTE_WRITE)
+        if dst is None:
+            self._request(op, Op.WRITE, [v for _, v in local], rkey=wr.rkey,
+                          addr=wr.remote_addr, **fields)
+            return
+        for addr, view in local:
+            _memmove(dst, addr, len(view))
+            dst += len(view)
+        if with_imm:
+            self._request(op, Op.IMM, (), **fields)
+        else:
+            op.finish()
+
+    def _gather(self, sges: Sequence, need: Access) -> list[tuple[int, memoryview]]:
+        mrs = self._ctx.mrs
+        return [(s.addr, check_region(mrs.get(s.lkey), self._pd, s.lkey, s.addr, s.length, need,
+                                      WcStatus.LOC_PROT_ERR))
+                for s in sges if s.length]
+
+    def _peer_address(self, rkey: int, addr: int, length: int, need: Access) -> int | None:
+        """Where the peer's [addr, +length) is mapped here; None: use the stream."""
+        if self._peer is None:
+            return None
+        if not length:
+            return 0
+        try:
+            return self._peer.resolve(rkey, addr, length, need)
+        except RemoteAccessError as exc:
+            raise _VerbsError(WcStatus.REM_ACCESS_ERR, str(exc)) from None
+
+    def _request(self, op: _Op, code: Op, payload: Sequence[memoryview], **fields: int) -> None:
+        self._seq += 1
+        self._by_seq[self._seq] = op
+        self._send([frame(code, seq=self._seq, **fields), *payload])
+
+    def _send(self, parts: list) -> None:
+        """Send frames (under the lock); before the dial they wait."""
+        if self._stream is None:
+            self._unsent.extend(parts)
+            return
+        try:
+            self._stream.send(parts)
+        except OSError as exc:
+            self._fail_soon(f"the connection to the peer broke: {exc}")
+
+    def _emit(self) -> None:
+        """Deliver the finished requests at the head of the queue (under the lock)."""
+        wcs = []
+        ops = self._ops
+        while ops and ops[0].status is not None:
+            op = ops.popleft()
+            if op.signaled or op.status != WcStatus.SUCCESS:
+                wcs.append(op.completion(self.qp_num))
+            if op.status not in (WcStatus.SUCCESS, WcStatus.WR_FLUSH_ERR):
+                self._fail_soon(op.detail)
+        if wcs:
+            self.send_cq.deliver(wcs)
+
+    def _finish_request(self, seq: int, status: WcStatus = WcStatus.SUCCESS,
+                        detail: str = "") -> None:
+        op = self._by_seq.pop(seq, None)
+        if op is not None:
+            op.finish(status, detail)
+        self._emit()
+
+    def _acked_upto(self, seq: int) -> None:
+        for s in range(self._acked + 1, seq + 1):
+            op = self._by_seq.pop(s, None)
+            if op is not None:
+                op.finish()
+        self._acked = max(self._acked, seq)
+
+    # -- responder -----------------------------------------------------------------------
+    def _post_recv(self, wr: RecvWR) -> None:
+        try:
+            recv = _Recv(wr.wr_id, [v for _, v in self._gather(wr.sg_list, Access.LOCAL_WRITE)], None)
+        except _VerbsError as exc:
+            recv = _Recv(wr.wr_id, [], exc)
+        with self._lock:
+            if self._failed is not None:
+                self.recv_cq.deliver([WorkCompletion(wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
+                                                     self.qp_num, detail=self._failed)])
+                return
+            self._recvs.append(recv)
+            if self._held:
+                while self._held and self._recvs and self._failed is None:
+                    self._deliver(*self._held.popleft())
+                self._send_ack()
+
+    def _recv_outstanding(self) -> int:
+        return len(self._recvs)
+
+    def frame_started(self, hdr: Header) -> Sequence[memoryview]:
+        """Where a frame's payload goes (called by the stream, from the driving thread)."""
+        with self._lock:
+            self._rx_frame = (None, None)
+            if hdr.op in _REQUESTS:
+                self._rx_seq += 1
+                if hdr.seq != self._rx_seq:
+                    raise InternalError(f"request {hdr.seq} arrived, {self._rx_seq} expected")
+                if self._nak_sent or self._failed is not None:
+                    return discard(hdr.payload)
+            try:
+                return self._payload_target(hdr)
+            except _VerbsError as exc:
+                self._rx_frame = (None, exc)
+                return discard(hdr.payload)
+
+    def _payload_target(self, hdr: Header) -> Sequence[memoryview]:
+        if hdr.op == Op.WRITE:
+            mr = self._ctx.mrs.get(hdr.rkey)
+            return [check_region(mr, self._pd, hdr.rkey, hdr.addr, hdr.length, Access.REMOTE_WRITE,
+                                 WcStatus.REM_ACCESS_ERR)] if hdr.length else []
+        if hdr.op == Op.SEND:
+            if self._held or not self._recvs:
+                buf = bytearray(hdr.length)
+                self._rx_frame = (buf, None)
+                return [memoryview(buf)]
+            self._recvs[0].check(hdr.length)
+            return self._recvs[0].scatter(hdr.length)
+        if hdr.op == Op.READ_RESP:
+            op = self._by_seq.get(hdr.seq)
+            if op is None or op.byte_len != hdr.length:
+                raise InternalError(f"unexpected read response {hdr.seq} of {hdr.length} bytes")
+            return op.sinks
+        if hdr.op == Op.NAK:
+            buf = bytearray(hdr.length)
+            self._rx_frame = (buf, None)
+            return [memoryview(buf)]
+        return discard(hdr.payload)
+
+    def frame_finished(self, hdr: Header) -> None:
+        """A frame has arrived whole: act on it."""
+        with self._lock:
+            buf, error = self._rx_frame
+            code = hdr.op
+            if code in _REQUESTS:
+                if self._nak_sent or self._failed is not None:
+                    return
+                if error is not None:
+                    self._reject(hdr, error)
+                    return
+                self._rx_done = hdr.seq
+            if code in (Op.SEND, Op.IMM) or (code == Op.WRITE and hdr.flags & F_IMM):
+                if self._held or not self._recvs:
+                    self._held.append((hdr, buf))
+                else:
+                    self._deliver(hdr, buf)
+            elif code == Op.READ_REQ:
+                self._answer_read(hdr)
+            elif code == Op.READ_RESP:
+                self._finish_request(hdr.seq)
+            elif code == Op.ACK:
+                self._acked_upto(hdr.seq)
+                self._emit()
+            elif code == Op.NAK:
+                self._finish_request(hdr.seq, WcStatus(hdr.status),
+                                     "peer: " + bytes(buf or b"").decode(errors="replace"))
+            elif code != Op.WRITE:
+                raise InternalError(f"unexpected frame {hdr.op} on the stream")
+
+    def _deliver(self, hdr: Header, held: bytearray | None) -> None:
+        """Complete the oldest posted receive with request ``hdr`` (a send whose data
+        ``held`` was buffered, or is already in place when None; or an immediate)."""
+        recv = self._recvs.popleft()
+        is_send = hdr.op == Op.SEND
+        if is_send and held is not None:
+            try:
+                recv.check(hdr.length)
+            except _VerbsError as exc:
+                self._reject(hdr, exc, recv)
+                return
+            offset = 0
+            for view in recv.scatter(hdr.length):
+                view[:] = held[offset:offset + len(view)]
+                offset += len(view)
+        self.recv_cq.deliver([WorkCompletion(
+            recv.wr_id, WcStatus.SUCCESS, WcOpcode.RECV if is_send else WcOpcode.RECV_RDMA_WITH_IMM,
+            self.qp_num, byte_len=hdr.length, imm_data=hdr.imm if hdr.flags & F_IMM else None)])
+
+    def _reject(self, hdr: Header, error: _VerbsError, recv: _Recv | None = None) -> None:
+        """Fail request ``hdr``: a remote access error is the requester's alone; a receive
+        that cannot take a send fails here too and takes this queue pair down."""
+        if error.status == WcStatus.REM_ACCESS_ERR:
+            status = WcStatus.REM_ACCESS_ERR
+        else:
+            recv = recv or self._recvs.popleft()
+            self.recv_cq.deliver([WorkCompletion(recv.wr_id, error.status, WcOpcode.RECV,
+                                                 self.qp_num, byte_len=hdr.length, detail=error.detail)])
+            self._fail_soon(error.detail)
+            status = (WcStatus.REM_INV_REQ_ERR if error.status == WcStatus.LOC_LEN_ERR
+                      else WcStatus.REM_OP_ERR)
+        self._rx_done = min(self._rx_done, hdr.seq - 1)
+        self._send_ack()
+        detail = error.detail.encode()
+        self._send([frame(Op.NAK, status=status, seq=hdr.seq, length=len(detail)), detail])
+        self._nak_sent = True
+
+    def _answer_read(self, hdr: Header) -> None:
+        try:
+            data = check_region(self._ctx.mrs.get(hdr.rkey), self._pd, hdr.rkey, hdr.addr,
+                                hdr.length, Access.REMOTE_READ, WcStatus.REM_ACCESS_ERR) \
+                if hdr.length else memoryview(b"")
+        except _VerbsError as exc:
+            self._reject(hdr, exc)
+            return
+        self._send([frame(Op.READ_RESP, seq=hdr.seq, length=hdr.length), data])
+
+    def _send_ack(self) -> None:
+        """Acknowledge every request done so far (under the lock)."""
+        done = min(self._rx_done, self._held[0][0].seq - 1) if self._held else self._rx_done
+        if done > self._rx_acked and not self._nak_sent:
+            self._rx_acked = done
+            self._send([frame(Op.ACK, seq=done)])
+
+    # -- progress callbacks (from the driving thread) ------------------------------------
+    def on_readable(self) -> None:
+        stream = self._stream
+        if stream is None:
+            return
+        try:
+            alive = stream.receive()
+            reason = "the peer closed the connection (it closed the queue pair or exited)"
+        except OSError as exc:
+            alive, reason = False, f"the connection to the peer broke: {exc}"
+        except Exception as exc:  # a malformed stream: this connection cannot go on
+            alive, reason = False, f"protocol error: {exc}"
+        with self._lock:
+            if not alive:
+                self._fail_soon(reason)
+            elif self._stream is not None:
+                self._send_ack()
+
+    def on_writable(self) -> None:
+        stream = self._stream
+        if stream is None:
+            return
+        try:
+            stream.flush()
+        except OSError as exc:
+            with self._lock:
+                self._fail_soon(f"the connection to the peer broke: {exc}")
+
+    # -- error state and teardown --------------------------------------------------------
+    def _fail_soon(self, reason: str) -> None:
+        """Stop taking work now and enter the error state from the driver (under the lock)."""
+        if self._failed is None:
+            self._failed = reason
+            self._engine.defer(lambda: self.to_error(reason))
+
+    def _enter_error(self, reason: str) -> None:
+        with self._lock:
+            if self._failed is None:
+                self._failed = reason
+            for op in self._ops:
+                op.finish(WcStatus.WR_FLUSH_ERR, reason)
+            self._emit()
+            recvs, self._recvs = self._recvs, collections.deque()
+        if recvs:
+            self.recv_cq.deliver([WorkCompletion(r.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
+                                                 self.qp_num, detail=reason) for r in recvs])
+        self._teardown()
+
+    def _teardown(self) -> None:
+        """Drop the connection (the peer's queue pair sees it close) and the peer's memory."""
+        with self._lock:
+            self._failed = self._failed or "the queue pair was closed"
+            stream, self._stream = self._stream, None
+            peer, self._peer = self._peer, None
+            self._by_seq.clear()
+            self._held.clear()
+            self._unsent.clear()
+        if stream is not None:
+            self._engine.remove(stream.fd, stream.close)
+        if peer is not None:
+            self._ctx.release_peer(peer)
+
+    def _close(self) -> None:
+        self.state = QPState.ERR
+        self._teardown()
+        self._ctx.forget_qp(self)
+        self.send_cq._qps.pop(self.qp_num, None)
+        self.recv_cq._qps.pop(self.qp_num, None)

@@ -1,0 +1,66 @@
+"""Frame layouts of the stream between two queue pairs.
+
+Every frame is a 32-byte header, followed by ``length`` payload bytes for the ops that
+carry data (HELLO, WRITE, SEND, READ_RESP, NAK)::
+
+    op u8 | status u8 | flags u16 | imm u32 | seq u32 | rkey u32 | addr u64 | length u64
+
+``seq`` numbers the requests of one direction from 1; responses (ACK, READ_RESP, NAK)
+carry the number of the request they answer. An ACK is cumulative: every request up to
+``seq`` is done. A NAK fails request ``seq`` (all earlier ones are done) and carries a
+reason in words as its payload.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from typing import NamedTuple
+
+HEADER = struct.Struct("<BBHIIIQQ")
+HEADER_SIZE = HEADER.size
+TOKEN_SIZE = 16
+F_IMM = 1  # flags: the request carries immediate data
+
+
+class Op(enum.IntEnum):
+    HELLO = 1      # first frame of a dial: payload = token of the target QP + of the dialer's
+    WRITE = 2      # RDMA write, the data as payload
+    SEND = 3       # send, the data as payload
+    READ_REQ = 4   # RDMA read request
+    READ_RESP = 5  # the data read, as payload
+    IMM = 6        # the immediate of a write whose data went through shared memory
+    ACK = 7
+    NAK = 8
+
+
+class Header(NamedTuple):
+    op: int
+    status: int
+    flags: int
+    imm: int
+    seq: int
+    rkey: int
+    addr: int
+    length: int  # bytes written, sent or read
+
+    @property
+    def payload(self) -> int:
+        """How many payload bytes follow the header."""
+        return self.length if self.op in _WITH_PAYLOAD else 0
+
+
+_WITH_PAYLOAD = frozenset((Op.HELLO, Op.WRITE, Op.SEND, Op.READ_RESP, Op.NAK))
+
+
+def frame(op: Op, *, status: int = 0, flags: int = 0, imm: int = 0, seq: int = 0,
+          rkey: int = 0, addr: int = 0, length: int = 0) -> bytes:
+    """A frame header; ``length`` payload bytes follow it."""
+    return HEADER.pack(op, status, flags, imm, seq, rkey, addr, length)
+
+
+def parse(buf: object, offset: int = 0) -> Header:
+    return Header._make(HEADER.unpack_from(buf, offset))  # type: ignore[arg-type]
+
+
+def hello(target_token: bytes, own_token: bytes) -> bytes:
+    return frame(Op.HELLO, length=2 * TOKEN_SIZE) + target_token + own_token
