@@ -245,7 +245,8 @@ case $ACCEL in
   kvm) ACCEL_ARGS=(-enable-kvm -cpu host) ;;
   *) die "RXE_ACCEL must be tcg or kvm, not $ACCEL" ;;
 esac
-GUEST_TIMEOUT=$(( TIMEOUT > 120 ? TIMEOUT - 60 : TIMEOUT ))
+# the command gets less than qemu, so a hung command still ends with its exit status shown
+GUEST_TIMEOUT=$(( TIMEOUT > 120 ? TIMEOUT - 60 : TIMEOUT / 2 ))
 APPEND="console=ttyS0 rdinit=/init panic=-1 quiet loglevel=3 rxe_timeout=$GUEST_TIMEOUT"
 [ "${RXE_SMOKE:-1}" = 1 ] && APPEND="$APPEND rxe_smoke=1"
 say "booting the guest ($ACCEL, kernel $KVER): $*"
@@ -255,7 +256,7 @@ set +e
 timeout "$TIMEOUT" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -smp 2 -m 3072 -nographic -no-reboot \
   -nic none -virtfs "local,path=$SHARE,mount_tag=share,security_model=none,readonly=on" \
   -kernel "$KDIR/boot/vmlinuz-$KVER" -initrd "$CACHE/initrd.zst" -append "$APPEND" \
-  < /dev/null 2>&1 | tr -d '\r' | tee "$LOG"
+  < /dev/null 2>&1 | sed -u -e 's/\r//g' -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' | tee "$LOG"
 QEMU_RC=${PIPESTATUS[0]}
 set -e
 

@@ -327,3 +327,37 @@ def test_misuse_raises(pair, provider):
         a.pd.reg_mr(b"constant", Access.LOCAL_WRITE)
     with pytest.raises(InvalidArgumentError, match="non-contiguous"):
         a.pd.reg_mr(np.zeros((4, 4))[:, 1], Access.LOCAL_WRITE)
+
+
+def test_wait_wakes_on_a_completion_that_arrives_later(pair):
+    a, b = pair
+    src, dst = a.pd.alloc_mr(64, Access.all()), b.pd.alloc_mr(64, Access.all())
+    b.qp.post_recv(RecvWR(9))
+    post = SendWR(1, WrOpcode.RDMA_WRITE_WITH_IMM, [src.sge()], remote_addr=dst.addr,
+                  rkey=dst.rkey, imm_data=5)
+    threading.Timer(0.3, a.qp.post_send, args=(post,)).start()
+    cpu0, t0 = time.process_time(), time.monotonic()
+    got = b.cq.wait(timeout=20)
+    assert [(w.wr_id, w.opcode) for w in got] == [(9, WcOpcode.RECV_RDMA_WITH_IMM)]
+    assert 0.25 <= time.monotonic() - t0 < 10 and time.process_time() - cpu0 < 1.0
+
+
+def test_remote_write_lands_in_a_registered_numpy_array(pair):
+    a, b = pair
+    target = np.zeros((64, 16), dtype=np.float32)
+    mr = b.pd.reg_mr(target, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    values = np.arange(target.size, dtype=np.float32).reshape(target.shape)
+    src = a.pd.reg_mr(values, Access.LOCAL_WRITE)
+    a.qp.post_send(SendWR(1, WrOpcode.RDMA_WRITE, [src.sge()], remote_addr=mr.addr, rkey=mr.rkey))
+    assert a.wait()[0].ok
+    np.testing.assert_array_equal(target, values)
+
+
+def test_closing_the_context_closes_what_was_made_on_it(provider):
+    a_dev, _ = _two_devices(provider)
+    end = End(provider, a_dev)
+    mr = end.pd.alloc_mr(4096, Access.all())
+    fds = len(os.listdir("/proc/self/fd"))
+    end.close()
+    assert end.qp.closed and end.cq.closed and end.pd.closed and mr.closed
+    assert len(os.listdir("/proc/self/fd")) < fds

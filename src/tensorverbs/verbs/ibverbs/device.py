@@ -1,6 +1,9 @@
 """An open RDMA device: the port, GID and queue-pair settings every object on it uses."""
 from __future__ import annotations
 
+import itertools
+import weakref
+
 from ...errors import InvalidArgumentError
 from ..api import CompletionQueue, Context, ProtectionDomain
 from ..config import RdmaConfig
@@ -26,6 +29,9 @@ class IbverbsContext(Context):
 
     def __init__(self, ctx, choice: Choice, config: RdmaConfig) -> None:
         self._ctx = ctx
+        # what was made on this context, in order; entries vanish with their objects
+        self._owned: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
+        self._serial = itertools.count()
         self.config = config
         self.device = choice.device
         self.port_num = choice.port.port_num
@@ -50,11 +56,16 @@ class IbverbsContext(Context):
                 f"RDMA_QP_QUEUE_DEPTH={config.queue_depth} exceeds max_qp_wr {dev.max_qp_wr} "
                 f"of {self.device.name}")
 
+    def own(self, obj):
+        """Remember ``obj`` (made on this context) so :meth:`close` closes it first."""
+        self._owned[next(self._serial)] = obj
+        return obj
+
     def alloc_pd(self) -> ProtectionDomain:
-        return IbverbsPD(self)
+        return self.own(IbverbsPD(self))
 
     def create_cq(self, depth: int) -> CompletionQueue:
-        return IbverbsCQ(self, depth)
+        return self.own(IbverbsCQ(self, depth))
 
     def create_qp(self, pd: ProtectionDomain, send_cq: CompletionQueue, recv_cq: CompletionQueue,
                   max_send_wr: int, max_recv_wr: int) -> IbverbsQP:
@@ -67,9 +78,15 @@ class IbverbsContext(Context):
                 raise InvalidArgumentError(
                     f"{what}={value} is outside [1, {self.device.max_qp_wr}] (max_qp_wr of "
                     f"{self.device.name})")
-        return IbverbsQP(self, pd, send_cq, recv_cq, max_send_wr, max_recv_wr)
+        return self.own(IbverbsQP(self, pd, send_cq, recv_cq, max_send_wr, max_recv_wr))
 
     def _close(self) -> None:
+        # newest first: queue pairs before their CQs, memory regions before their PD
+        for key in sorted(self._owned.keys(), reverse=True):
+            obj = self._owned.get(key)
+            if obj is not None:
+                obj.close()
+        self._owned.clear()
         with _pyverbs.translated(f"closing {self.device.name}"):
             self._ctx.close()  # pyverbs closes what was made on it first
 

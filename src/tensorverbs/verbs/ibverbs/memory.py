@@ -67,11 +67,12 @@ class IbverbsPD(ProtectionDomain):
             area.close()
             mr = _register(self._pd, length, access, None)
             raw = (ctypes.c_char * length).from_address(mr.buf)
-            return IbverbsMR(self, mr, access, memoryview(raw).cast("B"), keep=(raw,))
+            return self.context.own(IbverbsMR(self, mr, access, memoryview(raw).cast("B"),
+                                              keep=(raw,)))
         except BaseException:
             area.close()
             raise
-        return IbverbsMR(self, mr, access, memoryview(area)[:length], keep=(), area=area)
+        return self.context.own(IbverbsMR(self, mr, access, memoryview(area)[:length], area=area))
 
     def reg_mr(self, buffer: Any, access: Access) -> "IbverbsMR":
         try:
@@ -99,7 +100,7 @@ class IbverbsPD(ProtectionDomain):
                 "this pyverbs cannot register caller memory (its MR takes no address=, "
                 "rdma-core before 2020): use ProtectionDomain.alloc_mr and copy into it"
             ) from None
-        return IbverbsMR(self, mr, access, flat, keep=(pin, view, buffer))
+        return self.context.own(IbverbsMR(self, mr, access, flat, keep=(pin, view, buffer)))
 
     def _close(self) -> None:
         self._pd.close()
