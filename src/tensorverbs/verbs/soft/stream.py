@@ -76,15 +76,11 @@ class Stream:
         try:
             while tx:
                 sent = self.sock.sendmsg(list(itertools.islice(tx, _IOV_MAX)))
-                while sent:
-                    head = tx[0]
-                    if sent >= len(head):
-                        sent -= len(head)
-                        tx.popleft()
-                    else:
-                        tx[0] = memoryview(head)[sent:]
-                        sent = 0
-                        raise BlockingIOError  # the socket is full
+                while tx and sent >= len(tx[0]):
+                    sent -= len(tx.popleft())
+                if sent:
+                    tx[0] = memoryview(tx[0])[sent:]
+                    raise BlockingIOError  # the socket is full
         except (BlockingIOError, InterruptedError):
             pass
         if bool(tx) != self._watching:
