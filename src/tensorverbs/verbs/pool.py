@@ -61,13 +61,16 @@ class _Block:
 
 
 class _View:
-    """Exposes one allocation to numpy; when it dies, the allocation is freed."""
+    """Exposes one allocation to numpy; when it dies, the allocation is freed. It holds a
+    slice of the region's buffer, so the memory stays mapped while any array views it,
+    even past the region's deregistration."""
 
-    __slots__ = ("__array_interface__", "__weakref__")
+    __slots__ = ("__array_interface__", "__weakref__", "_keep")
 
-    def __init__(self, addr: int, nbytes: int) -> None:
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (addr, False),
-                                    "version": 3}
+    def __init__(self, mr: MemoryRegion, offset: int, nbytes: int) -> None:
+        self._keep = mr.buf[offset:offset + nbytes]
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                    "data": (mr.addr + offset, False), "version": 3}
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class RegisteredPool:
                 block = self._grow(size)
                 offset = block.take(size)
         addr = block.mr.addr + offset
-        view = _View(addr, nbytes)
+        view = _View(block.mr, offset, nbytes)
         weakref.finalize(view, self._release, block, offset, size)
         return PoolBuffer(np.asarray(view), addr, nbytes, block.mr)
 
@@ -124,8 +127,9 @@ class RegisteredPool:
         registered = sum(b.mr.length for b in self._blocks)
         if registered + length > self.limit_bytes:
             raise ResourceExhaustedError(
-                f"registered-memory pool limit reached: {registered} bytes registered, "
-                f"{size} more requested, limit {self.limit_bytes} (TENSORVERBS_POOL_LIMIT)")
+                f"registered-memory pool limit of {self.limit_bytes} bytes reached "
+                f"(TENSORVERBS_POOL_LIMIT): cannot allocate {size} bytes, {registered} bytes "
+                f"are registered and a block of {length} more would be needed")
         block = _Block(self.pd.alloc_mr(length, self.access))
         self._registrations += 1
         self._blocks.append(block)

@@ -9,6 +9,8 @@ import socket
 import threading
 from typing import Any
 
+import numpy as np
+
 from ...errors import InvalidArgumentError, UnavailableError
 from ..api import Context, MemoryRegion, ProtectionDomain
 from ..config import RdmaConfig
@@ -69,10 +71,12 @@ class SoftPD(ProtectionDomain):
         except TypeError:
             raise InvalidArgumentError(
                 f"cannot register a {type(buffer).__name__}: not a buffer") from None
-        if view.readonly or not view.c_contiguous:
-            raise InvalidArgumentError("only writable, contiguous buffers can be registered")
+        if not view.c_contiguous:
+            raise InvalidArgumentError("only contiguous buffers can be registered")
+        if view.readonly and access & (Access.LOCAL_WRITE | Access.REMOTE_WRITE):
+            raise InvalidArgumentError("a read-only buffer cannot be registered with write access")
         view = view.cast("B")
-        return SoftMR(self, view, address_of(view) if len(view) else 0, access, None)
+        return SoftMR(self, view, _address(view), access, None)
 
     def alloc_mr(self, length: int, access: Access) -> SoftMR:
         access = _check_access(access)
@@ -84,6 +88,12 @@ class SoftPD(ProtectionDomain):
     def _close(self) -> None:
         for mr in list(self.mrs):
             mr.close()
+
+
+def _address(view: memoryview) -> int:
+    if not len(view):
+        return 0
+    return address_of(view) if not view.readonly else np.frombuffer(view, np.uint8).ctypes.data
 
 
 def _check_access(access: Access) -> Access:
