@@ -15,6 +15,9 @@ from tensorverbs.local_cluster import TaskProcess, cluster_spec
 #: variant -> (protocol, environment of every task)
 VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "grpc": ("grpc", {}),
+    "verbs": ("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft"}),
+    "verbs-tcp": ("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_SAME_HOST": "no"}),
+    "verbs-read": ("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_RENDEZVOUS": "read"}),
 }
 
 _steps = itertools.count(1000)

@@ -146,7 +146,7 @@ class Server:
 
     def cleanup_step(self, step_id: int) -> None:
         """Forget ``step_id``'s tensors and state (including an abort)."""
-        self._rt.table.cleanup_step(int(step_id))
+        self._rendezvous.cleanup_step(int(step_id))
 
     def pending(self) -> tuple[int, int]:
         """(tensors sent and waiting for their recv, recvs of this task's tensors waiting for

@@ -32,14 +32,18 @@ SLOT_BYTES = 4096  # one message slot of a message buffer
 
 
 class MessageType(enum.IntEnum):
-    """Message types, numbered as TensorFlow's RdmaMessageType (META_DATA_RESPONSE is the
-    code's RDMA_MESSAGE_META_DATA_UPDATE); RELEASE is the read variant's buffer release."""
+    """Message types, the first four numbered as TensorFlow's RdmaMessageType
+    (META_DATA_RESPONSE is its code's RDMA_MESSAGE_META_DATA_UPDATE). Two are added:
+    RELEASE (receiver -> sender) ends a read-mode transfer, as the paper's buffer release;
+    CANCEL (receiver -> sender) withdraws a request whose caller gave up, answered by an
+    ERROR_STATUS unless the tensor is already on its way."""
 
     META_DATA_RESPONSE = 0
     TENSOR_RE_REQUEST = 1
     TENSOR_REQUEST = 2
     ERROR_STATUS = 3
     RELEASE = 4
+    CANCEL = 5
 
 
 _HEAD = struct.Struct(f"<BH{NAME_BYTES}sqQQIBiB{MAX_RANK}qQI")

@@ -2,8 +2,12 @@
 
 Each protocol ("grpc", "grpc+verbs") subclasses :class:`RemoteRendezvous` and implements
 :meth:`~RemoteRendezvous.recv_from_remote`. What every protocol needs is done here once:
-deadlines, aborting a step's pending recvs, the caller cancelling its future, and
-turning a received :class:`Value` into the array the caller gets.
+deadlines, aborting a step's pending recvs, the caller cancelling its future, turning a
+received value into what the caller gets, and the counters of received tensors.
+
+A tensor that arrives for a recv whose caller already gave up (its deadline passed just
+as the tensor was sent) is not lost: it is kept and handed to the next recv of the same
+key and step.
 """
 from __future__ import annotations
 
@@ -11,28 +15,17 @@ import abc
 import collections
 import concurrent.futures
 import threading
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Hashable
 
-from ..errors import AbortedError, CancelledError, DeadlineExceededError, TensorverbsError
 from ..devices import HOST, Device
+from ..errors import AbortedError, CancelledError, DeadlineExceededError, TensorverbsError
 from ..tensor import mark_dead
 from .key import RendezvousKey
 from .local import Value
 
 if TYPE_CHECKING:
     from ..runtime import TaskRuntime
-
-
-class PendingRecv(abc.ABC):
-    """A recv in flight, as its protocol (or the local table) tracks it."""
-
-    @abc.abstractmethod
-    def cancel(self) -> None:
-        """Stop the transfer; the future is settled by the caller of cancel."""
-
-    def deadline_error(self, what: str, timeout: float) -> TensorverbsError:
-        """The error a recv gets when its deadline passes at this point of the transfer."""
-        return DeadlineExceededError(f"{what} timed out after {timeout:g} s")
 
 
 def settle(fut: concurrent.futures.Future, error: BaseException | None = None,
@@ -48,8 +41,37 @@ def settle(fut: concurrent.futures.Future, error: BaseException | None = None,
         return False
 
 
-def describe(key: RendezvousKey, step_id: int) -> str:
-    return f"recv of {key.name!r} from {key.src} at step {step_id}"
+@dataclass(eq=False)
+class RecvCall:
+    """One recv: what it asks for and the future its caller holds."""
+
+    key: RendezvousKey
+    step_id: int
+    device: Device = HOST
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+    @property
+    def what(self) -> str:
+        return f"recv of {self.key.name!r} from {self.key.src} at step {self.step_id}"
+
+    @property
+    def match(self) -> Hashable:
+        return (self.step_id, self.key.matching)
+
+    def fail(self, error: TensorverbsError) -> bool:
+        return settle(self.future, error)
+
+
+class PendingRecv(abc.ABC):
+    """A recv in flight, as its protocol (or the local table) tracks it."""
+
+    @abc.abstractmethod
+    def cancel(self) -> None:
+        """Stop the transfer; the future is settled by the caller of cancel."""
+
+    def deadline_error(self, call: RecvCall, timeout: float) -> TensorverbsError:
+        """The error a recv gets when its deadline passes at this point of the transfer."""
+        return DeadlineExceededError(f"{call.what} timed out after {timeout:g} s")
 
 
 class RemoteRendezvous(abc.ABC):
@@ -60,8 +82,8 @@ class RemoteRendezvous(abc.ABC):
     def __init__(self, runtime: "TaskRuntime") -> None:
         self.rt = runtime
         self._lock = threading.RLock()
-        self._pending: dict[int, dict[concurrent.futures.Future, PendingRecv]] = \
-            collections.defaultdict(dict)
+        self._pending: dict[int, dict[RecvCall, PendingRecv]] = collections.defaultdict(dict)
+        self._late: dict[Hashable, collections.deque[tuple[Value, int]]] = {}
 
     def start(self) -> None:
         """Bring up what the protocol needs beyond gRPC."""
@@ -69,79 +91,100 @@ class RemoteRendezvous(abc.ABC):
     def stop(self) -> None:
         """Fail every pending recv and release the protocol's resources."""
         with self._lock:
-            pending = [(f, op) for ops in self._pending.values() for f, op in ops.items()]
+            pending = [(c, op) for ops in self._pending.values() for c, op in ops.items()]
             self._pending.clear()
-        for fut, op in pending:
-            op.cancel()
-            settle(fut, CancelledError("the server stopped"))
+            self._late.clear()
+        for call, op in pending:
+            if call.fail(CancelledError("the server stopped")):
+                op.cancel()
 
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
                    device: Device = HOST) -> concurrent.futures.Future:
         """Start a recv; the future yields the tensor (on ``device``) or raises a
         TensorverbsError."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        fut.device = device  # type: ignore[attr-defined]  # read by complete()
-        what = describe(key, step_id)
+        call = RecvCall(key, step_id, device)
         if key.src == self.rt.task:
             waiter = self.rt.table.recv_async(
-                step_id, key, lambda err, value: settle(fut, err) if err else self.complete(fut, value))
+                step_id, key, lambda err, value: call.fail(err) if err else self.complete(call, value))
             op: PendingRecv | None = _LocalRecv(waiter) if waiter is not None else None
         else:
             with self._lock:  # against a concurrent abort_step of this step
                 error = self.rt.table.aborted(step_id)
+                late = self._late.get(call.match)
                 if error is not None:
-                    settle(fut, error)
-                    return fut
-                op = self.recv_from_remote(key, step_id, fut)
-                if not fut.done():
-                    self._pending[step_id][fut] = op
-            fut.add_done_callback(lambda f: self._forget(step_id, f))
-        if op is not None and timeout is not None and not fut.done():
-            self.rt.loop.call_later(timeout, self._expire, fut, op, what, timeout)
+                    call.fail(error)
+                    return call.future
+                if late:
+                    value, nbytes = late.popleft()
+                    if not late:
+                        del self._late[call.match]
+                    self.complete(call, value, nbytes)
+                    return call.future
+                op = self.recv_from_remote(call)
+                if not call.future.done():
+                    self._pending[step_id][call] = op
+            call.future.add_done_callback(lambda f: self._forget(call))
+        if op is not None and timeout is not None and not call.future.done():
+            self.rt.loop.call_later(timeout, self._expire, call, op, timeout)
         if op is not None:
-            fut.add_done_callback(lambda f: f.cancelled() and op.cancel())
-        return fut
+            call.future.add_done_callback(lambda f: f.cancelled() and op.cancel())
+        return call.future
 
-    def complete(self, fut: concurrent.futures.Future, value: Value, nbytes: int | None = None) -> None:
-        """Settle ``fut`` with ``value`` on the future's device. ``nbytes`` (the bytes that
-        crossed the network) counts the value as received from a peer."""
-        device = fut.device
-        result = mark_dead(value.array) if value.is_dead else value.array
-        if device is not HOST:
-            result = device.from_host(value.array)
-            self.rt.counters.add("proxy_copies")
-        if settle(fut, None, result) and nbytes is not None:
+    def complete(self, call: RecvCall, value: Value, nbytes: int | None = None) -> None:
+        """Deliver ``value`` to ``call``'s caller on its device. ``nbytes`` (the bytes that
+        crossed the network) counts it as received from a peer. If the caller gave up,
+        the value waits for the next recv of the same key and step."""
+        if nbytes is not None:
             self.rt.counters.add("tensors_received")
             self.rt.counters.add("bytes_received", nbytes)
+        if call.future.done():
+            with self._lock:
+                if self.rt.table.aborted(call.step_id) is None:
+                    self._late.setdefault(call.match, collections.deque()).append((value, nbytes))
+            return
+        result = mark_dead(value.array) if value.is_dead else value.array
+        if call.device is not HOST:
+            result = call.device.from_host(value.array)
+            self.rt.counters.add("proxy_copies")
+        settle(call.future, None, result)
 
-    def _forget(self, step_id: int, fut: concurrent.futures.Future) -> None:
+    def _forget(self, call: RecvCall) -> None:
         with self._lock:
-            ops = self._pending.get(step_id)
+            ops = self._pending.get(call.step_id)
             if ops is not None:
-                ops.pop(fut, None)
+                ops.pop(call, None)
                 if not ops:
-                    del self._pending[step_id]
+                    del self._pending[call.step_id]
 
     @staticmethod
-    def _expire(fut: concurrent.futures.Future, op: PendingRecv, what: str, timeout: float) -> None:
-        if not fut.done():
-            error = op.deadline_error(what, timeout)
-            if settle(fut, error):
-                op.cancel()
+    def _expire(call: RecvCall, op: PendingRecv, timeout: float) -> None:
+        if not call.future.done() and call.fail(op.deadline_error(call, timeout)):
+            op.cancel()
 
     def abort_step(self, step_id: int, error: AbortedError) -> None:
         """Fail the step's pending recvs (local and remote) and refuse its later ones."""
         with self._lock:
             self.rt.table.abort_step(step_id, error)
             ops = self._pending.pop(step_id, {})
-        for fut, op in ops.items():
-            if settle(fut, AbortedError(error.message)):
+            self._drop_late(step_id)
+        for call, op in ops.items():
+            if call.fail(AbortedError(error.message)):
                 op.cancel()
 
+    def cleanup_step(self, step_id: int) -> None:
+        """Forget the step in the table and here."""
+        with self._lock:
+            self.rt.table.cleanup_step(step_id)
+            self._drop_late(step_id)
+
+    def _drop_late(self, step_id: int) -> None:
+        for match in [m for m in self._late if m[0] == step_id]:
+            del self._late[match]
+
     @abc.abstractmethod
-    def recv_from_remote(self, key: RendezvousKey, step_id: int,
-                         fut: concurrent.futures.Future) -> PendingRecv:
-        """Start fetching ``key`` from ``key.src``; settle ``fut`` with :func:`settle`."""
+    def recv_from_remote(self, call: RecvCall) -> PendingRecv:
+        """Start fetching ``call.key`` from ``call.key.src``; end with :meth:`complete` or
+        ``call.fail``."""
 
 
 class _LocalRecv(PendingRecv):
@@ -152,4 +195,3 @@ class _LocalRecv(PendingRecv):
 
     def cancel(self) -> None:
         self._waiter.cancel()
-

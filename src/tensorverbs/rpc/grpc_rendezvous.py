@@ -7,8 +7,8 @@ import concurrent.futures
 import grpc
 
 from ..errors import TensorverbsError, UnavailableError
-from ..rendezvous.key import RendezvousKey, format_key
-from ..rendezvous.remote import PendingRecv, RemoteRendezvous, settle
+from ..rendezvous.key import format_key
+from ..rendezvous.remote import PendingRecv, RecvCall, RemoteRendezvous
 from . import tensorverbs_pb2 as pb
 from .errors import from_rpc_error
 from .tensor_stream import read_tensor
@@ -24,10 +24,10 @@ class _GrpcRecv(PendingRecv):
         if self.task is not None:
             self.task.cancel()
 
-    def deadline_error(self, what: str, timeout: float) -> TensorverbsError:
+    def deadline_error(self, call: RecvCall, timeout: float) -> TensorverbsError:
         if not self.reached:
-            return UnavailableError(f"{what}: {self.peer} could not be reached within {timeout:g} s")
-        return super().deadline_error(what, timeout)
+            return UnavailableError(f"{call.what}: {self.peer} could not be reached within {timeout:g} s")
+        return super().deadline_error(call, timeout)
 
 
 class GrpcRemoteRendezvous(RemoteRendezvous):
@@ -35,15 +35,13 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
 
     protocol = "grpc"
 
-    def recv_from_remote(self, key: RendezvousKey, step_id: int,
-                         fut: concurrent.futures.Future) -> PendingRecv:
-        op = _GrpcRecv(f"{key.src} ({self.rt.cluster.address(key.src)})")
-        op.task = self.rt.loop.submit(self._fetch(key, step_id, fut, op))
+    def recv_from_remote(self, call: RecvCall) -> PendingRecv:
+        op = _GrpcRecv(f"{call.key.src} ({self.rt.cluster.address(call.key.src)})")
+        op.task = self.rt.loop.submit(self._fetch(call, op))
         return op
 
-    async def _fetch(self, key: RendezvousKey, step_id: int, fut: concurrent.futures.Future,
-                     op: _GrpcRecv) -> None:
-        peers = self.rt.peers
+    async def _fetch(self, call: RecvCall, op: _GrpcRecv) -> None:
+        peers, key, step_id = self.rt.peers, call.key, call.step_id
         try:
             status = await peers.handshake(key.src)
             op.reached = True
@@ -53,10 +51,10 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 peers.lost(key.src)
-            settle(fut, from_rpc_error(exc, op.peer))
+            call.fail(from_rpc_error(exc, op.peer))
         except TensorverbsError as exc:
-            settle(fut, exc)
+            call.fail(exc)
         except asyncio.CancelledError:
             pass  # whoever cancelled settles the future
         else:
-            self.complete(fut, value, nbytes)
+            self.complete(call, value, nbytes)

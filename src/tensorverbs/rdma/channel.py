@@ -1,0 +1,157 @@
+"""RdmaChannel: the RDMA connection to one peer task.
+
+It owns the queue pair, the tx/rx message buffers, the table of this task's pending
+requests to the peer (keyed by request index) and of the peer's pending requests being
+answered here. Every failure of the connection fails all of them, with the reason.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable
+
+from ..cluster import TaskName
+from ..errors import TensorverbsError, UnavailableError
+from ..verbs import SGE, QPEndpoint, QPState, QueuePair, RecvWR, SendWR, WrOpcode
+from .message_buffer import RxMessageBuffer, TxMessageBuffer, ack
+from .messages import MAX_REQUEST_INDEX, MessageError, RdmaMessage
+
+if TYPE_CHECKING:
+    from .adapter import RdmaAdapter
+    from .tensor_request import RdmaTensorRequest
+    from .tensor_response import RdmaTensorResponse
+
+log = logging.getLogger(__name__)
+
+
+class RdmaChannel:
+    """Connection to ``peer`` (at incarnation ``incarnation``)."""
+
+    def __init__(self, adapter: "RdmaAdapter", peer: TaskName, incarnation: int, slots: int,
+                 on_message: Callable[["RdmaChannel", RdmaMessage], None]) -> None:
+        self.adapter = adapter
+        self.peer, self.incarnation = peer, incarnation
+        self.qp: QueuePair = adapter.create_qp()
+        self.tx = TxMessageBuffer(adapter.pd, slots, self._count_sent)
+        self.rx = RxMessageBuffer(adapter.pd, slots)
+        self.requests: dict[int, "RdmaTensorRequest"] = {}
+        self.responses: dict[int, "RdmaTensorResponse"] = {}
+        self.error: TensorverbsError | None = None
+        self.remote: QPEndpoint | None = None
+        self.watch = None  # the asyncio task watching the peer's health (RdmaMgr's)
+        self._lock = threading.Lock()
+        self._indices = itertools.count()
+        self._on_message = on_message
+        for i in range(self.qp.max_recv_wr):
+            self.qp.post_recv(RecvWR(i))
+        adapter.attach(self)
+
+    def __str__(self) -> str:
+        return f"verbs channel to {self.peer}"
+
+    # -- setup --------------------------------------------------------------------------
+    def connect(self, remote: QPEndpoint, rx_addr: int, rx_rkey: int) -> None:
+        """Connect to the peer's queue pair and message buffer (idempotent for the same peer
+        queue pair: both sides may set the channel up at once)."""
+        with self._lock:
+            if self.remote is not None:
+                if (remote.qp_num, remote.info) != (self.remote.qp_num, self.remote.info):
+                    raise UnavailableError(f"{self}: peer offered a second queue pair")
+                return
+            self.qp.connect(remote)
+            self.remote = remote
+        self.tx.connect(self.qp, rx_addr, rx_rkey)
+
+    @property
+    def ready(self) -> bool:
+        return self.remote is not None and self.error is None
+
+    # -- messages -----------------------------------------------------------------------
+    def send_message(self, msg: RdmaMessage) -> None:
+        if self.error is None:
+            self.tx.send(msg)
+
+    def _count_sent(self, msg: RdmaMessage) -> None:
+        self.adapter.count_message(msg.type)
+
+    def on_message(self, byte_len: int) -> None:
+        """An rx slot was written: parse, ACK, dispatch."""
+        try:
+            msg = self.rx.take(byte_len)
+        except MessageError as exc:
+            ack(self.qp, self.tx.remote_addr, self.tx.remote_rkey)
+            self._bad_message(exc)
+            return
+        ack(self.qp, self.tx.remote_addr, self.tx.remote_rkey)
+        self.adapter.count_message(msg.type)
+        self._on_message(self, msg)
+
+    def _bad_message(self, exc: MessageError) -> None:
+        log.warning("%s: %s", self, exc.message)
+        target = self.requests.get(exc.request_index) if exc.request_index is not None else None
+        if target is not None:
+            target.fail(exc)
+        else:
+            self.fail(exc)
+
+    def repost_recv(self, index: int) -> None:
+        self.qp.post_recv(RecvWR(index))
+
+    def post_transfer(self, opcode: WrOpcode, local_addr: int, lkey: int, nbytes: int,
+                      remote_addr: int, rkey: int, work_id: int, imm: int = 0) -> None:
+        """Write (``RDMA_WRITE_WITH_IMM``) or read (``RDMA_READ``) ``nbytes`` as work
+        requests of at most the device's message size; only the last is signaled (and, for
+        a write, carries the immediate), so its completion covers them all."""
+        step = self.adapter.max_message_bytes
+        offsets = list(range(0, nbytes, step)) or [0]
+        for offset in offsets:
+            last = offset == offsets[-1]
+            op = opcode if last or opcode == WrOpcode.RDMA_READ else WrOpcode.RDMA_WRITE
+            length = min(step, nbytes - offset)
+            self.qp.post_send(SendWR(
+                work_id if last else 0, op, [SGE(local_addr + offset, length, lkey)] if length else [],
+                remote_addr=remote_addr + offset, rkey=rkey, imm_data=imm, signaled=last))
+
+    # -- requests ---------------------------------------------------------------------------
+    def add_request(self, make: Callable[[int], "RdmaTensorRequest"]) -> "RdmaTensorRequest":
+        """Register a new request under a free index (fails if the channel is down)."""
+        with self._lock:
+            if self.error is not None:
+                raise self.error
+            while True:
+                index = next(self._indices) % (MAX_REQUEST_INDEX + 1)
+                if index not in self.requests:
+                    break
+            request = self.requests[index] = make(index)
+        return request
+
+    def remove_request(self, index: int) -> None:
+        self.requests.pop(index, None)
+
+    # -- failure ------------------------------------------------------------------------
+    def fail(self, error: TensorverbsError) -> None:
+        """The connection is gone: fail every pending request and response, once."""
+        with self._lock:
+            if self.error is not None:
+                return
+            self.error = error
+            requests, self.requests = list(self.requests.values()), {}
+            responses, self.responses = list(self.responses.values()), {}
+        log.info("%s failed: %s", self, error.message)
+        self.qp.to_error(error.message)
+        for request in requests:
+            request.fail(type(error)(error.message))
+        for response in responses:
+            response.abandon()
+
+    def close(self) -> None:
+        self.fail(UnavailableError(f"{self} was closed"))
+        self.adapter.detach(self)
+        self.qp.close()
+        self.tx.close()
+        self.rx.close()
+
+    @property
+    def state(self) -> QPState:
+        return self.qp.state

@@ -1,0 +1,113 @@
+"""RdmaMessageBuffer: fixed registered buffers that carry control messages.
+
+A channel has a tx buffer and an rx buffer of N slots each (N = TENSORVERBS_MESSAGE_SLOTS;
+N = 1 is the seeds' single buffer). A message is encoded into a free tx slot and RDMA
+written into the peer's rx slot of the same sequence number with immediate 0xFFFFFFFF.
+A slot is busy locally until the write completes, and remotely until the peer has parsed
+the message and answered with an ACK (an empty write with immediate 0xFFFFFFFE), so at
+most N messages are in flight per direction; later ones wait in a queue, in order.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Callable
+
+from ..verbs import Access, ProtectionDomain, QueuePair, SendWR, WrOpcode
+from .messages import IMM_ACK, IMM_MESSAGE, SLOT_BYTES, RdmaMessage, decode, encode_into
+from .work import WorkKind, wr_id
+
+
+class RdmaMessageBuffer:
+    """N message slots of registered memory."""
+
+    def __init__(self, pd: ProtectionDomain, slots: int, access: Access) -> None:
+        self.slots = slots
+        self.mr = pd.alloc_mr(slots * SLOT_BYTES, access)
+
+    def slot(self, index: int) -> memoryview:
+        return self.mr.buf[index * SLOT_BYTES:(index + 1) * SLOT_BYTES]
+
+    def close(self) -> None:
+        self.mr.close()
+
+
+class TxMessageBuffer(RdmaMessageBuffer):
+    """The sending side: slot states, remote credits and the queue of waiting messages."""
+
+    def __init__(self, pd: ProtectionDomain, slots: int, on_sent: Callable[[RdmaMessage], None]) -> None:
+        super().__init__(pd, slots, Access.LOCAL_WRITE)
+        self._lock = threading.Lock()
+        self._local_busy = [False] * slots
+        self._sent = 0       # messages written so far
+        self._acked = 0      # ACKs received so far
+        self._queue: collections.deque[RdmaMessage] = collections.deque()
+        self._on_sent = on_sent
+        self.qp: QueuePair | None = None
+        self.remote_addr = 0
+        self.remote_rkey = 0
+
+    def connect(self, qp: QueuePair, remote_addr: int, remote_rkey: int) -> None:
+        """Target the peer's rx buffer; messages queued before this go out now."""
+        with self._lock:
+            self.qp, self.remote_addr, self.remote_rkey = qp, remote_addr, remote_rkey
+            self._drain()
+
+    def send(self, msg: RdmaMessage) -> None:
+        """Send ``msg`` now if a slot is free on both sides, else when one frees up."""
+        with self._lock:
+            self._queue.append(msg)
+            self._drain()
+
+    def _drain(self) -> None:
+        while self._queue and self.qp is not None:
+            index = self._sent % self.slots
+            if self._sent - self._acked >= self.slots or self._local_busy[index]:
+                return
+            msg = self._queue.popleft()
+            length = encode_into(msg, self.slot(index))
+            self._local_busy[index] = True
+            self._sent += 1
+            self.qp.post_send(SendWR(
+                wr_id(WorkKind.MESSAGE, index), WrOpcode.RDMA_WRITE_WITH_IMM,
+                [self.mr.sge(index * SLOT_BYTES, length)],
+                remote_addr=self.remote_addr + index * SLOT_BYTES, rkey=self.remote_rkey,
+                imm_data=IMM_MESSAGE))
+            self._on_sent(msg)
+
+    def written(self, index: int) -> None:
+        """The write from slot ``index`` completed: the local slot is idle again."""
+        with self._lock:
+            self._local_busy[index] = False
+            self._drain()
+
+    def acked(self) -> None:
+        """The peer parsed our oldest unacknowledged message: its slot is idle again."""
+        with self._lock:
+            self._acked += 1
+            self._drain()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+
+class RxMessageBuffer(RdmaMessageBuffer):
+    """The receiving side: the peer writes messages into our slots in order."""
+
+    def __init__(self, pd: ProtectionDomain, slots: int) -> None:
+        super().__init__(pd, slots, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+        self._received = 0
+
+    def take(self, byte_len: int) -> RdmaMessage:
+        """Parse the next message (``byte_len`` bytes, from the completion); the caller
+        then ACKs it, freeing the slot. Raises MessageError for a malformed message."""
+        index = self._received % self.slots
+        self._received += 1
+        return decode(self.slot(index)[:byte_len])
+
+
+def ack(qp: QueuePair, remote_addr: int, rkey: int) -> None:
+    """Post the ACK that frees the peer's oldest busy message slot."""
+    qp.post_send(SendWR(wr_id(WorkKind.ACK, 0), WrOpcode.RDMA_WRITE_WITH_IMM, [],
+                        remote_addr=remote_addr, rkey=rkey, imm_data=IMM_ACK))
