@@ -90,7 +90,6 @@ def _task_main(conn, cluster, job: str, index: int, protocol: str, env: dict, ne
     os.environ.update(env)
     import tensorverbs as tv
 
-    futures: dict[int, Any] = {}
     try:
         server = tv.Server(cluster, job, index, protocol, **kwargs)
     except BaseException as exc:
@@ -114,11 +113,8 @@ def _task_main(conn, cluster, job: str, index: int, protocol: str, env: dict, ne
             server.send(name, pattern(nbytes, seed, dtype), to, step_id),
         "recv_pattern": recv_pattern,
         "timed_recv": timed_recv,
-        "recv_async": lambda ident, *a, **k: futures.__setitem__(ident, server.recv_async(*a, **k)),
-        "result": lambda ident, timeout=None: futures.pop(ident).result(timeout),
-        "recv_many": lambda names, source, step_id, timeout=None: [
-            f.result() for f in [server.recv_async(n, source, step_id, timeout) for n in names]],
-        "is_dead_recv": lambda *a, **k: (lambda v: (tv.is_dead(v), np.asarray(v)))(server.recv(*a, **k)),
+        "send_steps": lambda name, to, first_step, steps, nbytes:
+            [server.send(name, pattern(nbytes, s), to, s) for s in range(first_step, first_step + steps)] and None,
         "stats": server.stats,
         "wait_waiters": lambda n, timeout=60.0: _wait_waiters(server, n, timeout),
         "task": lambda: server.task,

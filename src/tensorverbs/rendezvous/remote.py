@@ -15,6 +15,7 @@ import abc
 import collections
 import concurrent.futures
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
 
@@ -82,7 +83,10 @@ class RemoteRendezvous(abc.ABC):
     def __init__(self, runtime: "TaskRuntime") -> None:
         self.rt = runtime
         self._lock = threading.RLock()
-        self._pending: dict[int, dict[RecvCall, PendingRecv]] = collections.defaultdict(dict)
+        # future -> (call, how it is pending); keyed by the future so that nothing the
+        # future holds (its done callbacks, deadline timers) refers back to the call: a
+        # result is freed as soon as the caller drops it and its future
+        self._ops: dict[concurrent.futures.Future, tuple[RecvCall, PendingRecv]] = {}
         self._late: dict[Hashable, collections.deque[tuple[Value, int]]] = {}
 
     def start(self) -> None:
@@ -91,8 +95,7 @@ class RemoteRendezvous(abc.ABC):
     def stop(self) -> None:
         """Fail every pending recv and release the protocol's resources."""
         with self._lock:
-            pending = [(c, op) for ops in self._pending.values() for c, op in ops.items()]
-            self._pending.clear()
+            pending, self._ops = list(self._ops.values()), {}
             self._late.clear()
         for call, op in pending:
             if call.fail(CancelledError("the server stopped")):
@@ -103,32 +106,49 @@ class RemoteRendezvous(abc.ABC):
         """Start a recv; the future yields the tensor (on ``device``) or raises a
         TensorverbsError."""
         call = RecvCall(key, step_id, device)
-        if key.src == self.rt.task:
-            waiter = self.rt.table.recv_async(
-                step_id, key, lambda err, value: call.fail(err) if err else self.complete(call, value))
-            op: PendingRecv | None = _LocalRecv(waiter) if waiter is not None else None
-        else:
-            with self._lock:  # against a concurrent abort_step of this step
-                error = self.rt.table.aborted(step_id)
-                late = self._late.get(call.match)
-                if error is not None:
-                    call.fail(error)
-                    return call.future
-                if late:
-                    value, nbytes = late.popleft()
-                    if not late:
-                        del self._late[call.match]
-                    self.complete(call, value, nbytes)
-                    return call.future
-                op = self.recv_from_remote(call)
-                if not call.future.done():
-                    self._pending[step_id][call] = op
-            call.future.add_done_callback(lambda f: self._forget(call))
-        if op is not None and timeout is not None and not call.future.done():
-            self.rt.loop.call_later(timeout, self._expire, call, op, timeout)
-        if op is not None:
-            call.future.add_done_callback(lambda f: f.cancelled() and op.cancel())
-        return call.future
+        fut = call.future
+        with self._lock:  # against a concurrent abort_step of this step
+            if key.src == self.rt.task:
+                waiter = self.rt.table.recv_async(
+                    step_id, key, lambda err, value: call.fail(err) if err else self.complete(call, value))
+                op: PendingRecv | None = _LocalRecv(waiter) if waiter is not None else None
+            else:
+                op = self._remote(call)
+            if op is None or fut.done():
+                return fut
+            self._ops[fut] = (call, op)
+        fut.add_done_callback(self._done)
+        if timeout is not None:
+            self.rt.loop.call_later(timeout, self._expire, weakref.ref(fut), timeout)
+        return fut
+
+    def _remote(self, call: RecvCall) -> PendingRecv | None:
+        error = self.rt.table.aborted(call.step_id)
+        if error is not None:
+            call.fail(error)
+            return None
+        late = self._late.get(call.match)
+        if late:
+            value, nbytes = late.popleft()
+            if not late:
+                del self._late[call.match]
+            self.complete(call, value, nbytes)
+            return None
+        return self.recv_from_remote(call)
+
+    def _done(self, fut: concurrent.futures.Future) -> None:
+        with self._lock:
+            call, op = self._ops.pop(fut, (None, None))
+        if op is not None and fut.cancelled():
+            op.cancel()
+
+    def _expire(self, ref: "weakref.ref[concurrent.futures.Future]", timeout: float) -> None:
+        fut = ref()
+        entry = self._ops.get(fut) if fut is not None else None
+        if entry is not None:
+            call, op = entry
+            if call.fail(op.deadline_error(call, timeout)):
+                op.cancel()
 
     def complete(self, call: RecvCall, value: Value, nbytes: int | None = None) -> None:
         """Deliver ``value`` to ``call``'s caller on its device. ``nbytes`` (the bytes that
@@ -148,26 +168,13 @@ class RemoteRendezvous(abc.ABC):
             self.rt.counters.add("proxy_copies")
         settle(call.future, None, result)
 
-    def _forget(self, call: RecvCall) -> None:
-        with self._lock:
-            ops = self._pending.get(call.step_id)
-            if ops is not None:
-                ops.pop(call, None)
-                if not ops:
-                    del self._pending[call.step_id]
-
-    @staticmethod
-    def _expire(call: RecvCall, op: PendingRecv, timeout: float) -> None:
-        if not call.future.done() and call.fail(op.deadline_error(call, timeout)):
-            op.cancel()
-
     def abort_step(self, step_id: int, error: AbortedError) -> None:
         """Fail the step's pending recvs (local and remote) and refuse its later ones."""
         with self._lock:
             self.rt.table.abort_step(step_id, error)
-            ops = self._pending.pop(step_id, {})
+            ops = [(c, op) for c, op in self._ops.values() if c.step_id == step_id]
             self._drop_late(step_id)
-        for call, op in ops.items():
+        for call, op in ops:
             if call.fail(AbortedError(error.message)):
                 op.cancel()
 
