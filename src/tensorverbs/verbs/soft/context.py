@@ -37,6 +37,7 @@ class SoftMR(MemoryRegion):
         self.addr = addr
         self.length = len(buf)
         self.access = access
+        self.access_bits = int(access)
         self._segment = segment
         ctx = pd.ctx
         self.lkey = self.rkey = ctx.keys.add(

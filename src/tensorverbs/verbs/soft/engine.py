@@ -7,7 +7,8 @@ place, answers requests, pushes queued bytes, delivers completions). Other waiti
 threads sleep on a condition variable that every delivery and every hand-over of the
 drive lock notifies, so one of them takes over when the driver returns. Work that must
 run without the caller's locks held (error transitions, closing sockets) is deferred to
-the driver, which runs it between passes.
+the driver, which runs it between passes; work that should wait for a chance to ride on
+other traffic (acknowledgements) runs just before the driver blocks.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ class Engine:
         #: guards every completion queue of the context; notified on each delivery
         self.cond = threading.Condition(threading.Lock())
         self._deferred: collections.deque[Callable[[], None]] = collections.deque()
+        self._idle: collections.deque[Callable[[], None]] = collections.deque()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self.closed = False
@@ -77,19 +79,27 @@ class Engine:
         self._deferred.append(fn)
         self._wake()
 
+    def when_idle(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` before the driver next blocks (or at the next poll)."""
+        self._idle.append(fn)
+        self._wake()
+
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         with self.cond:
             heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), fn))
         self._wake()
 
-    def _run_deferred(self) -> None:
+    def _run_deferred(self, idle: bool = False) -> None:
+        """Run the deferred work, and with ``idle`` also the work waiting for idleness."""
         self._fire_timers()
-        while self._deferred:
-            fn = self._deferred.popleft()
-            try:
-                fn()
-            except Exception:  # a bug in one action must not stop the driver
-                log.exception("soft verbs: deferred action failed")
+        queues = (self._deferred, self._idle) if idle else (self._deferred,)
+        for work in queues:
+            while work:
+                fn = work.popleft()
+                try:
+                    fn()
+                except Exception:  # a bug in one action must not stop the driver
+                    log.exception("soft verbs: deferred action failed")
 
     def _fire_timers(self) -> None:
         if self._timers:
@@ -118,7 +128,7 @@ class Engine:
         if self._drive.acquire(blocking=False):
             try:
                 self._driver = threading.get_ident()
-                self._run_deferred()
+                self._run_deferred(idle=True)
                 self._pass(0)
                 self._run_deferred()
             finally:
@@ -144,8 +154,10 @@ class Engine:
 
     def _drive_until(self, ready: Callable[[], bool], deadline: float | None) -> None:
         while True:
-            self._run_deferred()
             if ready() or self.closed:
+                return
+            self._run_deferred(idle=True)
+            if ready():
                 return
             now = time.monotonic()
             timeout = -1.0 if deadline is None else deadline - now

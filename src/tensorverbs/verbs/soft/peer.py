@@ -26,7 +26,7 @@ class PeerMemory:
         self._lock = threading.Lock()
         self.users = 0
 
-    def resolve(self, rkey: int, addr: int, length: int, need: Access) -> int | None:
+    def resolve(self, rkey: int, addr: int, length: int, need: int) -> int | None:
         """The local address of the peer's ``addr``; None when the region is not shared
         memory (the caller then goes through the stream). Raises RemoteAccessError."""
         entry = self.table.lookup(rkey)

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 ATTACH_TIMEOUT = 30.0
 
 _memmove = ctypes.memmove
+# access bits as plain ints: IntFlag arithmetic is slow on the data path
+_LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = (int(a) for a in (
+    Access.LOCAL_WRITE, Access.REMOTE_WRITE, Access.REMOTE_READ))
 _REQUESTS = (Op.WRITE, Op.SEND, Op.READ_REQ, Op.IMM)
 
 
@@ -105,7 +108,7 @@ class _Recv:
 
 
 def check_region(mr: "SoftMR | None", pd: "SoftPD", key: int, addr: int, length: int,
-                 need: Access, status: WcStatus) -> memoryview:
+                 need: int, status: WcStatus) -> memoryview:
     """The bytes [addr, addr + length) of region ``mr`` (found by ``key``) if this
     protection domain may use them with ``need``; raises _VerbsError(status) otherwise."""
     if mr is None or mr.pd is not pd:
@@ -114,8 +117,8 @@ def check_region(mr: "SoftMR | None", pd: "SoftPD", key: int, addr: int, length:
     if offset < 0 or offset + length > mr.length:
         raise _VerbsError(status, f"[{addr:#x}, +{length}) is outside the region of key {key:#x} "
                                   f"([{mr.addr:#x}, +{mr.length}))")
-    if need and not mr.access & need:
-        raise _VerbsError(status, f"the region of key {key:#x} does not allow {need.name}")
+    if need and not mr.access_bits & need:
+        raise _VerbsError(status, f"the region of key {key:#x} does not allow {Access(need).name}")
     return mr.buf[offset:offset + length]
 
 
@@ -152,6 +155,7 @@ class SoftQP(QueuePair):
         self._rx_acked = 0
         self._rx_frame: tuple[bytearray | None, _VerbsError | None] = (None, None)
         self._nak_sent = False
+        self._ack_scheduled = False
         self._register()
 
     # -- connection ----------------------------------------------------------------------
@@ -223,9 +227,9 @@ class SoftQP(QueuePair):
     def _execute(self, wr: SendWR, op: _Op) -> None:
         code = wr.opcode
         if code == WrOpcode.RDMA_READ:
-            local = self._gather(wr.sg_list, Access.LOCAL_WRITE)
+            local = self._gather(wr.sg_list, _LOCAL_WRITE)
             op.byte_len = n = sum(len(v) for _, v in local)
-            src = self._peer_address(wr.rkey, wr.remote_addr, n, Access.REMOTE_READ)
+            src = self._peer_address(wr.rkey, wr.remote_addr, n, _REMOTE_READ)
             if src is None:
                 op.sinks = [v for _, v in local]
                 self._request(op, Op.READ_REQ, (), rkey=wr.rkey, addr=wr.remote_addr, length=n)
@@ -237,14 +241,14 @@ class SoftQP(QueuePair):
             return
         if code not in WC_OF_WR:
             raise _VerbsError(WcStatus.LOC_QP_OP_ERR, f"unknown opcode {code!r}")
-        local = self._gather(wr.sg_list, Access(0))
+        local = self._gather(wr.sg_list, 0)
         op.byte_len = n = sum(len(v) for _, v in local)
         with_imm = code in (WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.SEND_WITH_IMM)
         fields = dict(flags=F_IMM if with_imm else 0, imm=wr.imm_data, length=n)
         if code in (WrOpcode.SEND, WrOpcode.SEND_WITH_IMM):
             self._request(op, Op.SEND, [v for _, v in local], **fields)
             return
-        dst = self._peer_address(wr.rkey, wr.remote_addr, n, Access.REMOTE_WRITE)
+        dst = self._peer_address(wr.rkey, wr.remote_addr, n, _REMOTE_WRITE)
         if dst is None:
             self._request(op, Op.WRITE, [v for _, v in local], rkey=wr.rkey,
                           addr=wr.remote_addr, **fields)
@@ -257,13 +261,13 @@ class SoftQP(QueuePair):
         else:
             op.finish()
 
-    def _gather(self, sges: Sequence, need: Access) -> list[tuple[int, memoryview]]:
+    def _gather(self, sges: Sequence, need: int) -> list[tuple[int, memoryview]]:
         mrs = self._ctx.mrs
         return [(s.addr, check_region(mrs.get(s.lkey), self._pd, s.lkey, s.addr, s.length, need,
                                       WcStatus.LOC_PROT_ERR))
                 for s in sges if s.length]
 
-    def _peer_address(self, rkey: int, addr: int, length: int, need: Access) -> int | None:
+    def _peer_address(self, rkey: int, addr: int, length: int, need: int) -> int | None:
         """Where the peer's [addr, +length) is mapped here; None: use the stream."""
         if self._peer is None:
             return None
@@ -277,7 +281,7 @@ class SoftQP(QueuePair):
     def _request(self, op: _Op, code: Op, payload: Sequence[memoryview], **fields: int) -> None:
         self._seq += 1
         self._by_seq[self._seq] = op
-        self._send([frame(code, seq=self._seq, **fields), *payload])
+        self._send([frame(code, seq=self._seq, ack=self._ack_field(), **fields), *payload])
 
     def _send(self, parts: list) -> None:
         """Send frames (under the lock); before the dial they wait."""
@@ -310,16 +314,20 @@ class SoftQP(QueuePair):
         self._emit()
 
     def _acked_upto(self, seq: int) -> None:
+        """The peer acknowledged every request up to ``seq`` (reads finish with their data)."""
         for s in range(self._acked + 1, seq + 1):
-            op = self._by_seq.pop(s, None)
-            if op is not None:
+            op = self._by_seq.get(s)
+            if op is not None and op.opcode != WcOpcode.RDMA_READ:
+                del self._by_seq[s]
                 op.finish()
-        self._acked = max(self._acked, seq)
+        if seq > self._acked:
+            self._acked = seq
+            self._emit()
 
     # -- responder -----------------------------------------------------------------------
     def _post_recv(self, wr: RecvWR) -> None:
         try:
-            recv = _Recv(wr.wr_id, [v for _, v in self._gather(wr.sg_list, Access.LOCAL_WRITE)], None)
+            recv = _Recv(wr.wr_id, [v for _, v in self._gather(wr.sg_list, _LOCAL_WRITE)], None)
         except _VerbsError as exc:
             recv = _Recv(wr.wr_id, [], exc)
         with self._lock:
@@ -331,7 +339,7 @@ class SoftQP(QueuePair):
             if self._held:
                 while self._held and self._recvs and self._failed is None:
                     self._deliver(*self._held.popleft())
-                self._send_ack()
+                self._ack_soon()
 
     def _recv_outstanding(self) -> int:
         return len(self._recvs)
@@ -340,6 +348,8 @@ class SoftQP(QueuePair):
         """Where a frame's payload goes (called by the stream, from the driving thread)."""
         with self._lock:
             self._rx_frame = (None, None)
+            if hdr.ack:
+                self._acked_upto(hdr.ack)
             if hdr.op in _REQUESTS:
                 self._rx_seq += 1
                 if hdr.seq != self._rx_seq:
@@ -355,7 +365,7 @@ class SoftQP(QueuePair):
     def _payload_target(self, hdr: Header) -> Sequence[memoryview]:
         if hdr.op == Op.WRITE:
             mr = self._ctx.mrs.get(hdr.rkey)
-            return [check_region(mr, self._pd, hdr.rkey, hdr.addr, hdr.length, Access.REMOTE_WRITE,
+            return [check_region(mr, self._pd, hdr.rkey, hdr.addr, hdr.length, _REMOTE_WRITE,
                                  WcStatus.REM_ACCESS_ERR)] if hdr.length else []
         if hdr.op == Op.SEND:
             if self._held or not self._recvs:
@@ -397,7 +407,7 @@ class SoftQP(QueuePair):
             elif code == Op.READ_RESP:
                 self._finish_request(hdr.seq)
             elif code == Op.ACK:
-                self._acked_upto(hdr.seq)
+                pass  # its ack field was taken in frame_started
                 self._emit()
             elif code == Op.NAK:
                 self._finish_request(hdr.seq, WcStatus(hdr.status),
@@ -437,27 +447,46 @@ class SoftQP(QueuePair):
             status = (WcStatus.REM_INV_REQ_ERR if error.status == WcStatus.LOC_LEN_ERR
                       else WcStatus.REM_OP_ERR)
         self._rx_done = min(self._rx_done, hdr.seq - 1)
-        self._send_ack()
         detail = error.detail.encode()
-        self._send([frame(Op.NAK, status=status, seq=hdr.seq, length=len(detail)), detail])
+        self._send([frame(Op.NAK, status=status, seq=hdr.seq, ack=self._ack_field(),
+                          length=len(detail)), detail])
         self._nak_sent = True
 
     def _answer_read(self, hdr: Header) -> None:
         try:
             data = check_region(self._ctx.mrs.get(hdr.rkey), self._pd, hdr.rkey, hdr.addr,
-                                hdr.length, Access.REMOTE_READ, WcStatus.REM_ACCESS_ERR) \
+                                hdr.length, _REMOTE_READ, WcStatus.REM_ACCESS_ERR) \
                 if hdr.length else memoryview(b"")
         except _VerbsError as exc:
             self._reject(hdr, exc)
             return
-        self._send([frame(Op.READ_RESP, seq=hdr.seq, length=hdr.length), data])
+        self._send([frame(Op.READ_RESP, seq=hdr.seq, ack=self._ack_field(), length=hdr.length),
+                    data])
 
-    def _send_ack(self) -> None:
-        """Acknowledge every request done so far (under the lock)."""
+    # -- acknowledgements ----------------------------------------------------------------
+    def _ack_field(self) -> int:
+        """The acknowledgement an outgoing frame carries (under the lock): every request
+        done so far, stopping before the first held one; 0 when there is nothing new."""
         done = min(self._rx_done, self._held[0][0].seq - 1) if self._held else self._rx_done
-        if done > self._rx_acked and not self._nak_sent:
-            self._rx_acked = done
-            self._send([frame(Op.ACK, seq=done)])
+        if done <= self._rx_acked or self._nak_sent:
+            return 0
+        self._rx_acked = done
+        return done
+
+    def _ack_soon(self) -> None:
+        """Acknowledge before the driver next blocks, unless a frame going back carries
+        it first (under the lock)."""
+        if not self._ack_scheduled and self._stream is not None:
+            self._ack_scheduled = True
+            self._engine.when_idle(self._ack_now)
+
+    def _ack_now(self) -> None:
+        with self._lock:
+            self._ack_scheduled = False
+            if self._stream is not None:
+                ack = self._ack_field()
+                if ack:
+                    self._send([frame(Op.ACK, ack=ack)])
 
     # -- progress callbacks (from the driving thread) ------------------------------------
     def on_readable(self) -> None:
@@ -474,8 +503,8 @@ class SoftQP(QueuePair):
         with self._lock:
             if not alive:
                 self._fail_soon(reason)
-            elif self._stream is not None:
-                self._send_ack()
+            else:
+                self._ack_soon()
 
     def on_writable(self) -> None:
         stream = self._stream

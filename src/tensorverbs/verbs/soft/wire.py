@@ -1,14 +1,16 @@
 """Frame layouts of the stream between two queue pairs.
 
-Every frame is a 32-byte header, followed by ``length`` payload bytes for the ops that
+Every frame is a 40-byte header, followed by ``length`` payload bytes for the ops that
 carry data (HELLO, WRITE, SEND, READ_RESP, NAK)::
 
-    op u8 | status u8 | flags u16 | imm u32 | seq u32 | rkey u32 | addr u64 | length u64
+    op u8 | status u8 | flags u16 | imm u32 | seq u32 | ack u32 | rkey u32 | pad u32
+    | addr u64 | length u64
 
-``seq`` numbers the requests of one direction from 1; responses (ACK, READ_RESP, NAK)
-carry the number of the request they answer. An ACK is cumulative: every request up to
-``seq`` is done. A NAK fails request ``seq`` (all earlier ones are done) and carries a
-reason in words as its payload.
+``seq`` numbers the requests of one direction from 1; READ_RESP and NAK carry the number
+of the request they answer. ``ack``, in any frame, acknowledges every request of the
+other direction up to it (0: nothing new), so acknowledgements ride on the traffic that
+goes back anyway; a bare ACK frame carries one when there is none. A NAK fails request
+``seq`` and carries a reason in words as its payload.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import enum
 import struct
 from typing import NamedTuple
 
-HEADER = struct.Struct("<BBHIIIQQ")
+HEADER = struct.Struct("<BBHIIIIIQQ")
 HEADER_SIZE = HEADER.size
 TOKEN_SIZE = 16
 F_IMM = 1  # flags: the request carries immediate data
@@ -39,7 +41,9 @@ class Header(NamedTuple):
     flags: int
     imm: int
     seq: int
+    ack: int
     rkey: int
+    pad: int
     addr: int
     length: int  # bytes written, sent or read
 
@@ -52,10 +56,10 @@ class Header(NamedTuple):
 _WITH_PAYLOAD = frozenset((Op.HELLO, Op.WRITE, Op.SEND, Op.READ_RESP, Op.NAK))
 
 
-def frame(op: Op, *, status: int = 0, flags: int = 0, imm: int = 0, seq: int = 0,
+def frame(op: Op, *, status: int = 0, flags: int = 0, imm: int = 0, seq: int = 0, ack: int = 0,
           rkey: int = 0, addr: int = 0, length: int = 0) -> bytes:
     """A frame header; ``length`` payload bytes follow it."""
-    return HEADER.pack(op, status, flags, imm, seq, rkey, addr, length)
+    return HEADER.pack(op, status, flags, imm, seq, ack, rkey, 0, addr, length)
 
 
 def parse(buf: object, offset: int = 0) -> Header:
