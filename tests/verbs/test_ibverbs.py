@@ -22,7 +22,7 @@ from tensorverbs.errors import (
     UnavailableError,
 )
 from tensorverbs.verbs import (
-    Access, DeviceAttr, PortAttr, QPEndpoint, QPState, RdmaConfig, RecvWR, SendWR, WcOpcode,
+    SGE, Access, DeviceAttr, PortAttr, QPEndpoint, QPState, RdmaConfig, RecvWR, SendWR, WcOpcode,
     WcStatus, WrOpcode, choose_provider, get_provider,
 )
 from tensorverbs.verbs.ibverbs import _pyverbs
@@ -323,6 +323,9 @@ def test_misuse_raises(pair, provider):
     fresh.post_recv(RecvWR(2))
     with pytest.raises(ResourceExhaustedError, match="receive queue"):
         fresh.post_recv(RecvWR(3))
+    mr = a.pd.alloc_mr(4096, Access.all())
+    with pytest.raises(InvalidArgumentError, match="outside its memory region"):
+        a.qp.post_recv(RecvWR(4, [SGE(mr.addr + 4000, 200, mr.lkey)]))
     with pytest.raises(InvalidArgumentError, match="read-only"):
         a.pd.reg_mr(b"constant", Access.LOCAL_WRITE)
     with pytest.raises(InvalidArgumentError, match="non-contiguous"):
@@ -361,3 +364,24 @@ def test_closing_the_context_closes_what_was_made_on_it(provider):
     end.close()
     assert end.qp.closed and end.cq.closed and end.pd.closed and mr.closed
     assert len(os.listdir("/proc/self/fd")) < fds
+
+
+def test_calls_on_closed_objects_raise_instead_of_crashing(provider):
+    a_dev, _ = _two_devices(provider)
+    end = End(provider, a_dev)
+    mr = end.pd.alloc_mr(4096, Access.all())
+    end.pd.close()  # closes the QP and the MR made on it first
+    assert end.qp.closed and mr.closed
+    with pytest.raises(FailedPreconditionError, match="closed"):
+        end.qp.post_recv(RecvWR(1))
+    with pytest.raises(FailedPreconditionError, match="closed"):
+        end.pd.alloc_mr(64, Access.all())
+    waiter_result = []
+    waiter = threading.Thread(target=lambda: waiter_result.append(end.cq.wait(timeout=None)))
+    waiter.start()
+    time.sleep(0.2)
+    end.cq.close()  # a thread blocked in wait() returns
+    waiter.join(5)
+    assert not waiter.is_alive() and waiter_result == [[]]
+    assert end.cq.poll() == []
+    end.close()

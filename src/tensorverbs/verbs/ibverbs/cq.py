@@ -81,7 +81,9 @@ class IbverbsCQ(CompletionQueue):
             self._channel.close()
             raise
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._poll_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._waiting = threading.Condition()
+        self._waiters = 0
         if self._fd is None:
             global _warned_no_fd
             if not _warned_no_fd:
@@ -90,8 +92,12 @@ class IbverbsCQ(CompletionQueue):
                             "/proc/self/fd?): CompletionQueue.wait polls with short sleeps")
 
     # -- polling -------------------------------------------------------------------------
+    # Every pyverbs call on the CQ holds _lock, and _close destroys the CQ under it: a
+    # call after (or during) close must never reach a freed ibv_cq.
     def _poll(self, max_entries: int) -> list[WorkCompletion]:
-        with self._poll_lock:
+        with self._lock:
+            if self.closed:
+                return []
             with _pyverbs.translated("polling a completion queue"):
                 count, raw = self._cq.poll(max_entries)
         out = []
@@ -105,13 +111,29 @@ class IbverbsCQ(CompletionQueue):
                     qp._hardware_error(wc)
         return out
 
-    def _wait(self, timeout: float | None, max_entries: int) -> list[WorkCompletion]:
-        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-        nap = 0.0002
-        while True:
-            if self._fd is not None:
+    def _arm(self) -> None:
+        with self._lock:
+            if not self.closed and self._fd is not None:
                 with _pyverbs.translated("arming a completion queue"):
                     self._cq.req_notify()
+
+    def _wait(self, timeout: float | None, max_entries: int) -> list[WorkCompletion]:
+        with self._waiting:  # counted while it may touch the descriptors; _close waits for it
+            if self.closed:
+                return []
+            self._waiters += 1
+        try:
+            return self._wait_counted(timeout, max_entries)
+        finally:
+            with self._waiting:
+                self._waiters -= 1
+                self._waiting.notify_all()
+
+    def _wait_counted(self, timeout: float | None, max_entries: int) -> list[WorkCompletion]:
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        nap = 0.0002
+        while not self.closed:
+            self._arm()
             wcs = self._poll(max_entries)
             if wcs:
                 return wcs
@@ -121,21 +143,25 @@ class IbverbsCQ(CompletionQueue):
             if self._fd is None:
                 remaining = nap if remaining is None else min(nap, remaining)
                 nap = min(nap * 2, 0.01)
-            ready, _, _ = select.select(
-                [self._wake_r] + ([self._fd] if self._fd is not None else []), [], [], remaining)
+            watch = [self._wake_r] + ([self._fd] if self._fd is not None else [])
+            ready, _, _ = select.select(watch, [], [], remaining)
             if self._wake_r in ready:
                 self._drain_wake()
                 return self._drain_synthetic(max_entries) + self._poll(max_entries)
             if self._fd is not None and self._fd in ready:
                 self._consume_event()
+        return []
 
     def _consume_event(self) -> None:
         pv = _pyverbs.load()
-        try:
-            self._channel.get_cq_event(self._cq)
-        except pv.pyverbs_error.PyverbsError:
-            return  # another thread took it (EAGAIN on the non-blocking descriptor)
-        self._cq.ack_events(1)
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                self._channel.get_cq_event(self._cq)
+            except pv.pyverbs_error.PyverbsError:
+                return  # another thread took it (EAGAIN on the non-blocking descriptor)
+            self._cq.ack_events(1)
 
     def _drain_wake(self) -> None:
         try:
@@ -145,18 +171,28 @@ class IbverbsCQ(CompletionQueue):
             pass
 
     def wake(self) -> None:
+        if self._wake_w < 0:
+            return
         try:
             os.write(self._wake_w, b"!")
         except (BlockingIOError, OSError):  # already pending, or closed
             pass
 
     def _close(self) -> None:
-        self.wake()
-        with _pyverbs.translated("destroying a completion queue"):
+        for qp in list(self._qps.values()):  # pyverbs would destroy them underneath us
+            qp.close()
+        deadline = time.monotonic() + 5.0
+        with self._waiting:  # the descriptors stay open until no thread waits on them
+            while self._waiters and time.monotonic() < deadline:
+                self.wake()  # each waiter drains the pipe: wake until all have left
+                self._waiting.wait(timeout=0.05)
+        with self._lock, _pyverbs.translated("destroying a completion queue"):
             self._cq.close()
             self._channel.close()
-        for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
+        if self._waiters == 0:
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
+            self._wake_r = self._wake_w = -1
 
 
 def _orphan(wc) -> WorkCompletion:

@@ -1,13 +1,11 @@
 """An open RDMA device: the port, GID and queue-pair settings every object on it uses."""
 from __future__ import annotations
 
-import itertools
-import weakref
-
 from ...errors import InvalidArgumentError
 from ..api import CompletionQueue, Context, ProtectionDomain
 from ..config import RdmaConfig
 from . import _pyverbs
+from ._owner import Owner, check_open
 from .cq import IbverbsCQ
 from .discovery import open_device
 from .memory import IbverbsPD
@@ -18,7 +16,7 @@ from .selection import Choice
 RD_ATOMIC = 16
 
 
-class IbverbsContext(Context):
+class IbverbsContext(Owner, Context):
     """``ibv_context`` on the chosen device and port.
 
     ``gid``/``gid_index``/``gid_type``, ``lid``, ``link_layer`` and ``mtu`` (bytes, the
@@ -29,9 +27,7 @@ class IbverbsContext(Context):
 
     def __init__(self, ctx, choice: Choice, config: RdmaConfig) -> None:
         self._ctx = ctx
-        # what was made on this context, in order; entries vanish with their objects
-        self._owned: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
-        self._serial = itertools.count()
+        self._init_owner()
         self.config = config
         self.device = choice.device
         self.port_num = choice.port.port_num
@@ -44,6 +40,8 @@ class IbverbsContext(Context):
             dev = ctx.query_device()
             port = ctx.query_port(self.port_num)
         self.lid = port.lid
+        #: soft-RoCE (rdma_rxe) reports vendor 0xFFFFFF; the provider works around its quirks
+        self.is_rxe = dev.vendor_id == 0xFFFFFF
         self.max_cqe = dev.max_cqe
         self.rd_atomic = max(1, min(RD_ATOMIC, dev.max_qp_rd_atom, dev.max_qp_init_rd_atom))
         where = f"{self.device.name} port {self.port_num}"
@@ -56,37 +54,31 @@ class IbverbsContext(Context):
                 f"RDMA_QP_QUEUE_DEPTH={config.queue_depth} exceeds max_qp_wr {dev.max_qp_wr} "
                 f"of {self.device.name}")
 
-    def own(self, obj):
-        """Remember ``obj`` (made on this context) so :meth:`close` closes it first."""
-        self._owned[next(self._serial)] = obj
-        return obj
-
     def alloc_pd(self) -> ProtectionDomain:
+        check_open(self)
         return self.own(IbverbsPD(self))
 
     def create_cq(self, depth: int) -> CompletionQueue:
+        check_open(self)
         return self.own(IbverbsCQ(self, depth))
 
     def create_qp(self, pd: ProtectionDomain, send_cq: CompletionQueue, recv_cq: CompletionQueue,
                   max_send_wr: int, max_recv_wr: int) -> IbverbsQP:
+        check_open(self)
         for what, obj, cls in (("protection domain", pd, IbverbsPD),
                                ("send CQ", send_cq, IbverbsCQ), ("receive CQ", recv_cq, IbverbsCQ)):
             if not isinstance(obj, cls) or obj.context is not self:
                 raise InvalidArgumentError(f"the {what} does not belong to this ibverbs context")
+            check_open(obj)
         for what, value in (("max_send_wr", max_send_wr), ("max_recv_wr", max_recv_wr)):
             if not 1 <= value <= self.device.max_qp_wr:
                 raise InvalidArgumentError(
                     f"{what}={value} is outside [1, {self.device.max_qp_wr}] (max_qp_wr of "
                     f"{self.device.name})")
-        return self.own(IbverbsQP(self, pd, send_cq, recv_cq, max_send_wr, max_recv_wr))
+        return self.own(pd.own(IbverbsQP(self, pd, send_cq, recv_cq, max_send_wr, max_recv_wr)))
 
     def _close(self) -> None:
-        # newest first: queue pairs before their CQs, memory regions before their PD
-        for key in sorted(self._owned.keys(), reverse=True):
-            obj = self._owned.get(key)
-            if obj is not None:
-                obj.close()
-        self._owned.clear()
+        self.close_owned()  # newest first: queue pairs before their CQs, MRs before their PD
         with _pyverbs.translated(f"closing {self.device.name}"):
             self._ctx.close()  # pyverbs closes what was made on it first
 

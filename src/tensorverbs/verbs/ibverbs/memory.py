@@ -22,6 +22,7 @@ from ...errors import InvalidArgumentError, UnimplementedError
 from ..api import MemoryRegion, ProtectionDomain
 from ..model import Access
 from . import _pyverbs
+from ._owner import Owner, check_open as _check_open
 
 if TYPE_CHECKING:
     from .device import IbverbsContext
@@ -39,16 +40,20 @@ def _register(pd, length: int, access: Access, address: int | None):
         return pv.mr.MR(pd, length, int(access), address=address)
 
 
-class IbverbsPD(ProtectionDomain):
+class IbverbsPD(Owner, ProtectionDomain):
     """``ibv_pd``: the memory regions and queue pairs of one context."""
 
     def __init__(self, context: "IbverbsContext") -> None:
         pv = _pyverbs.load()
         self.context = context
+        self._init_owner()
+        self._regions: dict[int, tuple[int, int]] = {}  # lkey -> (addr, length), live MRs
+        self._fence_mr = None
         with _pyverbs.translated(f"allocating a protection domain on {context.device.name}"):
             self._pd = pv.pd.PD(context._ctx)
 
     def alloc_mr(self, length: int, access: Access) -> "IbverbsMR":
+        _check_open(self)
         if length <= 0:
             raise InvalidArgumentError(f"a memory region needs a positive length, not {length}")
         if length > self.context.device.max_mr_size:
@@ -67,14 +72,15 @@ class IbverbsPD(ProtectionDomain):
             area.close()
             mr = _register(self._pd, length, access, None)
             raw = (ctypes.c_char * length).from_address(mr.buf)
-            return self.context.own(IbverbsMR(self, mr, access, memoryview(raw).cast("B"),
+            return self._adopt(IbverbsMR(self, mr, access, memoryview(raw).cast("B"),
                                               keep=(raw,)))
         except BaseException:
             area.close()
             raise
-        return self.context.own(IbverbsMR(self, mr, access, memoryview(area)[:length], area=area))
+        return self._adopt(IbverbsMR(self, mr, access, memoryview(area)[:length], area=area))
 
     def reg_mr(self, buffer: Any, access: Access) -> "IbverbsMR":
+        _check_open(self)
         try:
             view = memoryview(buffer)
         except TypeError:
@@ -100,10 +106,29 @@ class IbverbsPD(ProtectionDomain):
                 "this pyverbs cannot register caller memory (its MR takes no address=, "
                 "rdma-core before 2020): use ProtectionDomain.alloc_mr and copy into it"
             ) from None
-        return self.context.own(IbverbsMR(self, mr, access, flat, keep=(pin, view, buffer)))
+        return self._adopt(IbverbsMR(self, mr, access, flat, keep=(pin, view, buffer)))
+
+    def _adopt(self, mr: "IbverbsMR") -> "IbverbsMR":
+        self._regions[mr.lkey] = (mr.addr, mr.length)
+        return self.context.own(self.own(mr))
+
+    def region_of(self, lkey: int) -> tuple[int, int] | None:
+        """(addr, length) of this PD's live region ``lkey``, None if it is not one."""
+        return self._regions.get(lkey)
+
+    def fence(self) -> tuple[int, int]:
+        """(addr, lkey) just past the end of a small region of this PD: an SGE moved there
+        fails the device's local protection check before a byte moves."""
+        if self._fence_mr is None:
+            self._fence_mr = _register(self._pd, 64, Access.LOCAL_WRITE, None)
+        return self._fence_mr.buf + 64, self._fence_mr.lkey
 
     def _close(self) -> None:
-        self._pd.close()
+        self.close_owned()
+        with _pyverbs.translated("deallocating a protection domain"):
+            if self._fence_mr is not None:
+                self._fence_mr.close()
+            self._pd.close()
 
 
 class IbverbsMR(MemoryRegion):
@@ -123,6 +148,8 @@ class IbverbsMR(MemoryRegion):
         self.access = Access(access)
 
     def _close(self) -> None:
+        if self.pd._regions.get(self.lkey) == (self.addr, self.length):
+            del self.pd._regions[self.lkey]
         with _pyverbs.translated("deregistering a memory region"):
             self._mr.close()
         self._keep = ()

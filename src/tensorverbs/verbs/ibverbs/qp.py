@@ -21,6 +21,7 @@ from ..model import (
     WorkCompletion, WrOpcode,
 )
 from . import _pyverbs
+from ._owner import check_open as _check_open
 from .selection import ETHERNET, path_mtu
 
 if TYPE_CHECKING:
@@ -35,6 +36,11 @@ IBV_SEND_SIGNALED = 2
 MIN_RNR_TIMER = 12  # 0.64 ms before a sender retries a receive-not-ready
 RNR_RETRY = 7       # 7 = retry for ever: the protocol keeps receives posted
 MAX_SGE = 4
+#: rdma_rxe completes a receive too small for the message with LOC_QP_OP_ERR (its copy
+#: fails with EINVAL, not ENOSPC); receive SGEs are checked against their regions when
+#: posted, so on rxe that status of a receive means a length error
+RXE_RECV_LENGTH = ("local length error: the receive buffer is smaller than the message "
+                   "(soft-RoCE reports it as LOC_QP_OP_ERR)")
 
 _STATUS_TEXT = {
     WcStatus.LOC_LEN_ERR: "local length error (a receive buffer too small for the message?)",
@@ -62,8 +68,10 @@ def _status(raw: int) -> tuple[WcStatus, str]:
     return status, _STATUS_TEXT.get(status, status.name)
 
 
-def _make(wc, opcode: WcOpcode) -> WorkCompletion:
-    status, text = _status(wc.status)
+def _make(wc, opcode: WcOpcode, status: WcStatus | None = None,
+          text: str | None = None) -> WorkCompletion:
+    if status is None:
+        status, text = _status(wc.status)
     detail = "" if status == WcStatus.SUCCESS else \
         f"{status.name}: {text}" + (f" (vendor error {wc.vendor_err:#x})" if wc.vendor_err else "")
     return WorkCompletion(
@@ -100,6 +108,7 @@ class IbverbsQP(QueuePair):
         super().__init__(send_cq, recv_cq, max_send_wr, max_recv_wr)
         pv = _pyverbs.load()
         self.context = context
+        self.pd = pd
         self.max_sge = min(MAX_SGE, context.device.max_sge)
         cap = pv.qp.QPCap(max_send_wr=max_send_wr, max_recv_wr=max_recv_wr,
                           max_send_sge=self.max_sge, max_recv_sge=self.max_sge)
@@ -111,8 +120,10 @@ class IbverbsQP(QueuePair):
                 f"on {context.device.name} port {context.port_num}")
         with _pyverbs.translated(what):
             # with a QPAttr pyverbs takes the new QP from RESET to INIT (needed to post receives)
+            # sq_sig_all=0: only requests marked signaled complete on success
             self._qp = pv.qp.QP(pd._pd, pv.qp.QPInitAttr(
-                qp_type=pv.enums.IBV_QPT_RC, scq=send_cq._cq, rcq=recv_cq._cq, cap=cap), init)
+                qp_type=pv.enums.IBV_QPT_RC, scq=send_cq._cq, rcq=recv_cq._cq, cap=cap,
+                sq_sig_all=0), init)
         self.qp_num = self._qp.qp_num
         self.psn = random.getrandbits(24)
         self.path_mtu = 0
@@ -132,6 +143,7 @@ class IbverbsQP(QueuePair):
                                "rd_atomic": ctx.rd_atomic})
 
     def connect(self, remote: QPEndpoint) -> None:
+        _check_open(self)
         if remote.provider != "ibverbs":
             raise InvalidArgumentError(
                 f"cannot connect an ibverbs queue pair to a {remote.provider!r} endpoint")
@@ -158,6 +170,10 @@ class IbverbsQP(QueuePair):
         attr.min_rnr_timer = MIN_RNR_TIMER
         attr.timeout = cfg.timeout
         attr.retry_cnt = cfg.retry_count
+        if ctx.is_rxe and cfg.retry_count == 7:
+            # rdma_rxe treats retry_cnt 7 as "retry for ever" (like rnr_retry 7), so a dead
+            # peer would never fail the request; 6 keeps the bounded meaning
+            attr.retry_cnt = 6
         attr.rnr_retry = RNR_RETRY
         with _pyverbs.translated(f"connecting queue pair {self.qp_num} to {remote.gid or remote.lid}"
                                  f"/{remote.qp_num}"):
@@ -180,6 +196,7 @@ class IbverbsQP(QueuePair):
 
     # -- posting -------------------------------------------------------------------------
     def post_send(self, wr: SendWR) -> None:
+        _check_open(self)
         if len(wr.sg_list) > self.max_sge:
             raise InvalidArgumentError(
                 f"send request {wr.wr_id} has {len(wr.sg_list)} SGEs; this queue pair takes "
@@ -189,14 +206,29 @@ class IbverbsQP(QueuePair):
                 f"queue pair {self.qp_num} is not connected: call connect() before post_send")
         super().post_send(wr)
 
-    def _sges(self, sg_list):
+    def _sges(self, wr: SendWR | RecvWR, receive: bool):
+        """pyverbs SGEs of ``wr`` and their count. A send SGE outside its (known) region is
+        pointed past the end of the PD's fence region, so the device fails it with
+        LOC_PROT_ERR before moving a byte (on its own it may send the valid first packets);
+        a receive SGE outside its region is refused here."""
         pv = _pyverbs.load()
-        sges = [pv.wr.SGE(s.addr, s.length, s.lkey) for s in sg_list]
-        return sges or [pv.wr.SGE(0, 0, 0)], len(sges)  # pyverbs wants one even for none
+        out = []
+        for s in wr.sg_list:
+            addr, lkey = s.addr, s.lkey
+            span = self.pd.region_of(lkey)
+            if s.length and span is not None and not (
+                    span[0] <= s.addr and s.addr + s.length <= span[0] + span[1]):
+                if receive:
+                    raise InvalidArgumentError(
+                        f"receive request {wr.wr_id}: SGE [{s.addr:#x}, +{s.length}) lies outside "
+                        f"its memory region [{span[0]:#x}, +{span[1]}) (lkey {lkey:#x})")
+                addr, lkey = self.pd.fence()
+            out.append(pv.wr.SGE(addr, s.length, lkey))
+        return out or [pv.wr.SGE(0, 0, 0)], len(out)  # pyverbs wants one even for none
 
     def _post_send(self, wr: SendWR) -> None:
         pv = _pyverbs.load()
-        sges, count = self._sges(wr.sg_list)
+        sges, count = self._sges(wr, receive=False)
         request = pv.wr.SendWR(wr_id=wr.wr_id, opcode=int(wr.opcode), num_sge=len(sges), sg=sges,
                                imm_data=wr.imm_data & 0xFFFFFFFF,
                                send_flags=IBV_SEND_SIGNALED if wr.signaled else 0)
@@ -204,9 +236,14 @@ class IbverbsQP(QueuePair):
         if wr.opcode in (WrOpcode.RDMA_WRITE, WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.RDMA_READ):
             request.set_wr_rdma(wr.rkey, wr.remote_addr)
         with self._book_lock:
+            if self.closed:
+                self.send_cq.push(WorkCompletion(
+                    wr.wr_id, WcStatus.WR_FLUSH_ERR, WC_OF_WR[wr.opcode], self.qp_num,
+                    detail="queue pair is closed"))
+                return
             self._sends.append((wr.wr_id, WC_OF_WR[wr.opcode]))
         try:
-            self._qp.post_send(request)
+            self._qp.post_send(request)  # _close waits for the send-queue lock we run under
         except pv.pyverbs_error.PyverbsError as exc:
             # called under the send-queue lock, possibly from a completion poll: report it as
             # this request's completion rather than raising into a stranger's call
@@ -223,18 +260,18 @@ class IbverbsQP(QueuePair):
             raise InvalidArgumentError(
                 f"receive request {wr.wr_id} has {len(wr.sg_list)} SGEs; this queue pair "
                 f"takes at most {self.max_sge}")
-        sges, count = self._sges(wr.sg_list)
+        sges, count = self._sges(wr, receive=True)
         request = pv.wr.RecvWR(wr_id=wr.wr_id, num_sge=len(sges), sg=sges)
         request.num_sge = count
-        with self._book_lock:
+        with self._book_lock:  # held while posting: _close takes it before destroying
+            _check_open(self)
             self._recvs.append(wr.wr_id)
-        try:
-            with _pyverbs.translated(f"posting receive request {wr.wr_id} on QP {self.qp_num}"):
-                self._qp.post_recv(request)
-        except BaseException:
-            with self._book_lock:
+            try:
+                with _pyverbs.translated(f"posting receive request {wr.wr_id} on QP {self.qp_num}"):
+                    self._qp.post_recv(request)
+            except BaseException:
                 self._recvs.pop()
-            raise
+                raise
 
     def _recv_outstanding(self) -> int:
         return len(self._recvs)
@@ -253,7 +290,11 @@ class IbverbsQP(QueuePair):
                 receive = in_recvs if in_sends != in_recvs else bool(wc.opcode & 0x80)
             if receive:
                 _pop_until(self._recvs, lambda w: w == wc.wr_id)
-                opcode = WcOpcode(wc.opcode) if wc.status == WcStatus.SUCCESS else WcOpcode.RECV
+                if wc.status == WcStatus.SUCCESS:
+                    return _make(wc, WcOpcode(wc.opcode))
+                if wc.status == WcStatus.LOC_QP_OP_ERR and self.context.is_rxe:
+                    return _make(wc, WcOpcode.RECV, WcStatus.LOC_LEN_ERR, RXE_RECV_LENGTH)
+                opcode = WcOpcode.RECV
             else:
                 if wc.status == WcStatus.SUCCESS:
                     entry = _pop_until(self._sends, lambda e: e == (wc.wr_id, wc.opcode))
@@ -273,13 +314,18 @@ class IbverbsQP(QueuePair):
         log.debug("queue pair %d enters the error state: %s", self.qp_num, reason)
         attr = pv.qp.QPAttr()
         attr.qp_state = pv.enums.IBV_QPS_ERR
-        try:
-            self._qp.modify(attr, pv.enums.IBV_QP_STATE)
-        except pv.pyverbs_error.PyverbsError as exc:  # already destroyed
-            log.debug("moving queue pair %d to the error state failed: %s", self.qp_num, exc)
+        with self._book_lock:
+            if self.closed:
+                return
+            try:
+                self._qp.modify(attr, pv.enums.IBV_QP_STATE)
+            except pv.pyverbs_error.PyverbsError as exc:
+                log.warning("moving queue pair %d to the error state failed: %s", self.qp_num, exc)
 
     def _close(self) -> None:
         for cq in (self.send_cq, self.recv_cq):
             cq._qps.pop(self.qp_num, None)
-        with _pyverbs.translated(f"destroying queue pair {self.qp_num}"):
+        with self._sq_lock, self._book_lock, \
+                _pyverbs.translated(f"destroying queue pair {self.qp_num}"):
             self._qp.close()
+
