@@ -317,6 +317,10 @@ def test_misuse_raises(pair, provider):
     with pytest.raises(FailedPreconditionError, match="connect needs INIT"):
         a.qp.connect(b.qp.endpoint())
     fresh = a.ctx.create_qp(a.pd, a.cq, a.cq, 4, 2)
+    with pytest.raises(InvalidArgumentError, match="malformed ibverbs endpoint: GID 'nonsense'"):
+        fresh.connect(QPEndpoint("ibverbs", 5, gid="nonsense"))
+    with pytest.raises(InvalidArgumentError, match="path MTU 1500"):
+        fresh.connect(QPEndpoint("ibverbs", 5, gid=a.ctx.gid, mtu=1500))
     with pytest.raises(FailedPreconditionError, match="not connected"):
         fresh.post_send(SendWR(1, WrOpcode.SEND))
     fresh.post_recv(RecvWR(1))

@@ -75,6 +75,13 @@ def collect(config: RdmaConfig | None = None) -> dict[str, Any]:
     }
 
 
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return str(n)
+
+
 def render(info: dict[str, Any], console=None) -> None:
     """Print ``info`` (from :func:`collect`) as tables."""
     from rich.console import Console
@@ -88,28 +95,29 @@ def render(info: dict[str, Any], console=None) -> None:
         table.add_row(p["name"], "[green]yes[/]" if p["available"] else "[red]no[/]", p["reason"])
     console.print(table)
 
-    devices = [(p["name"], d) for p in info["providers"] for d in p["devices"]]
-    if devices:
-        ports = Table(title="devices and ports", title_justify="left")
-        for col in ("provider", "device", "port", "state", "active MTU", "max MTU", "link layer",
-                    "max_msg_sz", "max_qp_wr", "max_sge"):
+    gids = Table(title="GIDs", title_justify="left")
+    for col in ("device", "port", "index", "GID", "type"):
+        gids.add_column(col)
+    for p in info["providers"]:
+        if not p["devices"]:
+            continue
+        ports = Table(title=f"{p['name']} devices", title_justify="left")
+        for col in ("device", "port", "state", "MTU active/max", "link layer", "max msg",
+                    "max QP WRs", "max SGEs"):
             ports.add_column(col)
-        gids = Table(title="GIDs", title_justify="left")
-        for col in ("device", "port", "index", "GID", "type"):
-            gids.add_column(col)
-        for provider, d in devices:
-            limits = (str(d["max_msg_sz"]), str(d["max_qp_wr"]), str(d["max_sge"]))
+        for d in p["devices"]:
+            limits = (_size(d["max_msg_sz"]), str(d["max_qp_wr"]), str(d["max_sge"]))
             if not d["ports"]:
-                ports.add_row(provider, d["name"], "-", d["detail"] or "no ports", "", "", "", *limits)
-            for p in d["ports"]:
-                state = p["state"] if p["state"] == "ACTIVE" else f"[yellow]{p['state']}[/]"
-                ports.add_row(provider, d["name"], str(p["port_num"]), state, str(p["active_mtu"]),
-                              str(p["max_mtu"]), p["link_layer"], *limits)
-                for index, gid, gid_type in p["gids"]:
-                    gids.add_row(d["name"], str(p["port_num"]), str(index), gid, gid_type)
+                ports.add_row(d["name"], "-", d["detail"] or "no ports", "", "", *limits)
+            for port in d["ports"]:
+                state = port["state"] if port["state"] == "ACTIVE" else f"[yellow]{port['state']}[/]"
+                ports.add_row(d["name"], str(port["port_num"]), state,
+                              f"{port['active_mtu']}/{port['max_mtu']}", port["link_layer"], *limits)
+                for index, gid, gid_type in port["gids"]:
+                    gids.add_row(d["name"], str(port["port_num"]), str(index), gid, gid_type)
         console.print(ports)
-        if gids.row_count:
-            console.print(gids)
+    if gids.row_count:
+        console.print(gids)
 
     config = Table(title="effective configuration", title_justify="left")
     for col in ("variable", "value", "from"):

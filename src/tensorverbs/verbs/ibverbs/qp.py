@@ -9,6 +9,7 @@ sends) are complete too.
 from __future__ import annotations
 
 import collections
+import ipaddress
 import logging
 import random
 import threading
@@ -100,6 +101,28 @@ def _pop_until(queue: collections.deque, match) -> object | None:
     return None
 
 
+def _check_endpoint(remote: QPEndpoint) -> tuple[str, int]:
+    """The peer's GID in full form ("" if none) and its RDMA READ depth; raises
+    InvalidArgumentError for values no device would take."""
+    def bad(what: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"malformed ibverbs endpoint: {what} ({remote})")
+
+    for name, value, limit in (("qp_num", remote.qp_num, 1 << 24), ("psn", remote.psn, 1 << 24),
+                               ("lid", remote.lid, 1 << 16)):
+        if not isinstance(value, int) or not 0 <= value < limit:
+            raise bad(f"{name} {value!r} is not an integer in [0, {limit})")
+    if remote.mtu and remote.mtu not in MTU_ENUM:
+        raise bad(f"path MTU {remote.mtu!r} is not one of {', '.join(map(str, MTU_ENUM))}")
+    rd_atomic = remote.info.get("rd_atomic", 1)
+    if not isinstance(rd_atomic, int) or rd_atomic < 1:
+        raise bad(f"rd_atomic {rd_atomic!r}")
+    try:
+        gid = ipaddress.IPv6Address(remote.gid).exploded if remote.gid else ""
+    except ValueError:
+        raise bad(f"GID {remote.gid!r}") from None
+    return gid, rd_atomic
+
+
 class IbverbsQP(QueuePair):
     """An RC ``ibv_qp``, created in INIT and taken to RTS by :meth:`connect`."""
 
@@ -152,10 +175,9 @@ class IbverbsQP(QueuePair):
                 f"queue pair {self.qp_num} is {self.state.name}; connect needs INIT")
         pv = _pyverbs.load()
         ctx, cfg = self.context, self.context.config
+        dgid, peer_rd_atomic = _check_endpoint(remote)
         mtu = path_mtu(ctx.mtu, remote.mtu)
-        if mtu not in MTU_ENUM:
-            raise InvalidArgumentError(f"peer endpoint has an invalid path MTU {remote.mtu}")
-        rd_atomic = max(1, min(ctx.rd_atomic, int(remote.info.get("rd_atomic", 1))))
+        rd_atomic = max(1, min(ctx.rd_atomic, peer_rd_atomic))
         is_global = ctx.link_layer == ETHERNET or not remote.lid
         attr = pv.qp.QPAttr()
         attr.qp_access_flags = ACCESS_ALL
@@ -178,10 +200,10 @@ class IbverbsQP(QueuePair):
         with _pyverbs.translated(f"connecting queue pair {self.qp_num} to {remote.gid or remote.lid}"
                                  f"/{remote.qp_num}"):
             if is_global:
-                if not remote.gid:
+                if not dgid:
                     raise InvalidArgumentError(
                         f"the peer endpoint has no GID, which {ctx.link_layer} needs")
-                route = pv.addr.GlobalRoute(dgid=pv.addr.GID(remote.gid), sgid_index=ctx.gid_index,
+                route = pv.addr.GlobalRoute(dgid=pv.addr.GID(dgid), sgid_index=ctx.gid_index,
                                             hop_limit=64, traffic_class=cfg.traffic_class)
                 attr.ah_attr = pv.addr.AHAttr(port_num=ctx.port_num, dlid=remote.lid, sl=cfg.sl,
                                               is_global=1, gr=route)
