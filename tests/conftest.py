@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import tensorverbs as tv
 from tensorverbs.verbs.config import RdmaConfig
@@ -19,6 +20,10 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "verbs-tcp": ("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_SAME_HOST": "no"}),
     "verbs-read": ("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_RENDEZVOUS": "read"}),
 }
+
+# the machines that run the tests are small and busy: never fail a property test on speed
+settings.register_profile("tensorverbs", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tensorverbs")
 
 _steps = itertools.count(1000)
 

@@ -28,6 +28,7 @@ class Code(enum.IntEnum):
     INTERNAL = 13
     UNAVAILABLE = 14
     DATA_LOSS = 15
+    UNAUTHENTICATED = 16
 
 
 class TensorverbsError(Exception):

@@ -8,6 +8,7 @@ arrays of ``bytes`` (``str`` is sent UTF-8 encoded, as TensorFlow stores strings
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,7 +88,7 @@ class TensorMeta:
         if len(self.shape) > MAX_RANK or any(d < 0 for d in self.shape):
             raise InvalidArgumentError(f"invalid tensor shape {self.shape}")
         if self.dmaable:
-            expected = int(np.prod(self.shape, dtype=np.int64)) * np_dtype.itemsize
+            expected = math.prod(self.shape) * np_dtype.itemsize
             if expected != self.nbytes:
                 raise InvalidArgumentError(
                     f"tensor of {np_dtype} {self.shape} has {expected} bytes, not {self.nbytes}")
@@ -144,7 +145,7 @@ def decode_proto(data: bytes | memoryview) -> np.ndarray:
         raise InvalidArgumentError(f"malformed TensorProto: {exc}") from None
     shape = tuple(d.size for d in proto.tensor_shape.dim)
     dtype = numpy_dtype(proto.dtype)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if dtype == object:
         if len(proto.string_val) != count:
             raise InvalidArgumentError(

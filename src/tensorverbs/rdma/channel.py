@@ -15,7 +15,7 @@ from ..cluster import TaskName
 from ..errors import TensorverbsError, UnavailableError
 from ..verbs import SGE, QPEndpoint, QPState, QueuePair, RecvWR, SendWR, WrOpcode
 from .message_buffer import RxMessageBuffer, TxMessageBuffer, ack
-from .messages import MAX_REQUEST_INDEX, MessageError, RdmaMessage
+from .messages import MAX_REQUEST_INDEX, MessageError, MessageType, RdmaMessage
 
 if TYPE_CHECKING:
     from .adapter import RdmaAdapter
@@ -88,12 +88,19 @@ class RdmaChannel:
         self._on_message(self, msg)
 
     def _bad_message(self, exc: MessageError) -> None:
+        """A malformed message fails the one request it names, else the whole channel."""
         log.warning("%s: %s", self, exc.message)
-        target = self.requests.get(exc.request_index) if exc.request_index is not None else None
-        if target is not None:
-            target.fail(exc)
-        else:
-            self.fail(exc)
+        index, mtype = exc.request_index, exc.message_type
+        if mtype in (MessageType.META_DATA_RESPONSE, MessageType.ERROR_STATUS):
+            request = self.requests.get(index)
+            if request is not None:
+                request.finish(error=exc)  # the sender sends nothing more for it
+                return
+        elif mtype is not None and index not in self.responses:
+            self.send_message(RdmaMessage(MessageType.ERROR_STATUS, index, step_id=0,
+                                          error_code=exc.code, error_message=exc.message))
+            return
+        self.fail(exc)
 
     def repost_recv(self, index: int) -> None:
         self.qp.post_recv(RecvWR(index))

@@ -52,11 +52,14 @@ MAX_ERROR_BYTES = SLOT_BYTES - HEADER_BYTES
 
 
 class MessageError(InternalError):
-    """A malformed message; ``request_index`` is set when the message could be attributed."""
+    """A malformed message. ``request_index`` and ``message_type`` are set when the message
+    could be attributed to one request (its index and type were readable)."""
 
-    def __init__(self, message: str, request_index: int | None = None) -> None:
+    def __init__(self, message: str, request_index: int | None = None,
+                 message_type: "MessageType | None" = None) -> None:
         super().__init__(message)
         self.request_index = request_index
+        self.message_type = message_type
 
 
 @dataclass(slots=True)
@@ -109,32 +112,36 @@ def decode(data: memoryview | bytes) -> RdmaMessage:
     (mtype, name_size, name, step_id, index, addr, rkey, is_dead, dtype, rank,
      *rest) = _HEAD.unpack_from(data, 0)
     dims, nbytes, error_size = rest[:MAX_RANK], rest[MAX_RANK], rest[MAX_RANK + 1]
-    attributed = index if index <= MAX_REQUEST_INDEX else None
+    known = mtype in MessageType._value2member_map_ and index <= MAX_REQUEST_INDEX
 
     def bad(why: str) -> MessageError:
-        return MessageError(f"bad {_type_name(mtype)} message: {why}", attributed)
+        return MessageError(f"bad {_type_name(mtype)} message: {why}",
+                            index if known else None, MessageType(mtype) if known else None)
 
     if index > MAX_REQUEST_INDEX:
         raise bad(f"request index {index:#x} is out of range")
-    try:
-        mtype = MessageType(mtype)
-    except ValueError:
-        raise bad("unknown type") from None
+    if mtype not in MessageType._value2member_map_:
+        raise bad("unknown type")
+    mtype = MessageType(mtype)
     if name_size > NAME_BYTES:
         raise bad(f"name_size {name_size} > {NAME_BYTES}")
     try:
         text = name[:name_size].decode()
     except UnicodeDecodeError:
         raise bad("tensor name is not UTF-8") from None
+    if any(name[name_size:]):
+        raise bad("bytes after the tensor name")
     if is_dead > 1 or rank > MAX_RANK:
         raise bad(f"is_dead={is_dead}, rank={rank}")
+    if any(dims[rank:]):
+        raise bad("dimensions beyond the rank")
     meta = None
     if dtype != 0:
         try:
             numpy_dtype(dtype)
         except TensorverbsError:
             raise bad(f"unknown data_type {dtype}") from None
-        if any(d < 0 for d in dims[:rank]) or any(dims[rank:]):
+        if any(d < 0 for d in dims[:rank]):
             raise bad(f"invalid shape {dims[:rank]}")
         meta = TensorMeta(dtype, tuple(dims[:rank]), bool(is_dead), nbytes)
         if meta.dmaable:
@@ -149,8 +156,10 @@ def decode(data: memoryview | bytes) -> RdmaMessage:
     if mtype == MessageType.META_DATA_RESPONSE and meta is None:
         raise bad("no meta-data")
     code, message = 0, ""
+    if len(data) != HEADER_BYTES + error_size:
+        raise bad(f"{len(data)} bytes for a message of {HEADER_BYTES + error_size}")
     if error_size:
-        if mtype != MessageType.ERROR_STATUS or error_size > min(MAX_ERROR_BYTES, len(data) - HEADER_BYTES):
+        if mtype != MessageType.ERROR_STATUS or error_size > MAX_ERROR_BYTES:
             raise bad(f"error_status of {error_size} bytes")
         try:
             status = pb.ErrorStatus.FromString(bytes(data[HEADER_BYTES:HEADER_BYTES + error_size]))

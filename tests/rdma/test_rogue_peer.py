@@ -1,0 +1,143 @@
+"""A real grpc+verbs server facing a hand-written peer that sends it malformed, mutated
+or lying messages: every bad message is rejected (an ERROR_STATUS for the request it
+names, or the channel dropped), the server never crashes or hangs, and lies about the
+data become DataLossError on the receiving side."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tensorverbs as tv
+from tensorverbs.cluster import parse_task
+from tensorverbs.local_cluster import TaskProcess, cluster_spec
+from tensorverbs.rdma.messages import (
+    SLOT_BYTES, MessageError, MessageType, RdmaMessage, decode, encode_into,
+)
+from tensorverbs.tensor import TensorMeta
+from tensorverbs.verbs.config import RdmaConfig
+
+from rogue import RoguePeer
+
+ENV = {"TENSORVERBS_PROVIDER": "soft"}
+PS, W0, W1 = "/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"
+
+
+@pytest.fixture(scope="module")
+def rogue_cluster():
+    """ps: a real server (child process); worker 0: the rogue; worker 1: a real server."""
+    cluster = cluster_spec({"ps": 1, "worker": 2})
+    ps = TaskProcess(cluster, "ps", 0, "grpc+verbs", ENV)
+    rogue = RoguePeer(parse_task(W0), cluster["worker"][0])
+    worker = tv.Server(cluster, "worker", 1, "grpc+verbs", config=RdmaConfig.from_env(ENV))
+    rogue.connect_to(cluster["ps"][0])
+    yield cluster, ps, rogue, worker
+    worker.stop()
+    rogue.close()
+    ps.stop()
+
+
+def _request(index: int) -> bytes:
+    buf = bytearray(SLOT_BYTES)
+    n = encode_into(RdmaMessage(MessageType.TENSOR_REQUEST, index, "fuzzed", 7,
+                                meta=TensorMeta(1, (4,), False, 16)), memoryview(buf))
+    return bytes(buf[:n])
+
+
+@settings(max_examples=40)
+@given(st.one_of(
+    st.binary(min_size=1, max_size=SLOT_BYTES),
+    st.tuples(st.integers(0, 10_000), st.lists(st.tuples(st.integers(0, 816), st.integers(0, 255)),
+                                               min_size=1, max_size=4)),
+))
+def test_bad_messages_are_rejected(rogue_cluster, case):
+    cluster, ps, rogue, worker = rogue_cluster
+    if isinstance(case, bytes):
+        data = case
+    else:
+        index, flips = case
+        raw = bytearray(_request(index))
+        for pos, value in flips:
+            raw[pos] = value
+        data = bytes(raw)
+    try:
+        decode(data)
+        return  # still a well-formed request: nothing to reject
+    except MessageError as exc:
+        expected = exc
+    if not rogue.write_raw(data):
+        rogue.connect_to(cluster["ps"][0])
+        return
+    if expected.message_type in (MessageType.TENSOR_REQUEST, MessageType.TENSOR_RE_REQUEST,
+                                 MessageType.CANCEL, MessageType.RELEASE):
+        answer = rogue.receive()
+        assert answer.type == MessageType.ERROR_STATUS
+        assert answer.request_index == expected.request_index
+        assert answer.error_code == tv.Code.INTERNAL
+    else:
+        assert rogue.broken(), "an unattributable bad message must drop the channel"
+        rogue.connect_to(cluster["ps"][0])
+
+
+def test_server_survives_the_fuzzing(rogue_cluster, step):
+    cluster, ps, rogue, worker = rogue_cluster
+    ps.send("after", np.arange(10.0), to=W1, step_id=step)
+    assert worker.recv("after", source=PS, step_id=step, timeout=30).tolist() == list(np.arange(10.0))
+
+
+@pytest.fixture
+def lying_sender(step):
+    """A real worker (validating data) receiving from a rogue ps."""
+    cluster = cluster_spec({"ps": 1, "worker": 1})
+    rogue = RoguePeer(parse_task(PS), cluster["ps"][0])
+    env = dict(ENV, RDMA_VERBS_VALIDATE="1")
+    worker = tv.Server(cluster, "worker", 0, "grpc+verbs", config=RdmaConfig.from_env(env))
+    yield rogue, worker
+    worker.stop()
+    rogue.close()
+
+
+def _serve(rogue: RoguePeer, payload: bytes, claimed: TensorMeta, checksum: int, written: int):
+    request = rogue.receive()
+    assert request.type == MessageType.TENSOR_REQUEST and request.name == "t"
+    rogue.send(RdmaMessage(MessageType.META_DATA_RESPONSE, request.request_index, "t",
+                           request.step_id, remote_addr=checksum, meta=claimed))
+    re_request = rogue.receive()
+    assert re_request.type == MessageType.TENSOR_RE_REQUEST
+    rogue.write_tensor(payload[:written], re_request.remote_addr, re_request.rkey,
+                       re_request.request_index)
+
+
+def test_checksum_mismatch_is_data_loss(lying_sender, step):
+    import zlib
+
+    rogue, worker = lying_sender
+    payload = np.arange(4, dtype=np.float32).tobytes()
+    meta = TensorMeta(1, (4,), False, 16)
+    fut = worker.recv_async("t", source=PS, step_id=step, timeout=30)
+    _serve(rogue, payload, meta, zlib.crc32(payload) ^ 1, 16)
+    with pytest.raises(tv.DataLossError, match="checksum"):
+        fut.result(30)
+    fut = worker.recv_async("t", source=PS, step_id=step + 1, timeout=30)
+    _serve(rogue, payload, meta, zlib.crc32(payload), 16)  # an honest one passes
+    assert fut.result(30).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_short_write_is_data_loss(lying_sender, step):
+    rogue, worker = lying_sender
+    payload = bytes(range(16))
+    fut = worker.recv_async("t", source=PS, step_id=step, timeout=30)
+    _serve(rogue, payload, TensorMeta(4, (16,), False, 16), 0, 8)
+    with pytest.raises(tv.DataLossError, match="8 bytes arrived, 16 expected"):
+        fut.result(30)
+
+
+def test_sender_error_status_is_raised_with_its_code(lying_sender, step):
+    rogue, worker = lying_sender
+    fut = worker.recv_async("t", source=PS, step_id=step, timeout=30)
+    request = rogue.receive()
+    rogue.send(RdmaMessage(MessageType.ERROR_STATUS, request.request_index, "t", request.step_id,
+                           error_code=tv.Code.RESOURCE_EXHAUSTED, error_message="out of tensors"))
+    with pytest.raises(tv.ResourceExhaustedError, match="out of tensors"):
+        fut.result(30)
