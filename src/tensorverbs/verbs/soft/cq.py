@@ -23,18 +23,22 @@ class SoftCQ(CompletionQueue):
 
     def deliver(self, wcs: Iterable[WorkCompletion]) -> None:
         """Add completions (from any thread) and wake whoever waits for them."""
-        with self.engine.cond:
-            self._entries.extend(wcs)
+        self._entries.extend(wcs)
         self.engine.notify()
 
     def _ready(self) -> bool:
         return bool(self._entries or self._synthetic or self._woken or self.closed)
 
     def _take(self, max_entries: int) -> list[WorkCompletion]:
-        with self.engine.cond:
-            self._woken = False
-            n = min(max_entries, len(self._entries))
-            return [self._entries.popleft() for _ in range(n)]
+        self._woken = False
+        out: list[WorkCompletion] = []
+        entries = self._entries
+        try:
+            while len(out) < max_entries:
+                out.append(entries.popleft())
+        except IndexError:  # drained (by this or a concurrent taker)
+            pass
+        return out
 
     def _poll(self, max_entries: int) -> list[WorkCompletion]:
         if not self._entries:
@@ -47,8 +51,7 @@ class SoftCQ(CompletionQueue):
         return wcs + self._take(max_entries - len(wcs))
 
     def wake(self) -> None:
-        with self.engine.cond:
-            self._woken = True
+        self._woken = True
         self.engine.notify()
 
     def _close(self) -> None:

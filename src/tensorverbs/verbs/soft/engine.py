@@ -4,8 +4,9 @@
 One thread at a time drives: it takes the drive lock, waits in ``epoll`` on the
 context's sockets and a wake eventfd, and handles what is ready (reads payloads into
 place, answers requests, pushes queued bytes, delivers completions). Other waiting
-threads sleep on a condition variable that every delivery and every hand-over of the
-drive lock notifies, so one of them takes over when the driver returns. Work that must
+threads sleep on a condition variable that deliveries and the hand-over of the drive
+lock notify (only when someone sleeps there: the common single-waiter case takes no
+condition at all), so one of them takes over when the driver returns. Work that must
 run without the caller's locks held (error transitions, closing sockets) is deferred to
 the driver, which runs it between passes; work that should wait for a chance to ride on
 other traffic (acknowledgements) runs just before the driver blocks.
@@ -44,8 +45,8 @@ class Engine:
         self._watchers: dict[int, Watcher] = {}
         self._drive = threading.Lock()
         self._driver: int | None = None
-        #: guards every completion queue of the context; notified on each delivery
-        self.cond = threading.Condition(threading.Lock())
+        self._cond = threading.Condition(threading.Lock())
+        self._sleepers = 0  # threads waiting on _cond for the driver
         self._deferred: collections.deque[Callable[[], None]] = collections.deque()
         self._idle: collections.deque[Callable[[], None]] = collections.deque()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
@@ -85,7 +86,7 @@ class Engine:
         self._wake()
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        with self.cond:
+        with self._cond:
             heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), fn))
         self._wake()
 
@@ -104,17 +105,17 @@ class Engine:
     def _fire_timers(self) -> None:
         if self._timers:
             now = time.monotonic()
-            with self.cond:
+            with self._cond:
                 while self._timers and self._timers[0][0] <= now:
                     self._deferred.append(heapq.heappop(self._timers)[2])
 
     # -- driving -------------------------------------------------------------------------
     def notify(self) -> None:
         """Completions were delivered: wake the threads that wait for them."""
-        with self.cond:
-            self.cond.notify_all()
-        if self._driver is not None and self._driver != threading.get_ident():
-            self._wake()
+        if self._sleepers:
+            with self._cond:
+                self._cond.notify_all()
+        self._wake()
 
     def _wake(self) -> None:
         if self._driver is not None and self._driver != threading.get_ident():
@@ -148,9 +149,13 @@ class Engine:
                 finally:
                     self._release()
                 return
-            with self.cond:
-                if not ready() and self._drive.locked():
-                    self.cond.wait(remaining)
+            with self._cond:
+                self._sleepers += 1
+                try:
+                    if not ready() and self._drive.locked():
+                        self._cond.wait(remaining)
+                finally:
+                    self._sleepers -= 1
 
     def _drive_until(self, ready: Callable[[], bool], deadline: float | None) -> None:
         while True:
@@ -169,10 +174,11 @@ class Engine:
             self._pass(timeout)
 
     def _release(self) -> None:
-        with self.cond:
-            self._driver = None
-            self._drive.release()
-            self.cond.notify_all()
+        self._driver = None
+        self._drive.release()
+        if self._sleepers:
+            with self._cond:
+                self._cond.notify_all()
 
     def _pass(self, timeout: float) -> None:
         try:
@@ -197,8 +203,8 @@ class Engine:
     def close(self) -> None:
         """Stop: run what is deferred (closing sockets) and free the epoll set."""
         self.closed = True
-        with self.cond:
-            self.cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
         self._wake()
         with self._drive:
             self._run_deferred()

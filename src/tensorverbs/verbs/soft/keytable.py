@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...errors import ResourceExhaustedError
 from .segments import PeerMapping, Segment
@@ -23,20 +23,17 @@ _ENTRY_SIZE = 64
 _RKEY = struct.Struct("<I")
 
 
-@dataclass(slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One registered region as a peer sees it."""
 
     rkey: int
     access: int
     seg_fd: int
+    pad: int
     seg_inode: int
     seg_offset: int
     addr: int
     length: int
-
-    def covers(self, addr: int, length: int) -> bool:
-        return self.addr <= addr and addr + length <= self.addr + self.length
 
 
 class KeyTable:
@@ -80,11 +77,10 @@ class KeyTableView:
         off = (rkey & SLOT_MASK) * _ENTRY_SIZE
         if rkey == 0 or off + _ENTRY_SIZE > len(self._map):
             return None
-        key, access, fd, _pad, inode, seg_offset, addr, length = _ENTRY.unpack_from(self._map, off)
-        entry = Entry(key, access, fd, inode, seg_offset, addr, length)
-        if entry.rkey != rkey or _RKEY.unpack_from(self._map, off)[0] != rkey:
+        fields = _ENTRY.unpack_from(self._map, off)
+        if fields[0] != rkey or _RKEY.unpack_from(self._map, off)[0] != rkey:
             return None
-        return entry
+        return Entry._make(fields)
 
     def close(self) -> None:
         self._mapping.close()

@@ -32,7 +32,7 @@ class PeerMemory:
         entry = self.table.lookup(rkey)
         if entry is None:
             raise RemoteAccessError(f"rkey {rkey:#x} is not registered at the peer")
-        if not entry.covers(addr, length):
+        if not (entry.addr <= addr and addr + length <= entry.addr + entry.length):
             raise RemoteAccessError(
                 f"[{addr:#x}, +{length}) is outside the region of rkey {rkey:#x} "
                 f"([{entry.addr:#x}, +{entry.length}))")

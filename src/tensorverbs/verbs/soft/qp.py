@@ -45,6 +45,8 @@ _memmove = ctypes.memmove
 _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = (int(a) for a in (
     Access.LOCAL_WRITE, Access.REMOTE_WRITE, Access.REMOTE_READ))
 _REQUESTS = (Op.WRITE, Op.SEND, Op.READ_REQ, Op.IMM)
+_WITH_IMM = (WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.SEND_WITH_IMM)
+_SENDS = (WrOpcode.SEND, WrOpcode.SEND_WITH_IMM)
 
 
 class _VerbsError(Exception):
@@ -226,38 +228,36 @@ class SoftQP(QueuePair):
 
     def _execute(self, wr: SendWR, op: _Op) -> None:
         code = wr.opcode
-        if code == WrOpcode.RDMA_READ:
-            local = self._gather(wr.sg_list, _LOCAL_WRITE)
-            op.byte_len = n = sum(len(v) for _, v in local)
-            src = self._peer_address(wr.rkey, wr.remote_addr, n, _REMOTE_READ)
-            if src is None:
-                op.sinks = [v for _, v in local]
-                self._request(op, Op.READ_REQ, (), rkey=wr.rkey, addr=wr.remote_addr, length=n)
-            else:
-                for addr, view in local:
-                    _memmove(addr, src, len(view))
-                    src += len(view)
-                op.finish()
-            return
         if code not in WC_OF_WR:
             raise _VerbsError(WcStatus.LOC_QP_OP_ERR, f"unknown opcode {code!r}")
-        local = self._gather(wr.sg_list, 0)
-        op.byte_len = n = sum(len(v) for _, v in local)
-        with_imm = code in (WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.SEND_WITH_IMM)
-        fields = dict(flags=F_IMM if with_imm else 0, imm=wr.imm_data, length=n)
-        if code in (WrOpcode.SEND, WrOpcode.SEND_WITH_IMM):
-            self._request(op, Op.SEND, [v for _, v in local], **fields)
+        is_read = code == WrOpcode.RDMA_READ
+        local = self._gather(wr.sg_list, _LOCAL_WRITE if is_read else 0)
+        n = 0
+        for _, view in local:
+            n += len(view)
+        op.byte_len = n
+        flags = F_IMM if code in _WITH_IMM else 0
+        if code in _SENDS:
+            self._request(op, Op.SEND, [v for _, v in local], flags, wr.imm_data, 0, 0, n)
             return
-        dst = self._peer_address(wr.rkey, wr.remote_addr, n, _REMOTE_WRITE)
-        if dst is None:
-            self._request(op, Op.WRITE, [v for _, v in local], rkey=wr.rkey,
-                          addr=wr.remote_addr, **fields)
+        remote = self._peer_address(wr.rkey, wr.remote_addr, n,
+                                    _REMOTE_READ if is_read else _REMOTE_WRITE)
+        if remote is None:  # through the stream
+            if is_read:
+                op.sinks = [v for _, v in local]
+                self._request(op, Op.READ_REQ, (), 0, 0, wr.rkey, wr.remote_addr, n)
+            else:
+                self._request(op, Op.WRITE, [v for _, v in local], flags, wr.imm_data, wr.rkey,
+                              wr.remote_addr, n)
             return
-        for addr, view in local:
-            _memmove(dst, addr, len(view))
-            dst += len(view)
-        if with_imm:
-            self._request(op, Op.IMM, (), **fields)
+        for addr, view in local:  # straight through shared memory
+            if is_read:
+                _memmove(addr, remote, len(view))
+            else:
+                _memmove(remote, addr, len(view))
+            remote += len(view)
+        if flags:
+            self._request(op, Op.IMM, (), flags, wr.imm_data, 0, 0, n)
         else:
             op.finish()
 
@@ -278,10 +278,12 @@ class SoftQP(QueuePair):
         except RemoteAccessError as exc:
             raise _VerbsError(WcStatus.REM_ACCESS_ERR, str(exc)) from None
 
-    def _request(self, op: _Op, code: Op, payload: Sequence[memoryview], **fields: int) -> None:
+    def _request(self, op: _Op, code: Op, payload: Sequence[memoryview], flags: int, imm: int,
+                 rkey: int, addr: int, length: int) -> None:
         self._seq += 1
         self._by_seq[self._seq] = op
-        self._send([frame(code, seq=self._seq, ack=self._ack_field(), **fields), *payload])
+        self._send([frame(code, 0, flags, imm, self._seq, self._ack_field(), rkey, addr, length),
+                    *payload])
 
     def _send(self, parts: list) -> None:
         """Send frames (under the lock); before the dial they wait."""

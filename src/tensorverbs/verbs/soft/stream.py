@@ -90,7 +90,9 @@ class Stream:
     # -- receive -------------------------------------------------------------------------
     def receive(self) -> bool:
         """Read and dispatch what the socket holds. False at the end of the stream.
-        Raises OSError when the connection is broken."""
+        Raises OSError when the connection is broken. A read shorter than asked for
+        drained the socket, so it ends the call without a read that would fail (the
+        socket is level-triggered: more data makes it readable again)."""
         try:
             while True:
                 if self._sinks and self._head == self._tail:
@@ -100,18 +102,21 @@ class Stream:
                         return False
                     if n < len(view):
                         self._sinks[0] = view[n:]
-                    else:
-                        self._sinks.popleft()
-                        if not self._sinks:
-                            self._finish()
+                        return True
+                    self._sinks.popleft()
+                    if not self._sinks:
+                        self._finish()
                     continue
                 if self._tail == len(self._rx):
                     self._compact()
+                want = len(self._rx) - self._tail
                 n = self.sock.recv_into(self._rxv[self._tail:])
                 if n == 0:
                     return False
                 self._tail += n
                 self._dispatch()
+                if n < want:
+                    return True
         except (BlockingIOError, InterruptedError):
             return True
 

@@ -56,7 +56,7 @@ class Header(NamedTuple):
 _WITH_PAYLOAD = frozenset((Op.HELLO, Op.WRITE, Op.SEND, Op.READ_RESP, Op.NAK))
 
 
-def frame(op: Op, *, status: int = 0, flags: int = 0, imm: int = 0, seq: int = 0, ack: int = 0,
+def frame(op: Op, status: int = 0, flags: int = 0, imm: int = 0, seq: int = 0, ack: int = 0,
           rkey: int = 0, addr: int = 0, length: int = 0) -> bytes:
     """A frame header; ``length`` payload bytes follow it."""
     return HEADER.pack(op, status, flags, imm, seq, ack, rkey, 0, addr, length)
