@@ -1,0 +1,124 @@
+"""The contenders of ``tensorverbs bench transfer``: a registry with availability checks.
+
+A contender is a module of this package with ``available(**options)`` (whether it can run
+here, and why not), ``link(**options)`` (what its two sides need to find each other,
+made by the parent), a ``Sink`` and a ``Source`` class (``None`` for a limit measured in
+one process). :meth:`Contender.start` puts each side in its own process.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..peer import Peer, close_all
+
+PACKAGE = __name__
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of moving a tensor (``kind="transport"``) or a limit to compare with."""
+
+    name: str
+    module: str
+    kind: str         # "transport" or "limit"
+    path: str         # "same-host", "tcp" or "in-process"
+    options: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def _module(self):
+        return importlib.import_module(f"{PACKAGE}.{self.module}")
+
+    def availability(self) -> tuple[bool, str]:
+        """(whether it can run here, what it is or why it cannot)."""
+        try:
+            return self._module.available(**self.options)
+        except Exception as exc:  # a broken optional dependency makes it unavailable
+            return False, f"{type(exc).__name__}: {exc}"
+
+    def start(self) -> "Pair":
+        """Start the two sides (each a process) and connect them."""
+        module = self._module
+        link = module.link(**self.options)
+        factory = f"{PACKAGE}.{self.module}:"
+        together = getattr(module, "START_TOGETHER", False)
+        peers: list[Peer] = []
+        try:
+            source = None
+            if module.Source is not None:
+                source = Peer(f"{self.name} source", factory + "Source", link, env=self.env,
+                              wait=not together, **self.options)
+                peers.append(source)
+            sink = Peer(f"{self.name} sink", factory + "Sink", link, env=self.env, wait=False,
+                        **self.options)
+            peers.append(sink)
+            for peer in peers:
+                if peer is sink or together:
+                    peer.result()
+        except BaseException:
+            close_all(peers)
+            raise
+        return Pair(self, source, sink)
+
+
+@dataclass
+class Pair:
+    """A started contender: its source and sink processes."""
+
+    contender: Contender
+    source: Peer | None
+    sink: Peer
+
+    @property
+    def passive(self) -> bool:
+        module = importlib.import_module(f"{PACKAGE}.{self.contender.module}")
+        return module.Source is None or module.Source.passive
+
+    def run(self, nbytes: int, count: int, step: int, verify: bool = False) -> dict:
+        """``count`` transfers of ``nbytes`` at steps ``step``.. (timed in the sink):
+        ``{"seconds": [...], "ok": bool | None}``."""
+        if self.source is not None:
+            if self.passive:
+                self.source.call("serve", nbytes, count, step)
+            else:
+                self.source.post("serve", nbytes, count, step)
+        out = self.sink.call("fetch", nbytes, count, step, verify)
+        if self.source is not None and not self.passive:
+            self.source.result()
+        return out
+
+    def close(self) -> None:
+        close_all([p for p in (self.source, self.sink) if p is not None])
+
+
+#: every contender, in the order of the report
+CONTENDERS: list[Contender] = [
+    Contender("grpc+verbs", "protocols", "transport", "same-host",
+              {"protocol": "grpc+verbs", "provider": "soft"},
+              {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_SAME_HOST": "auto"}),
+    Contender("grpc+verbs tcp", "protocols", "transport", "tcp",
+              {"protocol": "grpc+verbs", "provider": "soft"},
+              {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_SAME_HOST": "no"}),
+    Contender("grpc+verbs ibverbs", "protocols", "transport", "ibverbs",
+              {"protocol": "grpc+verbs", "provider": "ibverbs"}, {"TENSORVERBS_PROVIDER": "ibverbs"}),
+    Contender("grpc", "protocols", "transport", "tcp", {"protocol": "grpc"}),
+    Contender("tensorpipe", "tensorpipe", "transport", "same-host", env={"TP_SOCKET_IFNAME": "lo"}),
+    Contender("gloo", "gloo", "transport", "tcp", env={"GLOO_SOCKET_IFNAME": "lo"}),
+    Contender("memcpy", "memcpy", "limit", "in-process"),
+    Contender("raw unix", "sockets", "limit", "same-host", {"family": "unix"}),
+    Contender("raw tcp", "sockets", "limit", "tcp", {"family": "tcp"}),
+]
+
+
+def by_name(names: list[str] | None = None) -> list[Contender]:
+    """The contenders called ``names`` (all when None); ValueError for an unknown name."""
+    if names is None:
+        return list(CONTENDERS)
+    known = {c.name: c for c in CONTENDERS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown contender(s) {', '.join(unknown)}: expected "
+                         + ", ".join(known))
+    return [known[n] for n in names]

@@ -1,0 +1,55 @@
+"""tensorverbs itself: a :class:`tensorverbs.Server` on each side, the sink's ``recv``
+pulling what the source has ``send``-ed (passively) under one step id per transfer."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...local_cluster import cluster_spec
+from ...verbs import RdmaConfig, get_provider
+from .base import Payloads, Sink as BaseSink, Source as BaseSource
+
+JOB = "bench"
+SOURCE, SINK = f"/job:{JOB}/replica:0/task:0", f"/job:{JOB}/replica:0/task:1"
+TIMEOUT = 120.0
+
+
+def available(protocol: str, provider: str | None = None) -> tuple[bool, str]:
+    if provider is None:
+        return True, protocol
+    return get_provider(provider).availability()
+
+
+def link(protocol: str, provider: str | None = None) -> dict:
+    return {"cluster": cluster_spec({JOB: 2})}
+
+
+def _server(link: dict, task: int, protocol: str):
+    from ...server import Server
+
+    return Server(link["cluster"], JOB, task, protocol, config=RdmaConfig.from_env())
+
+
+class Source(BaseSource):
+    def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
+        self.server = _server(link, 0, protocol)
+        self.payloads = Payloads()
+
+    def serve(self, nbytes: int, count: int, step: int) -> None:
+        array = self.payloads.get(nbytes)
+        for i in range(count):
+            self.server.send("t", array, to=SINK, step_id=step + i)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+class Sink(BaseSink):
+    def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
+        super().__init__()
+        self.server = _server(link, 1, protocol)
+
+    def fetch_one(self, nbytes: int, step: int) -> Any:
+        return self.server.recv("t", source=SOURCE, step_id=step, timeout=TIMEOUT)
+
+    def close(self) -> None:
+        self.server.stop()

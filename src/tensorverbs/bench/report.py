@@ -1,0 +1,131 @@
+"""What the benchmarks show and keep: rich tables and progress, statistics, the machine,
+JSON results and matplotlib plots."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console()
+
+
+# ---------------------------------------------------------------------------- numbers
+def human_size(nbytes: int) -> str:
+    """``4096`` -> ``"4 KiB"``; sizes that are no whole unit stay in bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
+
+def summarize(samples: Sequence[float]) -> dict[str, float]:
+    """count, median, p25, p75, p99, min, max and mean of ``samples``."""
+    a = np.asarray(samples, dtype=np.float64)
+    p25, median, p75, p99 = np.percentile(a, [25, 50, 75, 99])
+    return {"count": int(a.size), "median": float(median), "p25": float(p25), "p75": float(p75),
+            "p99": float(p99), "min": float(a.min()), "max": float(a.max()), "mean": float(a.mean())}
+
+
+def mean_ci(samples: Sequence[float]) -> tuple[float, float]:
+    """(mean, 1.96 standard deviations) of ``samples`` (0 for a single sample)."""
+    mean = statistics.fmean(samples)
+    return mean, 1.96 * statistics.stdev(samples) if len(samples) > 1 else 0.0
+
+
+# ---------------------------------------------------------------------------- terminal
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+          caption: str | None = None) -> Table:
+    """A table whose first column is left-aligned and the others right-aligned."""
+    t = Table(title=title, caption=caption)
+    for i, column in enumerate(columns):
+        t.add_column(column, justify="left" if i == 0 else "right")
+    for row in rows:
+        t.add_row(*(str(cell) for cell in row))
+    return t
+
+
+def progress() -> Progress:
+    """A progress bar with a description, a count and the time elapsed."""
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+
+
+def goal_rows(goals: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """Rows of a goals table: the goal, the figure measured, met or not."""
+    return [[g["goal"], g["measured"], "[green]met[/]" if g["met"] else "[red]missed[/]"]
+            for g in goals]
+
+
+# ---------------------------------------------------------------------------- files
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    info: dict[str, Any] = {
+        "system": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        if models:
+            info["cpu"] = models[0]
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            info["memory_gib"] = round(int(f.readline().split()[1]) / (1 << 20), 1)
+    except OSError:
+        pass
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch"] = torch.__version__
+    return info
+
+
+def write_json(path: str, result: Mapping[str, Any], argv: Sequence[str]) -> None:
+    """``result`` with the command line, the time and the machine, as JSON at ``path``."""
+    data = {"command": " ".join(["tensorverbs", "bench", *argv]),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), **result}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+
+
+def plot(path: str, title: str, xlabel: str, ylabel: str,
+         series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, log: bool = False,
+         errors: Mapping[str, Sequence[float]] | None = None,
+         dashed: Iterable[str] = (), xticks: Mapping[float, str] | None = None) -> None:
+    """Lines ``label -> (xs, ys)`` (with error bars from ``errors``), as a PNG at ``path``.
+    ``log`` makes both axes logarithmic; labels in ``dashed`` are drawn dashed (limits)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dashed = set(dashed)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    for label, (xs, ys) in series.items():
+        style = "--" if label in dashed else "-"
+        yerr = (errors or {}).get(label)
+        ax.errorbar(xs, ys, yerr=yerr, fmt=style + "o", markersize=3, capsize=3, label=label)
+    if log:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+    if xticks:
+        ax.set_xticks(list(xticks), list(xticks.values()), rotation=45)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
