@@ -163,7 +163,7 @@ def test_malformed_or_unknown_task_names(pair, name):
 
 
 def test_bad_tensor_names(pair):
-    for name in ["a;b", "", "x" * 513]:
+    for name in ["a;b", "", "x" * 513, "\ud800", "\u00e9" * 257]:
         with pytest.raises(tv.InvalidArgumentError):
             pair.worker.send(name, np.zeros(1), to=pair.PS)
 

@@ -73,6 +73,8 @@ class RdmaTensorResponse:
             if rv.read_mode or rv.validate or source.meta != self.request.meta or \
                     (source.nbytes and not self.request.rkey):
                 self.state = _State.WAITING_RE_REQUEST
+                if rv.read_mode:
+                    self._count_sent()
                 self.channel.send_message(RdmaMessage(
                     MessageType.META_DATA_RESPONSE, self.index, self.request.name,
                     self.request.step_id, rkey=source.rkey if rv.read_mode else 0, meta=source.meta,
@@ -89,32 +91,32 @@ class RdmaTensorResponse:
     def _write(self, remote_addr: int, rkey: int) -> None:
         self.state = _State.WRITING
         source = self.source
-        self.channel.post_transfer(WrOpcode.RDMA_WRITE_WITH_IMM, source.addr, source.lkey,
-                                   source.nbytes, remote_addr, rkey,
-                                   wr_id(WorkKind.TENSOR_WRITE, self.index), imm=self.index)
+        self._count_sent()
         counters = self.rendezvous.rt.counters
         counters.add("rdma_writes")
         counters.add("bytes_written", source.nbytes)
+        self.channel.post_transfer(WrOpcode.RDMA_WRITE_WITH_IMM, source.addr, source.lkey,
+                                   source.nbytes, remote_addr, rkey,
+                                   wr_id(WorkKind.TENSOR_WRITE, self.index), imm=self.index)
+
+    def _count_sent(self) -> None:
+        """The tensor is handed to the transport (counted before the peer can see it)."""
+        counters = self.rendezvous.rt.counters
+        counters.add("tensors_sent")
+        counters.add("bytes_sent", self.source.nbytes)
 
     def written(self) -> None:
         """The write completed: the tensor is in the requester's result."""
         with self._lock:
             if self.state == _State.WRITING:
-                self._sent()
+                self._finish()
 
     def released(self) -> None:
         """RELEASE (read mode): the requester has read the tensor."""
         with self._lock:
             if self.state == _State.WAITING_RE_REQUEST:
                 self.value = None  # delivered: nothing to give back
-                self._sent()
-
-    def _sent(self) -> None:
-        nbytes = self.source.nbytes if self.source else 0
-        self._finish()
-        counters = self.rendezvous.rt.counters
-        counters.add("tensors_sent")
-        counters.add("bytes_sent", nbytes)
+                self._finish()
 
     def cancel(self) -> None:
         """The requester cancelled: unless the tensor is on its way (or, in read mode, being

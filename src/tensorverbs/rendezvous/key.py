@@ -19,10 +19,12 @@ _FRAME_ITER = re.compile(r"^(\d+):(\d+)$")
 
 def check_name(name: str) -> str:
     """A tensor name: 1-512 characters (UTF-8 bytes at most 512), no ';'."""
-    if not isinstance(name, str) or not _NAME.match(name) or len(name.encode()) > 512:
-        raise InvalidArgumentError(
-            f"invalid tensor name {name!r}: 1 to 512 bytes of UTF-8, without ';'")
-    return name
+    try:
+        if isinstance(name, str) and _NAME.match(name) and len(name.encode()) <= 512:
+            return name
+    except UnicodeEncodeError:
+        pass
+    raise InvalidArgumentError(f"invalid tensor name {name!r}: 1 to 512 bytes of UTF-8, without ';'")
 
 
 @dataclass(frozen=True, slots=True)

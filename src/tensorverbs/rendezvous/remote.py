@@ -152,16 +152,22 @@ class RemoteRendezvous(abc.ABC):
 
     def complete(self, call: RecvCall, value: Value, nbytes: int | None = None) -> None:
         """Deliver ``value`` to ``call``'s caller on its device. ``nbytes`` (the bytes that
-        crossed the network) counts it as received from a peer. If the caller gave up,
-        the value waits for the next recv of the same key and step."""
+        crossed the network) counts it as received from a peer. If the caller gave up, the
+        value goes to another recv of the same key and step in flight (whose own request
+        is then withdrawn), or waits for the next one."""
         if nbytes is not None:
             self.rt.counters.add("tensors_received")
             self.rt.counters.add("bytes_received", nbytes)
         if call.future.done():
             with self._lock:
-                if self.rt.table.aborted(call.step_id) is None:
-                    self._late.setdefault(call.match, collections.deque()).append((value, nbytes))
-            return
+                other = next(((c, op) for c, op in self._ops.values()
+                              if c.match == call.match and not c.future.done()), None)
+                if other is None:
+                    if self.rt.table.aborted(call.step_id) is None:
+                        self._late.setdefault(call.match, collections.deque()).append((value, nbytes))
+                    return
+            call, op = other
+            op.cancel()
         result = mark_dead(value.array) if value.is_dead else value.array
         if call.device is not HOST:
             result = call.device.from_host(value.array)
