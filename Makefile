@@ -4,13 +4,16 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# torch is optional (AlexNet compute, torch contenders, GPU tensors); TORCH= skips it.
+# Pinned: an unpinned torch pulls a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
 
 .PHONY: demo test install rxe-lane clean
 
 $(BIN)/tensorverbs: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench]' $(TORCH)
 	touch $@
 
 install: $(BIN)/tensorverbs
