@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-console = Console()
+#: the terminal; written to a file or a pipe, lines are 120 characters wide
+console = Console(width=None if sys.stdout.isatty() else 120)
 
 
 # ---------------------------------------------------------------------------- numbers

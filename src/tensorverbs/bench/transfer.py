@@ -44,20 +44,25 @@ def transfers_per_round(nbytes: int, budget: int, most: int) -> int:
 
 
 def start(contenders: list[Contender], note: Callable[[str], None]) -> tuple[list[Pair], dict]:
-    """Start every available contender; returns the pairs and each contender's status."""
-    pairs, status = [], {}
+    """Start every available contender (all at once); returns the pairs that came up and
+    each contender's status."""
+    launched, status = [], {}
     for contender in contenders:
         ok, about = contender.availability()
         status[contender.name] = {"kind": contender.kind, "path": contender.path,
                                   "available": ok, "about": about}
-        if not ok:
+        if ok:
+            launched.append(contender.start())
+        else:
             note(f"skipping {contender.name}: {about}")
-            continue
+    pairs = []
+    for pair in launched:
         try:
-            pairs.append(contender.start())
+            pair.connect()
+            pairs.append(pair)
         except PeerError as exc:
-            status[contender.name].update(available=False, about=f"failed to start: {exc}")
-            note(f"[red]{contender.name} failed to start[/]: {exc}")
+            status[pair.contender.name].update(available=False, about=f"failed to start: {exc}")
+            note(f"[red]{pair.contender.name} failed to start[/]: {exc}")
     return pairs, status
 
 

@@ -39,37 +39,43 @@ class Contender:
             return False, f"{type(exc).__name__}: {exc}"
 
     def start(self) -> "Pair":
-        """Start the two sides (each a process) and connect them."""
+        """Start the two sides (each a process); :meth:`Pair.connect` waits for them."""
         module = self._module
         link = module.link(**self.options)
         factory = f"{PACKAGE}.{self.module}:"
-        together = getattr(module, "START_TOGETHER", False)
-        peers: list[Peer] = []
-        try:
-            source = None
-            if module.Source is not None:
-                source = Peer(f"{self.name} source", factory + "Source", link, env=self.env,
-                              wait=not together, **self.options)
-                peers.append(source)
-            sink = Peer(f"{self.name} sink", factory + "Sink", link, env=self.env, wait=False,
-                        **self.options)
-            peers.append(sink)
-            for peer in peers:
-                if peer is sink or together:
-                    peer.result()
-        except BaseException:
-            close_all(peers)
-            raise
-        return Pair(self, source, sink)
+        source = None
+        if module.Source is not None:
+            source = Peer(f"{self.name} source", factory + "Source", link, env=self.env,
+                          wait=False, **self.options)
+        sink = None if source is not None and not getattr(module, "START_TOGETHER", False) else \
+            Peer(f"{self.name} sink", factory + "Sink", link, env=self.env, wait=False, **self.options)
+        return Pair(self, source, sink, link)
 
 
 @dataclass
 class Pair:
-    """A started contender: its source and sink processes."""
+    """A contender's source and sink processes."""
 
     contender: Contender
     source: Peer | None
-    sink: Peer
+    sink: Peer | None
+    link: dict
+
+    def connect(self) -> None:
+        """Wait until both sides are up (a sink that needs its source listening first is
+        started here); on failure both are stopped."""
+        c = self.contender
+        try:
+            if self.sink is None:
+                self.source.result()
+                self.sink = Peer(f"{c.name} sink", f"{PACKAGE}.{c.module}:Sink", self.link,
+                                 env=c.env, wait=False, **c.options)
+            elif self.source is not None:
+                self.source.result()
+            self.sink.result()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def passive(self) -> bool:
@@ -91,6 +97,7 @@ class Pair:
 
     def close(self) -> None:
         close_all([p for p in (self.source, self.sink) if p is not None])
+        self.source = self.sink = None
 
 
 #: every contender, in the order of the report

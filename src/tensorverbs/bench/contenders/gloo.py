@@ -3,6 +3,7 @@
 ``send``."""
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from .base import Payloads, Sink as BaseSink, Source as BaseSource
@@ -26,6 +27,9 @@ def available() -> tuple[bool, str]:
 
 def _init(rank: int, link: dict) -> None:
     import torch.distributed as dist
+
+    # torch warns about its own use of the gloo backend object on shutdown
+    warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
 
     dist.init_process_group("gloo", init_method=link["init_method"], rank=rank, world_size=2)
 

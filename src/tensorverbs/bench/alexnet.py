@@ -1,0 +1,366 @@
+"""``tensorverbs bench alexnet``: synchronous data-parallel AlexNet training on a local
+cluster of one parameter server and N workers, each a process, per protocol.
+
+Every step, the ps sends the current weights to each worker (``send(name, w, to=worker,
+step_id=step)``); each worker receives them, computes the gradients of AlexNet on a
+random batch of 224x224 RGB images and sends them back; the ps receives every worker's
+gradients, applies SGD with their average (``w -= lr / N * g`` for each worker's g, in
+place) and goes on with the next step. ``--compute none`` skips the model math on both
+sides while tensors of the same shapes still move, so the step time is communication.
+
+For each worker count, the clusters of all protocols run side by side and take turns
+in blocks of steps, so that a noisy machine slows them alike. Steps are timed inside the
+processes.
+
+    tensorverbs bench alexnet --workers 2 --compute none --plot alexnet.png
+    tensorverbs bench alexnet --steps 300 --batch 24        # the paper's setting
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..local_cluster import cluster_spec
+from . import peer, report
+from .contenders import Contender, by_name
+from .model import IMAGE_SIZE, PARAMETER_SHAPES, PARAMETERS
+from .peer import Peer, PeerError, close_all
+
+PS = "/job:ps/replica:0/task:0"
+TIMEOUT = 600.0
+LEARNING_RATE = 0.01
+#: the protocols (contenders of ``bench transfer`` that are tensorverbs protocols) by default
+PROTOCOLS = ("grpc", "grpc+verbs")
+
+
+def worker_name(index: int) -> str:
+    return f"/job:worker/replica:0/task:{index}"
+
+
+def _threads(workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+class _Task:
+    """What the ps and the workers share: the server and the step loop's bookkeeping."""
+
+    def __init__(self, cluster: dict, job: str, index: int, protocol: str, compute: bool,
+                 workers: int) -> None:
+        from ..server import Server
+        from ..verbs import RdmaConfig
+
+        self.server = Server(cluster, job, index, protocol, config=RdmaConfig.from_env())
+        self.compute, self.workers = compute, workers
+        if compute:
+            import torch
+
+            torch.set_num_threads(_threads(workers))
+            torch.manual_seed(0)
+
+    def recv_all(self, prefix: str, source: str, step: int) -> list[Any]:
+        futures = [self.server.recv_async(prefix + name, source, step, TIMEOUT)
+                   for name, _ in PARAMETER_SHAPES]
+        return [f.result() for f in futures]
+
+    def send_all(self, prefix: str, arrays: list[np.ndarray], to: str, step: int) -> None:
+        for (name, _), array in zip(PARAMETER_SHAPES, arrays):
+            self.server.send(prefix + name, array, to, step)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+class ParameterServer(_Task):
+    """Holds the weights; each step publishes them and applies the workers' gradients."""
+
+    def __init__(self, cluster: dict, protocol: str, compute: bool, workers: int) -> None:
+        super().__init__(cluster, "ps", 0, protocol, compute, workers)
+        if compute:
+            from .model import alexnet
+
+            self.params = [p.detach() for p in alexnet().parameters()]
+            self.weights = [p.numpy() for p in self.params]
+        else:
+            rng = np.random.default_rng(0)
+            self.weights = [rng.standard_normal(shape, dtype=np.float32) for _, shape in PARAMETER_SHAPES]
+
+    def run(self, first: int, count: int) -> list[dict]:
+        """Steps ``first``.. ``first + count - 1``; per step its seconds, and of those the
+        wait for gradients and the update."""
+        records = []
+        for step in range(first, first + count):
+            start = time.perf_counter()
+            for w in range(self.workers):
+                self.send_all("w/", self.weights, worker_name(w), step)
+            grads = [self.recv_all("g/", worker_name(w), step) for w in range(self.workers)]
+            received = time.perf_counter()
+            if self.compute:
+                self._apply(grads)
+            del grads  # received buffers go back to the pool
+            self.server.cleanup_step(step)
+            end = time.perf_counter()
+            records.append({"step": step, "seconds": end - start, "update": end - received})
+            peer.report(step)
+        return records
+
+    def _apply(self, grads: list[list[np.ndarray]]) -> None:
+        import torch
+
+        scale = -LEARNING_RATE / self.workers
+        with torch.no_grad():
+            for i, param in enumerate(self.params):
+                for worker_grads in grads:
+                    param.add_(torch.from_numpy(worker_grads[i]), alpha=scale)
+
+
+class Worker(_Task):
+    """Each step: receive the weights, compute gradients on a random batch, send them."""
+
+    def __init__(self, cluster: dict, index: int, protocol: str, compute: bool, workers: int,
+                 batch: int) -> None:
+        super().__init__(cluster, "worker", index, protocol, compute, workers)
+        self.name = worker_name(index)
+        if compute:
+            import torch
+
+            from .model import CLASSES, alexnet
+
+            self.model = alexnet()
+            self.params = list(self.model.parameters())
+            self.images = torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE)
+            self.labels = torch.randint(0, CLASSES, (batch,))
+        else:
+            self.grads = [np.zeros(shape, np.float32) for _, shape in PARAMETER_SHAPES]
+
+    def run(self, first: int, count: int) -> list[dict]:
+        """Steps ``first``.. ``first + count - 1``; per step the seconds spent receiving
+        the weights, computing and sending."""
+        records = []
+        for step in range(first, first + count):
+            start = time.perf_counter()
+            weights = self.recv_all("w/", PS, step)
+            received = time.perf_counter()
+            grads = self._gradients(weights) if self.compute else self.grads
+            del weights
+            computed = time.perf_counter()
+            self.send_all("g/", grads, PS, step)
+            self.server.cleanup_step(step - 1)  # the ps took that step's gradients
+            records.append({"step": step, "recv": received - start, "compute": computed - received,
+                            "send": time.perf_counter() - computed})
+        return records
+
+    def _gradients(self, weights: list[np.ndarray]) -> list[np.ndarray]:
+        import torch
+        import torch.nn.functional as F
+
+        for param, w in zip(self.params, weights):
+            param.data = torch.from_numpy(w)  # the received buffer itself, no copy
+        self.model.zero_grad(set_to_none=False)  # the gradient buffers are reused
+        F.cross_entropy(self.model(self.images), self.labels).backward()
+        return [p.grad.numpy() for p in self.params]
+
+
+# ------------------------------------------------------------------------ the parent
+class Cluster:
+    """A ps and ``workers`` workers running ``contender``'s protocol, each a process."""
+
+    def __init__(self, contender: Contender, workers: int, compute: bool, batch: int) -> None:
+        self.contender, self.workers = contender, workers
+        spec = cluster_spec({"ps": 1, "worker": workers})
+        protocol = contender.options["protocol"]
+        here = f"{__name__}:"
+        env = contender.env
+        self.ps = Peer(f"{contender.name} ps", here + "ParameterServer", spec, protocol, compute,
+                       workers, env=env, wait=False)
+        self.peers = [self.ps] + [
+            Peer(f"{contender.name} worker {i}", here + "Worker", spec, i, protocol, compute,
+                 workers, batch, env=env, wait=False) for i in range(workers)]
+        try:
+            for peer in self.peers:
+                peer.result()
+        except BaseException:
+            self.close()
+            raise
+        self.steps: list[dict] = []
+
+    def run(self, first: int, count: int, advance: Callable[[], None]) -> None:
+        """Train ``count`` steps; each step's record joins the ps's and the workers'."""
+        for peer in self.peers:
+            peer.post("run", first, count)
+        ps = self.ps.result(progress=lambda _: advance())
+        workers = [peer.result() for peer in self.peers[1:]]
+        for i, record in enumerate(ps):
+            each = [w[i] for w in workers]
+            compute = max(r["compute"] for r in each) + record["update"]
+            self.steps.append({**record, "compute": compute,
+                               "communication": max(0.0, record["seconds"] - compute),
+                               "workers": each})
+
+    def close(self) -> None:
+        close_all(self.peers)
+
+
+def summarize(name: str, workers: int, batch: int, steps: list[dict], warmup: int) -> dict:
+    timed = [s for s in steps if s["step"] >= warmup]
+    rates = [1.0 / s["seconds"] for s in timed]
+    mean, ci = report.mean_ci(rates)
+    return {
+        "protocol": name, "workers": workers, "timed_steps": len(timed),
+        "steps_per_s": {"mean": mean, "ci95": ci},
+        "images_per_s": {"mean": mean * batch * workers, "ci95": ci * batch * workers},
+        "step_ms": {k: 1e3 * float(np.mean([s[k] for s in timed]))
+                    for k in ("seconds", "compute", "communication")},
+        "steps": steps,
+    }
+
+
+def train(contenders: list[Contender], worker_counts: list[int], steps: int, warmup: int,
+          rounds: int, batch: int, compute: bool) -> list[dict]:
+    """Every protocol at every worker count; one summary per (protocol, workers)."""
+    total = len(worker_counts) * len(contenders) * (steps + warmup)
+    runs = []
+    with report.progress() as bar:
+        task = bar.add_task("training steps", total=total)
+        for n in worker_counts:
+            bar.update(task, description=f"{n} worker{'s' * (n > 1)}")
+            clusters = []
+            try:
+                for c in contenders:
+                    clusters.append(Cluster(c, n, compute, batch))
+                for cluster in clusters:
+                    cluster.run(0, warmup, lambda: bar.advance(task))
+                blocks = _blocks(steps, rounds)
+                first = warmup
+                for r, count in enumerate(blocks):
+                    for cluster in clusters[r % len(clusters):] + clusters[:r % len(clusters)]:
+                        cluster.run(first, count, lambda: bar.advance(task))
+                    first += count
+            finally:
+                for cluster in clusters:
+                    cluster.close()
+            runs += [summarize(c.contender.name, n, batch, c.steps, warmup) for c in clusters]
+    for run in runs:
+        one = next(r for r in runs if r["protocol"] == run["protocol"] and r["workers"] == 1) \
+            if 1 in worker_counts else None
+        run["scaling_efficiency"] = (run["images_per_s"]["mean"] / (run["workers"] * one["images_per_s"]["mean"])
+                                     if one else None)
+    return runs
+
+
+def _blocks(steps: int, rounds: int) -> list[int]:
+    """``steps`` split into ``rounds`` blocks as even as can be (none empty)."""
+    rounds = max(1, min(rounds, steps))
+    return [steps // rounds + (i < steps % rounds) for i in range(rounds)]
+
+
+def goals(runs: list[dict], compute: bool) -> list[dict]:
+    """The paper's headline: with ``--compute none`` and 2 workers, grpc+verbs at 6x grpc."""
+    find = {(r["protocol"], r["workers"]): r for r in runs}
+    verbs, grpc = find.get(("grpc+verbs", 2)), find.get(("grpc", 2))
+    if compute or verbs is None or grpc is None:
+        return []
+    a, b = verbs["steps_per_s"]["mean"], grpc["steps_per_s"]["mean"]
+    return [{"goal": "--compute none, 2 workers: grpc+verbs ≥ 6x the steps/s of grpc",
+             "measured": f"{a:.2f} vs {b:.2f} steps/s = {a / b:.1f}x", "ratio": a / b,
+             "met": a / b >= 6}]
+
+
+def show(result: dict) -> None:
+    runs = result["runs"]
+    rows = []
+    for r in runs:
+        s, i, ms = r["steps_per_s"], r["images_per_s"], r["step_ms"]
+        eff = r["scaling_efficiency"]
+        rows.append([r["protocol"], r["workers"], f"{s['mean']:.3g}", f"{s['ci95']:.2g}",
+                     f"{i['mean']:.3g}", f"{ms['seconds']:.0f}", f"{ms['compute']:.0f}",
+                     f"{ms['communication']:.0f}", "-" if eff is None else f"{eff:.0%}"])
+    settings = result["settings"]
+    title = (f"AlexNet, batch {settings['batch']} per worker, compute {settings['compute']}, "
+             f"{settings['steps']} steps after {settings['warmup']} warm-up")
+    report.console.print(report.table(
+        title, ["protocol", "workers", "steps/s", "±1.96σ", "images/s", "step ms", "compute",
+                "comm", "scaling"], rows, caption="ms: mean per step; compute: the slowest worker's "
+                                                  "gradients plus the ps's update"))
+    if result["goals"]:
+        report.console.print(report.table("goals", ["goal", "measured", ""],
+                                          report.goal_rows(result["goals"])))
+
+
+def plot(result: dict, path: str) -> None:
+    series, errors = {}, {}
+    for name in dict.fromkeys(r["protocol"] for r in result["runs"]):
+        runs = [r for r in result["runs"] if r["protocol"] == name]
+        series[name] = ([r["workers"] for r in runs], [r["steps_per_s"]["mean"] for r in runs])
+        errors[name] = [r["steps_per_s"]["ci95"] for r in runs]
+    s = result["settings"]
+    report.plot(path, f"AlexNet parameter server, batch {s['batch']}, compute {s['compute']}",
+                "workers", "steps/s (mean ± 1.96σ)", series, errors=errors,
+                xticks={n: str(n) for n in s["worker_counts"]})
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tensorverbs bench alexnet", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", type=int, default=2, help="up to this many workers, from 1 (default 2)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per run (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="blocks of steps the protocols take turns in (default 4)")
+    p.add_argument("--batch", type=int, default=8, help="images per worker and step (default 8; the paper: 24)")
+    p.add_argument("--compute", choices=("auto", "torch", "none"), default="auto",
+                   help="torch: real AlexNet gradients; none: only the tensors move; "
+                        "auto: torch when installed (default)")
+    p.add_argument("--protocols", default=",".join(PROTOCOLS),
+                   help=f"comma-separated (default {','.join(PROTOCOLS)}; also 'grpc+verbs tcp')")
+    p.add_argument("--json", default="alexnet.json", help="where the results go (default alexnet.json)")
+    p.add_argument("--plot", nargs="?", const="alexnet.png", metavar="PNG",
+                   help="also plot steps/s against workers (default file alexnet.png)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if min(args.workers, args.steps, args.batch, args.rounds) < 1 or args.warmup < 0:
+        p.error("give --workers, --steps, --batch and --rounds >= 1 and --warmup >= 0")
+    try:
+        contenders = by_name(args.protocols.split(","))
+    except ValueError as exc:
+        p.error(str(exc))
+    if any(c.module != "protocols" for c in contenders):
+        p.error("--protocols takes tensorverbs protocols: grpc, grpc+verbs, grpc+verbs tcp")
+    has_torch = importlib.util.find_spec("torch") is not None
+    if args.compute == "torch" and not has_torch:
+        p.error("--compute torch needs torch (pip install 'tensorverbs[torch]'); or use --compute none")
+    compute = args.compute == "torch" or (args.compute == "auto" and has_torch)
+    for c in contenders:
+        ok, about = c.availability()
+        if not ok:
+            p.error(f"{c.name} is not available: {about}")
+    counts = list(range(1, args.workers + 1))
+    report.console.print(f"AlexNet ({PARAMETERS / 1e6:.1f} M parameters, {4 * PARAMETERS / 2**20:.0f} MiB "
+                         f"each way per worker and step), compute {'torch' if compute else 'none'}")
+    try:
+        runs = train(contenders, counts, args.steps, args.warmup, args.rounds, args.batch, compute)
+    except PeerError as exc:
+        report.console.print(f"[red]the benchmark failed[/]: {exc}")
+        return 1
+    settings = {"workers": args.workers, "worker_counts": counts, "steps": args.steps,
+                "warmup": args.warmup, "rounds": args.rounds, "batch": args.batch,
+                "compute": "torch" if compute else "none", "parameters": PARAMETERS,
+                "learning_rate": LEARNING_RATE}
+    result = {"benchmark": "alexnet", "settings": settings, "runs": runs, "goals": goals(runs, compute)}
+    show(result)
+    report.write_json(args.json, result, ["alexnet", *argv])
+    report.console.print(f"results written to {args.json}")
+    if args.plot:
+        plot(result, args.plot)
+        report.console.print(f"plot written to {args.plot}")
+    return 0
