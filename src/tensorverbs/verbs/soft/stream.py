@@ -63,7 +63,21 @@ class Stream:
         """Queue ``parts`` in order and push what the socket takes now, never blocking.
         Raises OSError when the connection is broken."""
         with self.tx_lock:
-            self._tx.extend(parts)
+            if self._tx:
+                self._tx.extend(parts)
+            else:  # the common case: straight to the socket, queue only what it leaves
+                try:
+                    sent = self.sock.sendmsg(parts)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                for part in parts:
+                    if sent >= len(part):
+                        sent -= len(part)
+                    else:
+                        self._tx.append(memoryview(part)[sent:] if sent else part)
+                        sent = 0
+                if not self._tx:
+                    return
             self._push()
 
     def flush(self) -> None:
