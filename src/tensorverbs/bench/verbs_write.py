@@ -13,11 +13,11 @@ target over TCP).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import socket
 import statistics
 import struct
+import sys
 import time
 from typing import Any, Callable
 
@@ -27,6 +27,8 @@ from ..verbs import (
     Access, QPEndpoint, RdmaConfig, RecvWR, SendWR, WcOpcode, WrOpcode, get_provider,
 )
 from ..verbs.config import parse_size
+from . import report
+from .report import human_size
 
 #: the soft provider's paths: label -> TENSORVERBS_SAME_HOST
 PATHS = {"same-host": "auto", "tcp": "no"}
@@ -235,34 +237,21 @@ def run(sizes: list[int], rounds: int, warmup: int = 2, latency: bool = True) ->
 
 
 # --------------------------------------------------------------------------- report
-def _human(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
-
-
 def _show(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="soft provider: one-sided RDMA write between two processes (GB/s, median)")
-    for col in ("size", "memcpy", "soft same-host", "vs memcpy", "raw TCP", "soft TCP", "vs raw TCP"):
-        table.add_column(col, justify="right")
-    for r in result["bandwidth"]:
-        table.add_row(_human(r["bytes"]), f"{r['memcpy']:.2f}", f"{r['soft_same_host']:.2f}",
-                      f"{r['same_host_vs_memcpy']:.2f}x", f"{r['raw_tcp']:.2f}",
-                      f"{r['soft_tcp']:.2f}", f"{r['tcp_vs_raw']:.2f}x")
-    console = Console()
-    console.print(table)
+    rows = [[human_size(r["bytes"]), f"{r['memcpy']:.2f}", f"{r['soft_same_host']:.2f}",
+             f"{r['same_host_vs_memcpy']:.2f}x", f"{r['raw_tcp']:.2f}", f"{r['soft_tcp']:.2f}",
+             f"{r['tcp_vs_raw']:.2f}x"] for r in result["bandwidth"]]
+    report.console.print(report.table(
+        "soft provider: one-sided RDMA write between two processes (GB/s, median)",
+        ["size", "memcpy", "soft same-host", "vs memcpy", "raw TCP", "soft TCP", "vs raw TCP"],
+        rows))
     if "latency_us" in result:
         lat = result["latency_us"]
-        t = Table(title=f"{_human(LATENCY_BYTES)} round trip (us, median)")
-        for col in ("path", "soft write-with-imm", "raw socket"):
-            t.add_column(col, justify="right")
-        t.add_row("same host (Unix socket)", f"{lat['soft_same_host']:.1f}", f"{lat['raw_unix']:.1f}")
-        t.add_row("TCP", f"{lat['soft_tcp']:.1f}", f"{lat['raw_tcp']:.1f}")
-        console.print(t)
+        report.console.print(report.table(
+            f"{human_size(LATENCY_BYTES)} round trip (us, median)",
+            ["path", "soft write-with-imm", "raw socket"],
+            [["same host (Unix socket)", f"{lat['soft_same_host']:.1f}", f"{lat['raw_unix']:.1f}"],
+             ["TCP", f"{lat['soft_tcp']:.1f}", f"{lat['raw_tcp']:.1f}"]]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,8 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run(sizes, args.rounds, args.warmup, latency=not args.no_latency)
     _show(result)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        report.write_json(args.json, result, ["verbs", *(sys.argv[1:] if argv is None else argv)])
     return 0
 
 
