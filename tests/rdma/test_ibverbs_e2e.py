@@ -1,0 +1,65 @@
+"""grpc+verbs end to end on a real verbs stack (runs in the soft-RoCE lane; skipped where
+the ibverbs provider is unavailable)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.local_cluster import pattern, same
+from tensorverbs.verbs import get_provider
+
+from conftest import start_pair
+
+_OK, _WHY = get_provider("ibverbs").availability()
+pytestmark = [pytest.mark.rxe, pytest.mark.skipif(not _OK, reason=f"ibverbs provider unavailable: {_WHY}")]
+ENV = {"TENSORVERBS_PROVIDER": "ibverbs"}
+
+
+@pytest.fixture(scope="module")
+def ib_pair():
+    p = start_pair("grpc+verbs", ENV)
+    yield p
+    p.worker.stop()
+    p.ps.stop()
+
+
+def test_tensors_both_ways_over_ibverbs(ib_pair, step):
+    p = ib_pair
+    for i, (nbytes, dtype) in enumerate([(0, "uint8"), (4, "float32"), (4096, "float64"), (1 << 20, "float32")]):
+        p.ps.send_pattern("t", p.WORKER, step + i, nbytes, seed=i, dtype=dtype)
+        assert same(p.worker.recv("t", source=p.PS, step_id=step + i, timeout=120), pattern(nbytes, i, dtype))
+        p.worker.send("u", pattern(nbytes, i + 9, dtype), to=p.PS, step_id=step + i)
+        assert p.ps.recv_pattern("u", p.WORKER, step + i, nbytes, i + 9, dtype, timeout=120)
+    strings = np.array([b"over", b"rdma", b"verbs"], dtype=object)
+    p.ps.send("s", strings, to=p.WORKER, step_id=step + 10)
+    assert p.worker.recv("s", source=p.PS, step_id=step + 10, timeout=120).tolist() == strings.tolist()
+
+
+def test_meta_data_cache_over_ibverbs(ib_pair, step):
+    p = ib_pair
+    names = ("tensor_requests", "meta_data_responses", "tensor_re_requests")
+    counts = []
+    for s in (step, step + 1):
+        before = p.worker.stats()
+        p.ps.send("m", np.arange(64, dtype=np.int32), to=p.WORKER, step_id=s)
+        assert p.worker.recv("m", source=p.PS, step_id=s, timeout=120).tolist() == list(range(64))
+        after = p.worker.stats()
+        counts.append(tuple(after[n] - before[n] for n in names))
+    assert counts == [(1, 1, 1), (1, 0, 0)]
+    assert p.worker.stats()["rdma_writes"] == 0 and p.ps.stats()["rdma_writes"] >= 2
+
+
+def test_peer_death_over_ibverbs():
+    p = start_pair("grpc+verbs", ENV)
+    try:
+        p.ps.send("warm", np.ones(4), to=p.WORKER, step_id=1)
+        p.worker.recv("warm", source=p.PS, step_id=1, timeout=120)
+        fut = p.worker.recv_async("never", source=p.PS, step_id=2)
+        p.ps.call("wait_waiters", 1)
+        p.ps.kill()
+        with pytest.raises(tv.UnavailableError):
+            fut.result(timeout=30)
+    finally:
+        p.worker.stop()
+        p.ps.stop()
