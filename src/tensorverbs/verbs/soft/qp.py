@@ -1,6 +1,6 @@
 """The soft queue pair: reliable-connected semantics over shared memory and a stream.
 
-Requester side: each posted send work request becomes an :class:`_Op` in post order.
+Requester side: each posted send work request becomes an :class:`~.work.PendingSend` in post order.
 A one-sided operation whose target is shared memory on this host is validated against
 the peer's key table and copied at once; everything else is a request frame on the
 stream, finished by the peer's ACK, READ_RESP or NAK. Completions leave in post order,
@@ -30,11 +30,12 @@ from .host import HostIdentity, same_host
 from .peer import PeerMemory, RemoteAccessError
 from .stream import Stream, discard
 from .wire import F_IMM, TOKEN_SIZE, Header, Op, frame
+from .work import PendingSend, PostedRecv, VerbsError, check_region
 
 if TYPE_CHECKING:
     import socket
 
-    from .context import SoftContext, SoftMR, SoftPD
+    from .context import SoftContext, SoftPD
     from .cq import SoftCQ
 
 #: how long the passive side of a connection waits for the peer to dial in
@@ -47,81 +48,6 @@ _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = (int(a) for a in (
 _REQUESTS = (Op.WRITE, Op.SEND, Op.READ_REQ, Op.IMM)
 _WITH_IMM = (WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.SEND_WITH_IMM)
 _SENDS = (WrOpcode.SEND, WrOpcode.SEND_WITH_IMM)
-
-
-class _VerbsError(Exception):
-    """A work request fails with ``status``."""
-
-    def __init__(self, status: WcStatus, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-
-
-class _Op:
-    """A send work request between posting and completion."""
-
-    __slots__ = ("wr_id", "opcode", "signaled", "status", "byte_len", "detail", "sinks")
-
-    def __init__(self, wr: SendWR) -> None:
-        self.wr_id = wr.wr_id
-        self.opcode = WC_OF_WR.get(wr.opcode, WcOpcode.SEND)
-        self.signaled = wr.signaled
-        self.status: WcStatus | None = None
-        self.byte_len = 0
-        self.detail = ""
-        self.sinks: list[memoryview] = []
-
-    def finish(self, status: WcStatus = WcStatus.SUCCESS, detail: str = "") -> None:
-        if self.status is None:
-            self.status, self.detail = status, detail
-
-    def completion(self, qp_num: int) -> WorkCompletion:
-        return WorkCompletion(self.wr_id, self.status, self.opcode, qp_num,  # type: ignore[arg-type]
-                              byte_len=self.byte_len, detail=self.detail)
-
-
-class _Recv:
-    """A posted receive: its destinations, or why it cannot take data."""
-
-    __slots__ = ("wr_id", "views", "capacity", "error")
-
-    def __init__(self, wr_id: int, views: list[memoryview], error: _VerbsError | None) -> None:
-        self.wr_id = wr_id
-        self.views = views
-        self.capacity = sum(len(v) for v in views)
-        self.error = error
-
-    def check(self, length: int) -> None:
-        if self.error is not None:
-            raise self.error
-        if length > self.capacity:
-            raise _VerbsError(WcStatus.LOC_LEN_ERR,
-                              f"a {length}-byte message does not fit the {self.capacity}-byte receive")
-
-    def scatter(self, length: int) -> list[memoryview]:
-        out = []
-        for view in self.views:
-            if length <= 0:
-                break
-            out.append(view[:length])
-            length -= len(out[-1])
-        return out
-
-
-def check_region(mr: "SoftMR | None", pd: "SoftPD", key: int, addr: int, length: int,
-                 need: int, status: WcStatus) -> memoryview:
-    """The bytes [addr, addr + length) of region ``mr`` (found by ``key``) if this
-    protection domain may use them with ``need``; raises _VerbsError(status) otherwise."""
-    if mr is None or mr.pd is not pd:
-        raise _VerbsError(status, f"key {key:#x} is not a region of this protection domain")
-    offset = addr - mr.addr
-    if offset < 0 or offset + length > mr.length:
-        raise _VerbsError(status, f"[{addr:#x}, +{length}) is outside the region of key {key:#x} "
-                                  f"([{mr.addr:#x}, +{mr.length}))")
-    if need and not mr.access_bits & need:
-        raise _VerbsError(status, f"the region of key {key:#x} does not allow {Access(need).name}")
-    return mr.buf[offset:offset + length]
 
 
 class SoftQP(QueuePair):
@@ -145,17 +71,17 @@ class SoftQP(QueuePair):
         self._peer: PeerMemory | None = None
         self._failed: str | None = None
         # requester
-        self._ops: collections.deque[_Op] = collections.deque()
-        self._by_seq: dict[int, _Op] = {}
+        self._ops: collections.deque[PendingSend] = collections.deque()
+        self._by_seq: dict[int, PendingSend] = {}
         self._seq = 0
         self._acked = 0
         # responder
-        self._recvs: collections.deque[_Recv] = collections.deque()
+        self._recvs: collections.deque[PostedRecv] = collections.deque()
         self._held: collections.deque[tuple[Header, bytearray | None]] = collections.deque()
         self._rx_seq = 0   # requests started
         self._rx_done = 0  # requests finished
         self._rx_acked = 0
-        self._rx_frame: tuple[bytearray | None, _VerbsError | None] = (None, None)
+        self._rx_frame: tuple[bytearray | None, VerbsError | None] = (None, None)
         self._nak_sent = False
         self._ack_scheduled = False
         self._register()
@@ -212,7 +138,7 @@ class SoftQP(QueuePair):
 
     # -- requester -----------------------------------------------------------------------
     def _post_send(self, wr: SendWR) -> None:
-        op = _Op(wr)
+        op = PendingSend(wr)
         with self._lock:
             self._ops.append(op)
             if self._failed is not None:
@@ -222,14 +148,14 @@ class SoftQP(QueuePair):
             else:
                 try:
                     self._execute(wr, op)
-                except _VerbsError as exc:
+                except VerbsError as exc:
                     op.finish(exc.status, exc.detail)
             self._emit()
 
-    def _execute(self, wr: SendWR, op: _Op) -> None:
+    def _execute(self, wr: SendWR, op: PendingSend) -> None:
         code = wr.opcode
         if code not in WC_OF_WR:
-            raise _VerbsError(WcStatus.LOC_QP_OP_ERR, f"unknown opcode {code!r}")
+            raise VerbsError(WcStatus.LOC_QP_OP_ERR, f"unknown opcode {code!r}")
         is_read = code == WrOpcode.RDMA_READ
         local = self._gather(wr.sg_list, _LOCAL_WRITE if is_read else 0)
         n = 0
@@ -276,9 +202,9 @@ class SoftQP(QueuePair):
         try:
             return self._peer.resolve(rkey, addr, length, need)
         except RemoteAccessError as exc:
-            raise _VerbsError(WcStatus.REM_ACCESS_ERR, str(exc)) from None
+            raise VerbsError(WcStatus.REM_ACCESS_ERR, str(exc)) from None
 
-    def _request(self, op: _Op, code: Op, payload: Sequence[memoryview], flags: int, imm: int,
+    def _request(self, op: PendingSend, code: Op, payload: Sequence[memoryview], flags: int, imm: int,
                  rkey: int, addr: int, length: int) -> None:
         self._seq += 1
         self._by_seq[self._seq] = op
@@ -329,9 +255,9 @@ class SoftQP(QueuePair):
     # -- responder -----------------------------------------------------------------------
     def _post_recv(self, wr: RecvWR) -> None:
         try:
-            recv = _Recv(wr.wr_id, [v for _, v in self._gather(wr.sg_list, _LOCAL_WRITE)], None)
-        except _VerbsError as exc:
-            recv = _Recv(wr.wr_id, [], exc)
+            recv = PostedRecv(wr.wr_id, [v for _, v in self._gather(wr.sg_list, _LOCAL_WRITE)], None)
+        except VerbsError as exc:
+            recv = PostedRecv(wr.wr_id, [], exc)
         with self._lock:
             if self._failed is not None:
                 self.recv_cq.deliver([WorkCompletion(wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
@@ -360,7 +286,7 @@ class SoftQP(QueuePair):
                     return discard(hdr.payload)
             try:
                 return self._payload_target(hdr)
-            except _VerbsError as exc:
+            except VerbsError as exc:
                 self._rx_frame = (None, exc)
                 return discard(hdr.payload)
 
@@ -425,7 +351,7 @@ class SoftQP(QueuePair):
         if is_send and held is not None:
             try:
                 recv.check(hdr.length)
-            except _VerbsError as exc:
+            except VerbsError as exc:
                 self._reject(hdr, exc, recv)
                 return
             offset = 0
@@ -436,7 +362,7 @@ class SoftQP(QueuePair):
             recv.wr_id, WcStatus.SUCCESS, WcOpcode.RECV if is_send else WcOpcode.RECV_RDMA_WITH_IMM,
             self.qp_num, byte_len=hdr.length, imm_data=hdr.imm if hdr.flags & F_IMM else None)])
 
-    def _reject(self, hdr: Header, error: _VerbsError, recv: _Recv | None = None) -> None:
+    def _reject(self, hdr: Header, error: VerbsError, recv: PostedRecv | None = None) -> None:
         """Fail request ``hdr``: a remote access error is the requester's alone; a receive
         that cannot take a send fails here too and takes this queue pair down."""
         if error.status == WcStatus.REM_ACCESS_ERR:
@@ -459,7 +385,7 @@ class SoftQP(QueuePair):
             data = check_region(self._ctx.mrs.get(hdr.rkey), self._pd, hdr.rkey, hdr.addr,
                                 hdr.length, _REMOTE_READ, WcStatus.REM_ACCESS_ERR) \
                 if hdr.length else memoryview(b"")
-        except _VerbsError as exc:
+        except VerbsError as exc:
             self._reject(hdr, exc)
             return
         self._send([frame(Op.READ_RESP, seq=hdr.seq, ack=self._ack_field(), length=hdr.length),
