@@ -22,6 +22,7 @@ import importlib.util
 import os
 import sys
 import time
+import zlib
 from typing import Any, Callable
 
 import numpy as np
@@ -47,16 +48,27 @@ def _threads(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // workers)
 
 
+def checksum(arrays: list[np.ndarray]) -> int:
+    """CRC-32 of the arrays' bytes, one after the other."""
+    crc = 0
+    for array in arrays:
+        crc = zlib.crc32(memoryview(np.ascontiguousarray(array)).cast("B"), crc)
+    return crc
+
+
 class _Task:
-    """What the ps and the workers share: the server and the step loop's bookkeeping."""
+    """What the ps and the workers share: the server, the tensors' names and the step
+    loop's bookkeeping. ``shapes`` (default AlexNet's) are the tensors moved without
+    ``compute``; ``verify`` adds each step's CRC-32 of what went each way to its record."""
 
     def __init__(self, cluster: dict, job: str, index: int, protocol: str, compute: bool,
-                 workers: int) -> None:
+                 workers: int, shapes: list | None, verify: bool) -> None:
         from ..server import Server
         from ..verbs import RdmaConfig
 
         self.server = Server(cluster, job, index, protocol, config=RdmaConfig.from_env())
-        self.compute, self.workers = compute, workers
+        self.compute, self.workers, self.verify = compute, workers, verify
+        self.shapes = [(name, tuple(shape)) for name, shape in (shapes or PARAMETER_SHAPES)]
         if compute:
             import torch
 
@@ -65,11 +77,11 @@ class _Task:
 
     def recv_all(self, prefix: str, source: str, step: int) -> list[Any]:
         futures = [self.server.recv_async(prefix + name, source, step, TIMEOUT)
-                   for name, _ in PARAMETER_SHAPES]
+                   for name, _ in self.shapes]
         return [f.result() for f in futures]
 
     def send_all(self, prefix: str, arrays: list[np.ndarray], to: str, step: int) -> None:
-        for (name, _), array in zip(PARAMETER_SHAPES, arrays):
+        for (name, _), array in zip(self.shapes, arrays):
             self.server.send(prefix + name, array, to, step)
 
     def close(self) -> None:
@@ -79,8 +91,9 @@ class _Task:
 class ParameterServer(_Task):
     """Holds the weights; each step publishes them and applies the workers' gradients."""
 
-    def __init__(self, cluster: dict, protocol: str, compute: bool, workers: int) -> None:
-        super().__init__(cluster, "ps", 0, protocol, compute, workers)
+    def __init__(self, cluster: dict, protocol: str, compute: bool, workers: int,
+                 shapes: list | None = None, verify: bool = False) -> None:
+        super().__init__(cluster, "ps", 0, protocol, compute, workers, shapes, verify)
         if compute:
             from .model import alexnet
 
@@ -88,7 +101,7 @@ class ParameterServer(_Task):
             self.weights = [p.numpy() for p in self.params]
         else:
             rng = np.random.default_rng(0)
-            self.weights = [rng.standard_normal(shape, dtype=np.float32) for _, shape in PARAMETER_SHAPES]
+            self.weights = [rng.standard_normal(shape, dtype=np.float32) for _, shape in self.shapes]
 
     def run(self, first: int, count: int) -> list[dict]:
         """Steps ``first``.. ``first + count - 1``; per step its seconds, and of those the
@@ -100,12 +113,15 @@ class ParameterServer(_Task):
                 self.send_all("w/", self.weights, worker_name(w), step)
             grads = [self.recv_all("g/", worker_name(w), step) for w in range(self.workers)]
             received = time.perf_counter()
+            record = {"step": step}
+            if self.verify:  # before the update changes the weights
+                record.update(sent=checksum(self.weights), received=[checksum(g) for g in grads])
             if self.compute:
                 self._apply(grads)
             del grads  # received buffers go back to the pool
             self.server.cleanup_step(step)
             end = time.perf_counter()
-            records.append({"step": step, "seconds": end - start, "update": end - received})
+            records.append({**record, "seconds": end - start, "update": end - received})
             peer.report(step)
         return records
 
@@ -123,8 +139,8 @@ class Worker(_Task):
     """Each step: receive the weights, compute gradients on a random batch, send them."""
 
     def __init__(self, cluster: dict, index: int, protocol: str, compute: bool, workers: int,
-                 batch: int) -> None:
-        super().__init__(cluster, "worker", index, protocol, compute, workers)
+                 batch: int, shapes: list | None = None, verify: bool = False) -> None:
+        super().__init__(cluster, "worker", index, protocol, compute, workers, shapes, verify)
         self.name = worker_name(index)
         if compute:
             import torch
@@ -136,7 +152,8 @@ class Worker(_Task):
             self.images = torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE)
             self.labels = torch.randint(0, CLASSES, (batch,))
         else:
-            self.grads = [np.zeros(shape, np.float32) for _, shape in PARAMETER_SHAPES]
+            rng = np.random.default_rng(1 + index)
+            self.grads = [rng.standard_normal(shape, dtype=np.float32) for _, shape in self.shapes]
 
     def run(self, first: int, count: int) -> list[dict]:
         """Steps ``first``.. ``first + count - 1``; per step the seconds spent receiving
@@ -146,13 +163,17 @@ class Worker(_Task):
             start = time.perf_counter()
             weights = self.recv_all("w/", PS, step)
             received = time.perf_counter()
+            record = {"step": step, "received": checksum(weights)} if self.verify else {"step": step}
             grads = self._gradients(weights) if self.compute else self.grads
             del weights
             computed = time.perf_counter()
             self.send_all("g/", grads, PS, step)
             self.server.cleanup_step(step - 1)  # the ps took that step's gradients
-            records.append({"step": step, "recv": received - start, "compute": computed - received,
-                            "send": time.perf_counter() - computed})
+            sent = time.perf_counter()
+            if self.verify:
+                record["sent"] = checksum(grads)
+            records.append({**record, "recv": received - start, "compute": computed - received,
+                            "send": sent - computed})
         return records
 
     def _gradients(self, weights: list[np.ndarray]) -> list[np.ndarray]:
@@ -170,17 +191,18 @@ class Worker(_Task):
 class Cluster:
     """A ps and ``workers`` workers running ``contender``'s protocol, each a process."""
 
-    def __init__(self, contender: Contender, workers: int, compute: bool, batch: int) -> None:
-        self.contender, self.workers = contender, workers
+    def __init__(self, contender: Contender, workers: int, compute: bool, batch: int,
+                 shapes: list | None = None, verify: bool = False) -> None:
+        self.contender, self.workers, self.verify = contender, workers, verify
         spec = cluster_spec({"ps": 1, "worker": workers})
         protocol = contender.options["protocol"]
         here = f"{__name__}:"
         env = contender.env
         self.ps = Peer(f"{contender.name} ps", here + "ParameterServer", spec, protocol, compute,
-                       workers, env=env, wait=False)
+                       workers, shapes, verify, env=env, wait=False)
         self.peers = [self.ps] + [
             Peer(f"{contender.name} worker {i}", here + "Worker", spec, i, protocol, compute,
-                 workers, batch, env=env, wait=False) for i in range(workers)]
+                 workers, batch, shapes, verify, env=env, wait=False) for i in range(workers)]
         try:
             for peer in self.peers:
                 peer.result()
@@ -198,6 +220,10 @@ class Cluster:
         for i, record in enumerate(ps):
             each = [w[i] for w in workers]
             compute = max(r["compute"] for r in each) + record["update"]
+            if self.verify:  # what each side sent is what the other received
+                record["verified"] = all(
+                    w["received"] == record["sent"] and w["sent"] == got
+                    for w, got in zip(each, record["received"]))
             self.steps.append({**record, "compute": compute,
                                "communication": max(0.0, record["seconds"] - compute),
                                "workers": each})
@@ -216,13 +242,16 @@ def summarize(name: str, workers: int, batch: int, steps: list[dict], warmup: in
         "images_per_s": {"mean": mean * batch * workers, "ci95": ci * batch * workers},
         "step_ms": {k: 1e3 * float(np.mean([s[k] for s in timed]))
                     for k in ("seconds", "compute", "communication")},
+        "verified": all(s["verified"] for s in steps) if steps and "verified" in steps[0] else None,
         "steps": steps,
     }
 
 
 def train(contenders: list[Contender], worker_counts: list[int], steps: int, warmup: int,
-          rounds: int, batch: int, compute: bool) -> list[dict]:
-    """Every protocol at every worker count; one summary per (protocol, workers)."""
+          rounds: int, batch: int, compute: bool, shapes: list | None = None,
+          verify: bool = False) -> list[dict]:
+    """Every protocol at every worker count; one summary per (protocol, workers).
+    ``shapes``/``verify``: see :class:`ParameterServer`."""
     total = len(worker_counts) * len(contenders) * (steps + warmup)
     runs = []
     with report.progress() as bar:
@@ -232,7 +261,7 @@ def train(contenders: list[Contender], worker_counts: list[int], steps: int, war
             clusters = []
             try:
                 for c in contenders:
-                    clusters.append(Cluster(c, n, compute, batch))
+                    clusters.append(Cluster(c, n, compute, batch, shapes, verify))
                 for cluster in clusters:
                     cluster.run(0, warmup, lambda: bar.advance(task))
                 blocks = _blocks(steps, rounds)
@@ -287,6 +316,11 @@ def show(result: dict) -> None:
         title, ["protocol", "workers", "steps/s", "±1.96σ", "images/s", "step ms", "compute",
                 "comm", "scaling"], rows, caption="ms: mean per step; compute: the slowest worker's "
                                                   "gradients plus the ps's update"))
+    bad = [f"{r['protocol']} with {r['workers']}" for r in runs if r["verified"] is False]
+    if bad:
+        report.console.print(f"[red]tensors arrived damaged[/]: {', '.join(bad)} workers")
+    elif settings["verify"]:
+        report.console.print("every tensor of every step arrived intact (CRC-32 on both sides)")
     if result["goals"]:
         report.console.print(report.table("goals", ["goal", "measured", ""],
                                           report.goal_rows(result["goals"])))
@@ -318,6 +352,8 @@ def parser() -> argparse.ArgumentParser:
                         "auto: torch when installed (default)")
     p.add_argument("--protocols", default=",".join(PROTOCOLS),
                    help=f"comma-separated (default {','.join(PROTOCOLS)}; also 'grpc+verbs tcp')")
+    p.add_argument("--verify", action="store_true",
+                   help="check every step's tensors on both sides (CRC-32; slows the steps)")
     p.add_argument("--json", default="alexnet.json", help="where the results go (default alexnet.json)")
     p.add_argument("--plot", nargs="?", const="alexnet.png", metavar="PNG",
                    help="also plot steps/s against workers (default file alexnet.png)")
@@ -348,14 +384,15 @@ def main(argv: list[str] | None = None) -> int:
     report.console.print(f"AlexNet ({PARAMETERS / 1e6:.1f} M parameters, {4 * PARAMETERS / 2**20:.0f} MiB "
                          f"each way per worker and step), compute {'torch' if compute else 'none'}")
     try:
-        runs = train(contenders, counts, args.steps, args.warmup, args.rounds, args.batch, compute)
+        runs = train(contenders, counts, args.steps, args.warmup, args.rounds, args.batch, compute,
+                     verify=args.verify)
     except PeerError as exc:
         report.console.print(f"[red]the benchmark failed[/]: {exc}")
         return 1
     settings = {"workers": args.workers, "worker_counts": counts, "steps": args.steps,
                 "warmup": args.warmup, "rounds": args.rounds, "batch": args.batch,
                 "compute": "torch" if compute else "none", "parameters": PARAMETERS,
-                "learning_rate": LEARNING_RATE}
+                "learning_rate": LEARNING_RATE, "verify": args.verify}
     result = {"benchmark": "alexnet", "settings": settings, "runs": runs, "goals": goals(runs, compute)}
     show(result)
     report.write_json(args.json, result, ["alexnet", *argv])
@@ -363,4 +400,4 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(result, args.plot)
         report.console.print(f"plot written to {args.plot}")
-    return 0
+    return 1 if any(r["verified"] is False for r in runs) else 0
