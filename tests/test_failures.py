@@ -7,7 +7,7 @@ import pytest
 import tensorverbs as tv
 from tensorverbs.verbs.config import RdmaConfig
 
-from conftest import VARIANTS, start_pair
+from variants import VARIANTS, start_pair
 from tensorverbs.local_cluster import TaskProcess, cluster_spec
 
 

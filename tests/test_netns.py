@@ -7,7 +7,7 @@ import pytest
 import tensorverbs as tv
 from tensorverbs.verbs.config import RdmaConfig
 
-from conftest import VARIANTS
+from variants import VARIANTS
 from tensorverbs.local_cluster import TaskProcess, free_port, pattern
 from netns import namespace, unavailable_reason
 

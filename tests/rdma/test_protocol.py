@@ -8,7 +8,7 @@ import pytest
 import tensorverbs as tv
 from tensorverbs.local_cluster import pattern, same
 
-from conftest import VARIANTS, start_pair
+from variants import VARIANTS, start_pair
 
 VERBS = [v for v, (protocol, _) in VARIANTS.items() if protocol == "grpc+verbs"]
 WRITE_MODE = [v for v in VERBS if "read" not in v]

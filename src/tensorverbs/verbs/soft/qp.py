@@ -45,7 +45,10 @@ _memmove = ctypes.memmove
 # access bits as plain ints: IntFlag arithmetic is slow on the data path
 _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = (int(a) for a in (
     Access.LOCAL_WRITE, Access.REMOTE_WRITE, Access.REMOTE_READ))
-_REQUESTS = (Op.WRITE, Op.SEND, Op.READ_REQ, Op.IMM)
+# frame ops as plain ints, compared on every frame
+_WRITE, _SEND, _READ_REQ, _READ_RESP, _IMM, _ACK, _NAK = (int(o) for o in (
+    Op.WRITE, Op.SEND, Op.READ_REQ, Op.READ_RESP, Op.IMM, Op.ACK, Op.NAK))
+_REQUESTS = frozenset((_WRITE, _SEND, _READ_REQ, _IMM))
 _WITH_IMM = (WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.SEND_WITH_IMM)
 _SENDS = (WrOpcode.SEND, WrOpcode.SEND_WITH_IMM)
 
@@ -273,49 +276,57 @@ class SoftQP(QueuePair):
         return len(self._recvs)
 
     def frame_started(self, hdr: Header) -> Sequence[memoryview]:
-        """Where a frame's payload goes (called by the stream, from the driving thread)."""
+        """Where a frame's payload goes (called by the stream, from the driving thread,
+        for frames that carry one)."""
         with self._lock:
-            self._rx_frame = (None, None)
-            if hdr.ack:
-                self._acked_upto(hdr.ack)
-            if hdr.op in _REQUESTS:
-                self._rx_seq += 1
-                if hdr.seq != self._rx_seq:
-                    raise InternalError(f"request {hdr.seq} arrived, {self._rx_seq} expected")
-                if self._nak_sent or self._failed is not None:
-                    return discard(hdr.payload)
-            try:
-                return self._payload_target(hdr)
-            except VerbsError as exc:
-                self._rx_frame = (None, exc)
-                return discard(hdr.payload)
+            if self._begin(hdr):
+                try:
+                    return self._payload_target(hdr)
+                except VerbsError as exc:
+                    self._rx_frame = (None, exc)
+            return discard(hdr.payload)
+
+    def _begin(self, hdr: Header) -> bool:
+        """Take a frame's acknowledgement and number its request (under the lock); False
+        when the frame is to be dropped."""
+        self._rx_frame = (None, None)
+        if hdr.ack:
+            self._acked_upto(hdr.ack)
+        if hdr.op in _REQUESTS:
+            self._rx_seq += 1
+            if hdr.seq != self._rx_seq:
+                raise InternalError(f"request {hdr.seq} arrived, {self._rx_seq} expected")
+            return not self._nak_sent and self._failed is None
+        return True
 
     def _payload_target(self, hdr: Header) -> Sequence[memoryview]:
-        if hdr.op == Op.WRITE:
+        if hdr.op == _WRITE:
             mr = self._ctx.mrs.get(hdr.rkey)
             return [check_region(mr, self._pd, hdr.rkey, hdr.addr, hdr.length, _REMOTE_WRITE,
-                                 WcStatus.REM_ACCESS_ERR)] if hdr.length else []
-        if hdr.op == Op.SEND:
+                                 WcStatus.REM_ACCESS_ERR)]
+        if hdr.op == _SEND:
             if self._held or not self._recvs:
                 buf = bytearray(hdr.length)
                 self._rx_frame = (buf, None)
                 return [memoryview(buf)]
             self._recvs[0].check(hdr.length)
             return self._recvs[0].scatter(hdr.length)
-        if hdr.op == Op.READ_RESP:
+        if hdr.op == _READ_RESP:
             op = self._by_seq.get(hdr.seq)
             if op is None or op.byte_len != hdr.length:
                 raise InternalError(f"unexpected read response {hdr.seq} of {hdr.length} bytes")
             return op.sinks
-        if hdr.op == Op.NAK:
+        if hdr.op == _NAK:
             buf = bytearray(hdr.length)
             self._rx_frame = (buf, None)
             return [memoryview(buf)]
-        return discard(hdr.payload)
+        raise InternalError(f"frame {hdr.op} carries no payload")
 
     def frame_finished(self, hdr: Header) -> None:
         """A frame has arrived whole: act on it."""
         with self._lock:
+            if not hdr.payload and not self._begin(hdr):
+                return
             buf, error = self._rx_frame
             code = hdr.op
             if code in _REQUESTS:
@@ -325,29 +336,26 @@ class SoftQP(QueuePair):
                     self._reject(hdr, error)
                     return
                 self._rx_done = hdr.seq
-            if code in (Op.SEND, Op.IMM) or (code == Op.WRITE and hdr.flags & F_IMM):
+            if code == _IMM or code == _SEND or (code == _WRITE and hdr.flags & F_IMM):
                 if self._held or not self._recvs:
                     self._held.append((hdr, buf))
                 else:
                     self._deliver(hdr, buf)
-            elif code == Op.READ_REQ:
+            elif code == _READ_REQ:
                 self._answer_read(hdr)
-            elif code == Op.READ_RESP:
+            elif code == _READ_RESP:
                 self._finish_request(hdr.seq)
-            elif code == Op.ACK:
-                pass  # its ack field was taken in frame_started
-                self._emit()
-            elif code == Op.NAK:
+            elif code == _NAK:
                 self._finish_request(hdr.seq, WcStatus(hdr.status),
                                      "peer: " + bytes(buf or b"").decode(errors="replace"))
-            elif code != Op.WRITE:
+            elif code != _WRITE and code != _ACK:  # an ACK's work was done by _begin
                 raise InternalError(f"unexpected frame {hdr.op} on the stream")
 
     def _deliver(self, hdr: Header, held: bytearray | None) -> None:
         """Complete the oldest posted receive with request ``hdr`` (a send whose data
         ``held`` was buffered, or is already in place when None; or an immediate)."""
         recv = self._recvs.popleft()
-        is_send = hdr.op == Op.SEND
+        is_send = hdr.op == _SEND
         if is_send and held is not None:
             try:
                 recv.check(hdr.length)

@@ -24,7 +24,7 @@ Buffer = bytes | memoryview
 
 class FrameHandler(Protocol):
     def frame_started(self, hdr: Header) -> Sequence[memoryview]:
-        """Where the ``hdr.payload`` bytes of the frame go (their sizes add up)."""
+        """(Frames with a payload only.) Where the ``hdr.payload`` bytes of the frame go (their sizes add up)."""
 
     def frame_finished(self, hdr: Header) -> None:
         """The frame and its payload have arrived."""
@@ -158,7 +158,6 @@ class Stream:
             if hdr.payload:
                 sinks.extend(self.handler.frame_started(hdr))
             else:
-                self.handler.frame_started(hdr)
                 self._finish()
         if self._head == self._tail:
             self._head = self._tail = 0
