@@ -216,8 +216,6 @@ def test_remote_access_violation(qp_pair, opcode, violation):
     size = 4096
     missing = Access.REMOTE_WRITE if opcode == WrOpcode.RDMA_WRITE else Access.REMOTE_READ
     access = Access.all() & ~missing if violation == "access" else Access.all()
-    if not access & Access.REMOTE_WRITE or access & Access.LOCAL_WRITE:
-        access |= Access.LOCAL_WRITE
     target = _poisoned(b, 2 * size, access)
     local = a.region(2 * size)
     _fill_random(local, 9)

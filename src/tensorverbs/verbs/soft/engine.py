@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _IN = select.EPOLLIN | select.EPOLLRDHUP
 _OUT = select.EPOLLOUT
+_READABLE = _IN | select.EPOLLHUP | select.EPOLLERR
 
 
 class Watcher(Protocol):
@@ -92,6 +93,8 @@ class Engine:
 
     def _run_deferred(self, idle: bool = False) -> None:
         """Run the deferred work, and with ``idle`` also the work waiting for idleness."""
+        if not (self._deferred or self._timers or (idle and self._idle)):
+            return
         self._fire_timers()
         queues = (self._deferred, self._idle) if idle else (self._deferred,)
         for work in queues:
@@ -195,7 +198,7 @@ class Engine:
             watcher = self._watchers.get(fd)
             if watcher is None:
                 continue
-            if mask & (_IN | select.EPOLLHUP | select.EPOLLERR):
+            if mask & _READABLE:
                 watcher.on_readable()
             if mask & _OUT and fd in self._watchers:
                 watcher.on_writable()
