@@ -14,6 +14,8 @@ the queue pairs, after the data. Everything else -- sends, accesses to ``reg_mr`
 memory, and all traffic between hosts -- is framed on a stream (Unix socket or TCP):
 the receiver reads each payload straight into the target memory, and the requester's
 completion comes with the target's acknowledgement, so remote errors are reported.
+Acknowledgements ride on frames going back; a bare one is sent only when the
+acknowledging side is about to sleep.
 
 Progress (manual, like libfabric's ``FI_PROGRESS_MANUAL``). A context's sockets are
 driven by whichever thread polls or waits on one of its completion queues: ``wait``
@@ -21,12 +23,12 @@ sleeps in ``epoll`` on the sockets (and a wake eventfd) and handles what is read
 driving thread at a time; other waiters sleep until the driver delivers to their queue
 or hands over. ``post_send`` copies same-host one-sided data inline and pushes frames
 without blocking; what the socket does not take now is pushed by the driver. So a
-context needs some thread waiting on one of its completion queues (the protocol's
-completion thread) for its incoming stream traffic to land and for large sends to
-drain; no extra thread sits on the data path.
+context needs some thread waiting on (or polling) one of its completion queues -- the
+protocol's completion thread -- for incoming stream traffic to land, for large sends to
+drain and for acknowledgements to leave; no extra thread sits on the data path.
 
 Threads. ``post_send``, ``post_recv``, ``poll``, ``wait`` and ``wake`` are safe from
-any thread; connection dials are accepted by one thread per context.
+any thread; connection dials are accepted by one thread per context, off the data path.
 """
 from .provider import SoftProvider
 
