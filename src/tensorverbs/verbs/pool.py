@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ResourceExhaustedError
+from ..errors import InvalidArgumentError, ResourceExhaustedError
 from .api import MemoryRegion, ProtectionDomain
 from .model import Access
 
@@ -107,6 +107,8 @@ class RegisteredPool:
 
     def allocate(self, nbytes: int) -> PoolBuffer:
         """``nbytes`` of registered memory (ResourceExhaustedError past the limit)."""
+        if nbytes < 0:
+            raise InvalidArgumentError(f"cannot allocate {nbytes} bytes")
         size = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
         with self._lock:
             self._drain()
