@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .cluster import ClusterSpec, TaskName
+from .rendezvous.deadlines import Deadlines
 from .rendezvous.local import LocalTable
 from .stats import Counters
 
@@ -25,6 +26,7 @@ class TaskRuntime:
     table: LocalTable
     counters: Counters
     loop: "EventLoopThread"
+    deadlines: Deadlines
     peers: "Peers"
     rdma_config: "RdmaConfig"
     startup_grace: float

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from .cluster import ClusterSpec, TaskName
 from .devices import get_device, host_array
 from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError
+from .rendezvous.deadlines import Deadlines
 from .rendezvous.key import RendezvousKey, check_name
 from .rendezvous.local import LocalTable, Value
 from .rendezvous.remote import RemoteRendezvous
@@ -71,7 +72,7 @@ class Server:
         self._rt = TaskRuntime(
             cluster=self.cluster, task=self._task, incarnation=self.incarnation,
             protocol=protocol, table=LocalTable(), counters=counters, loop=self._loop,
-            peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace)
+            deadlines=Deadlines(), peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace)
         module, cls = PROTOCOLS[protocol].split(":")
         self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
         servicer = Servicer(self._rt)
@@ -180,6 +181,7 @@ class Server:
             self._loop.submit(close()).result(timeout=10)
         finally:
             self._loop.stop()
+            self._rt.deadlines.stop()
 
     def __enter__(self) -> "Server":
         return self

@@ -97,9 +97,7 @@ class RdmaAdapter:
         if wc.opcode >= WcOpcode.RECV:
             return
         kind, value = split(wc.wr_id)
-        if kind == WorkKind.MESSAGE:
-            channel.tx.written(value)
-        elif kind == WorkKind.TENSOR_WRITE:
+        if kind == WorkKind.TENSOR_WRITE:
             response = channel.responses.get(value)
             if response is not None:
                 response.written()

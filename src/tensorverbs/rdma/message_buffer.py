@@ -3,9 +3,11 @@
 A channel has a tx buffer and an rx buffer of N slots each (N = TENSORVERBS_MESSAGE_SLOTS;
 N = 1 is the seeds' single buffer). A message is encoded into a free tx slot and RDMA
 written into the peer's rx slot of the same sequence number with immediate 0xFFFFFFFF.
-A slot is busy locally until the write completes, and remotely until the peer has parsed
-the message and answered with an ACK (an empty write with immediate 0xFFFFFFFE), so at
-most N messages are in flight per direction; later ones wait in a queue, in order.
+Both slots are busy until the peer has parsed the message and answered with an ACK (an
+empty write with immediate 0xFFFFFFFE): the ACK proves the write has completed, so the
+local slot needs no completion of its own and message writes and ACKs are posted
+unsignaled (no completion, no wake-up). At most N messages are in flight per direction;
+later ones wait in a queue, in order.
 """
 from __future__ import annotations
 
@@ -38,7 +40,6 @@ class TxMessageBuffer(RdmaMessageBuffer):
     def __init__(self, pd: ProtectionDomain, slots: int, on_sent: Callable[[RdmaMessage], None]) -> None:
         super().__init__(pd, slots, Access.LOCAL_WRITE)
         self._lock = threading.Lock()
-        self._local_busy = [False] * slots
         self._sent = 0       # messages written so far
         self._acked = 0      # ACKs received so far
         self._queue: collections.deque[RdmaMessage] = collections.deque()
@@ -60,29 +61,21 @@ class TxMessageBuffer(RdmaMessageBuffer):
             self._drain()
 
     def _drain(self) -> None:
-        while self._queue and self.qp is not None:
+        while self._queue and self.qp is not None and self._sent - self._acked < self.slots:
             index = self._sent % self.slots
-            if self._sent - self._acked >= self.slots or self._local_busy[index]:
-                return
             msg = self._queue.popleft()
             length = encode_into(msg, self.slot(index))
-            self._local_busy[index] = True
             self._sent += 1
             self.qp.post_send(SendWR(
                 wr_id(WorkKind.MESSAGE, index), WrOpcode.RDMA_WRITE_WITH_IMM,
                 [self.mr.sge(index * SLOT_BYTES, length)],
                 remote_addr=self.remote_addr + index * SLOT_BYTES, rkey=self.remote_rkey,
-                imm_data=IMM_MESSAGE))
+                imm_data=IMM_MESSAGE, signaled=False))
             self._on_sent(msg)
 
-    def written(self, index: int) -> None:
-        """The write from slot ``index`` completed: the local slot is idle again."""
-        with self._lock:
-            self._local_busy[index] = False
-            self._drain()
-
     def acked(self) -> None:
-        """The peer parsed our oldest unacknowledged message: its slot is idle again."""
+        """The peer parsed our oldest unacknowledged message: its slots (ours and the peer's)
+        are idle again."""
         with self._lock:
             self._acked += 1
             self._drain()
@@ -110,4 +103,4 @@ class RxMessageBuffer(RdmaMessageBuffer):
 def ack(qp: QueuePair, remote_addr: int, rkey: int) -> None:
     """Post the ACK that frees the peer's oldest busy message slot."""
     qp.post_send(SendWR(wr_id(WorkKind.ACK, 0), WrOpcode.RDMA_WRITE_WITH_IMM, [],
-                        remote_addr=remote_addr, rkey=rkey, imm_data=IMM_ACK))
+                        remote_addr=remote_addr, rkey=rkey, imm_data=IMM_ACK, signaled=False))

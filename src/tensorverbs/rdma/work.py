@@ -5,8 +5,8 @@ import enum
 
 
 class WorkKind(enum.IntEnum):
-    MESSAGE = 1       # value: the tx slot
-    ACK = 2
+    MESSAGE = 1       # value: the tx slot (posted unsignaled)
+    ACK = 2           # posted unsignaled
     TENSOR_WRITE = 3  # value: the request index being answered
     TENSOR_READ = 4   # value: our request index
 
@@ -18,5 +18,7 @@ def wr_id(kind: WorkKind, value: int) -> int:
     return (int(kind) << _SHIFT) | value
 
 
-def split(work_id: int) -> tuple[WorkKind, int]:
-    return WorkKind(work_id >> _SHIFT), work_id & ((1 << _SHIFT) - 1)
+def split(work_id: int) -> tuple[WorkKind | None, int]:
+    """(kind, value) of an id made by :func:`wr_id`; kind None for any other id."""
+    kind = work_id >> _SHIFT
+    return (WorkKind(kind) if kind in WorkKind._value2member_map_ else None), work_id & ((1 << _SHIFT) - 1)

@@ -119,7 +119,7 @@ class RemoteRendezvous(abc.ABC):
             self._ops[fut] = (call, op)
         fut.add_done_callback(self._done)
         if timeout is not None:
-            self.rt.loop.call_later(timeout, self._expire, weakref.ref(fut), timeout)
+            self.rt.deadlines.add(timeout, self._expire, weakref.ref(fut), timeout)
         return fut
 
     def _remote(self, call: RecvCall) -> PendingRecv | None:

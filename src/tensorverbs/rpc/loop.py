@@ -28,11 +28,6 @@ class EventLoopThread:
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
-    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop in ``delay`` seconds (from any thread). There is no
-        handle: ``fn`` must do nothing when what it guards has already finished."""
-        self.loop.call_soon_threadsafe(self.loop.call_later, max(0.0, delay), fn, *args)
-
     def stop(self) -> None:
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)

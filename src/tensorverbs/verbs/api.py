@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import abc
 import collections
+import dataclasses
 import threading
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError, ResourceExhaustedError
 from .model import (
@@ -113,6 +114,10 @@ class MemoryRegion(_Resource):
         return SGE(self.addr + offset, length, self.lkey)
 
 
+#: wr_id of the completions a queue pair requests for itself (selective signaling)
+INTERNAL_WR_ID = (1 << 64) - 1
+
+
 class CompletionQueue(_Resource):
     """A completion queue (``ibv_cq``), shared by the queue pairs created on it."""
 
@@ -122,20 +127,16 @@ class CompletionQueue(_Resource):
 
     def poll(self, max_entries: int = 64) -> list[WorkCompletion]:
         """Return up to ``max_entries`` completions without blocking."""
-        wcs = self._drain_synthetic(max_entries)
-        if len(wcs) < max_entries:
-            wcs.extend(self._poll(max_entries - len(wcs)))
-        self._account(wcs)
-        return wcs
+        wcs = self._poll(max_entries)
+        return self._account(wcs + self._drain_synthetic(max_entries - len(wcs)))
 
     def wait(self, timeout: float | None = None, max_entries: int = 64) -> list[WorkCompletion]:
         """Block until at least one completion arrives (without spinning) or ``timeout``
-        seconds pass; return what arrived, possibly nothing."""
-        wcs = self._drain_synthetic(max_entries)
-        if not wcs:
-            wcs = self._wait(timeout, max_entries)
-        self._account(wcs)
-        return wcs
+        seconds pass; return what arrived, possibly nothing. The provider's completions
+        come before flushes made here, as on hardware (earlier requests first)."""
+        if self._synthetic:
+            return self.poll(max_entries)
+        return self._account(self._wait(timeout, max_entries))
 
     def _drain_synthetic(self, max_entries: int) -> list[WorkCompletion]:
         out = []
@@ -143,12 +144,17 @@ class CompletionQueue(_Resource):
             out.append(self._synthetic.popleft())
         return out
 
-    def _account(self, wcs: Iterable[WorkCompletion]) -> None:
+    def _account(self, wcs: list[WorkCompletion]) -> list[WorkCompletion]:
+        """Retire completed send requests; drop the successful completions that queue
+        pairs requested for themselves."""
         for wc in wcs:
             if wc.opcode < WcOpcode.RECV:
                 qp = self._qps.get(wc.qp_num)
                 if qp is not None:
                     qp._send_completed(wc)
+        if any(wc.wr_id == INTERNAL_WR_ID for wc in wcs):
+            wcs = [wc for wc in wcs if wc.wr_id != INTERNAL_WR_ID or not wc.ok]
+        return wcs
 
     def push(self, wc: WorkCompletion) -> None:
         """Queue a completion made outside the provider (flushes of queued requests)."""
@@ -171,8 +177,10 @@ class QueuePair(_Resource):
 
     ``post_send`` never fails for lack of room: work requests beyond ``max_send_wr``
     outstanding wait in order in a software queue and are posted as earlier ones
-    complete. On the error state every waiting request is flushed with
-    ``WR_FLUSH_ERR``, as the hardware flushes what it holds.
+    complete. Unsignaled requests cost no completion; after half a queue of them in a
+    row, one is signaled on the queue pair's own behalf (and its completion is not
+    shown), so the send queue keeps draining. On the error state every waiting request
+    is flushed with ``WR_FLUSH_ERR``, as the hardware flushes what it holds.
     """
 
     qp_num: int
@@ -186,6 +194,7 @@ class QueuePair(_Resource):
         self._sq_lock = threading.Lock()
         self._inflight: collections.deque[bool] = collections.deque()  # signaled flags
         self._waiting: collections.deque[SendWR] = collections.deque()
+        self._unsignaled = 0  # unsignaled requests posted since the last signaled one
         self.state = QPState.INIT
 
     def _register(self) -> None:
@@ -202,8 +211,7 @@ class QueuePair(_Resource):
             elif self._waiting or len(self._inflight) >= self.max_send_wr:
                 self._waiting.append(wr)
             else:
-                self._inflight.append(wr.signaled)
-                self._post_send(wr)
+                self._issue(wr)
 
     def _send_completed(self, wc: WorkCompletion) -> None:
         """A send-side completion retires every request up to the completed one."""
@@ -213,9 +221,19 @@ class QueuePair(_Resource):
                     break
             while self._waiting and len(self._inflight) < self.max_send_wr \
                     and self.state != QPState.ERR:
-                wr = self._waiting.popleft()
-                self._inflight.append(wr.signaled)
-                self._post_send(wr)
+                self._issue(self._waiting.popleft())
+
+    def _issue(self, wr: SendWR) -> None:
+        """Hand ``wr`` to the provider (under the send-queue lock, with room)."""
+        if wr.signaled:
+            self._unsignaled = 0
+        elif self._unsignaled + 1 >= max(1, self.max_send_wr // 2):
+            wr = dataclasses.replace(wr, wr_id=INTERNAL_WR_ID, signaled=True)
+            self._unsignaled = 0
+        else:
+            self._unsignaled += 1
+        self._inflight.append(wr.signaled)
+        self._post_send(wr)
 
     @property
     def send_backlog(self) -> int:
