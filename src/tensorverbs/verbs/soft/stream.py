@@ -17,6 +17,7 @@ from .wire import HEADER_SIZE, Header, parse
 
 _IOV_MAX = 512
 _RX_BUFFER = 256 << 10
+_BULK_READ = 64 << 10  # a short read this large is not a drained socket yet
 _SCRATCH = memoryview(bytearray(_RX_BUFFER))
 
 Buffer = bytes | memoryview
@@ -104,9 +105,10 @@ class Stream:
     # -- receive -------------------------------------------------------------------------
     def receive(self) -> bool:
         """Read and dispatch what the socket holds. False at the end of the stream.
-        Raises OSError when the connection is broken. A read shorter than asked for
-        drained the socket, so it ends the call without a read that would fail (the
-        socket is level-triggered: more data makes it readable again)."""
+        Raises OSError when the connection is broken. A small read shorter than asked
+        for drained the socket, so it ends the call without a read that would fail (the
+        socket is level-triggered: more data makes it readable again); during a bulk
+        payload reading goes on until the socket is empty."""
         try:
             while True:
                 if self._sinks and self._head == self._tail:
@@ -116,7 +118,9 @@ class Stream:
                         return False
                     if n < len(view):
                         self._sinks[0] = view[n:]
-                        return True
+                        if n < _BULK_READ:
+                            return True
+                        continue  # a bulk payload is flowing: read on while it does
                     self._sinks.popleft()
                     if not self._sinks:
                         self._finish()
