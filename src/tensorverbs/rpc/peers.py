@@ -22,7 +22,7 @@ from .options import CHANNEL_OPTIONS, method
 
 
 class Peer:
-    """The channel to one task and its three methods."""
+    """The channel to one task and the methods of its service."""
 
     def __init__(self, task: TaskName, address: str) -> None:
         self.task, self.address = task, address
@@ -38,6 +38,10 @@ class Peer:
         self.recv_tensor = self.channel.unary_stream(
             method("RecvTensor"), request_serializer=pb.RecvTensorRequest.SerializeToString,
             response_deserializer=None)
+        self.cancel_recv_tensor = self.channel.unary_unary(
+            method("CancelRecvTensor"),
+            request_serializer=pb.CancelRecvTensorRequest.SerializeToString,
+            response_deserializer=pb.CancelRecvTensorResponse.FromString)
         self.status: pb.GetStatusResponse | None = None
         self._handshake: asyncio.Future | None = None
 

@@ -15,7 +15,7 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..errors import (
-    FailedPreconditionError, InvalidArgumentError, TensorverbsError, UnavailableError,
+    CancelledError, FailedPreconditionError, InvalidArgumentError, TensorverbsError, UnavailableError,
 )
 from ..rendezvous.key import parse_key
 from . import tensorverbs_pb2 as pb
@@ -36,6 +36,8 @@ class Servicer:
     def __init__(self, rt: "TaskRuntime") -> None:
         self.rt = rt
         self.setup_handler: SetupHandler | None = None
+        # request id -> withdraw the RecvTensor call's waiter (on the event loop)
+        self._waiting: dict[int, Callable[[], None]] = {}
 
     async def get_status(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
         return pb.GetStatusResponse(task=str(self.rt.task), incarnation=self.rt.incarnation,
@@ -72,9 +74,16 @@ class Servicer:
                 table.requeue(step_id, key, value)
 
         waiter = table.recv_async(step_id, key, lambda err, value: loop.call_soon_threadsafe(deliver, err, value))
+
+        def withdraw() -> None:
+            if waiter is None or waiter.cancel():
+                deliver(CancelledError("withdrawn by its receiver"), None)
+
+        self._waiting[request.request_id] = withdraw
         value = None
         try:
             value = await arrived
+            self._waiting.pop(request.request_id, None)
             nbytes, messages = tensor_messages(value)
             async for message in messages:
                 yield message
@@ -89,8 +98,17 @@ class Servicer:
             elif waiter is not None:
                 waiter.cancel()
             raise
+        finally:
+            self._waiting.pop(request.request_id, None)
         self.rt.counters.add("tensors_sent")
         self.rt.counters.add("bytes_sent", nbytes)
+
+    async def cancel_recv_tensor(self, request: pb.CancelRecvTensorRequest,
+                                 context) -> pb.CancelRecvTensorResponse:
+        withdraw = self._waiting.pop(request.request_id, None)
+        if withdraw is not None:
+            withdraw()
+        return pb.CancelRecvTensorResponse()
 
     def check_request(self, src, incarnation: int) -> TensorverbsError | None:
         """Why a request for a tensor of ``src`` at ``incarnation`` cannot be served here."""
@@ -114,6 +132,9 @@ class Servicer:
             "RecvTensor": grpc.unary_stream_rpc_method_handler(
                 self.recv_tensor, request_deserializer=pb.RecvTensorRequest.FromString,
                 response_serializer=None),
+            "CancelRecvTensor": grpc.unary_unary_rpc_method_handler(
+                self.cancel_recv_tensor, request_deserializer=pb.CancelRecvTensorRequest.FromString,
+                response_serializer=pb.CancelRecvTensorResponse.SerializeToString),
         })
 
 

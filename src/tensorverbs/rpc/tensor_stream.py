@@ -10,7 +10,7 @@ preallocated result).
 """
 from __future__ import annotations
 
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import numpy as np
 
@@ -100,13 +100,17 @@ def _chunk(message: bytes) -> tuple[int, int]:
     return i, length
 
 
-async def read_tensor(messages: AsyncIterator[bytes]) -> tuple[Value, int]:
-    """(the value carried by a RecvTensor response stream, its payload bytes)."""
+async def read_tensor(messages: AsyncIterator[bytes],
+                      started: Callable[[], None] = lambda: None) -> tuple[Value, int]:
+    """(the value carried by a RecvTensor response stream, its payload bytes);
+    ``started`` is called when the first message is in."""
     it = messages.__aiter__()
     try:
-        meta, is_proto, inline = _meta(await it.__anext__())
+        first = await it.__anext__()
     except StopAsyncIteration:
         raise InternalError("RecvTensor response stream was empty") from None
+    started()
+    meta, is_proto, inline = _meta(first)
     if is_proto:
         raw = np.empty(meta.nbytes, np.uint8)
         result = None

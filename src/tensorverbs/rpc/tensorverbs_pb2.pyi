@@ -76,12 +76,24 @@ class GetRemoteAddressResponse(_message.Message):
     def __init__(self, host_name: _Optional[str] = ..., channel: _Optional[_Union[Channel, _Mapping]] = ..., mr: _Optional[_Iterable[_Union[MemoryRegion, _Mapping]]] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
 class RecvTensorRequest(_message.Message):
-    __slots__ = ("step_id", "rendezvous_key")
+    __slots__ = ("step_id", "rendezvous_key", "request_id")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     RENDEZVOUS_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     step_id: int
     rendezvous_key: str
-    def __init__(self, step_id: _Optional[int] = ..., rendezvous_key: _Optional[str] = ...) -> None: ...
+    request_id: int
+    def __init__(self, step_id: _Optional[int] = ..., rendezvous_key: _Optional[str] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class CancelRecvTensorRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    def __init__(self, request_id: _Optional[int] = ...) -> None: ...
+
+class CancelRecvTensorResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class ErrorStatus(_message.Message):
     __slots__ = ("code", "message")
