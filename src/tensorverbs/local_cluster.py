@@ -37,17 +37,21 @@ def cluster_spec(jobs: dict[str, int], host: str = "127.0.0.1") -> dict[str, lis
     return {job: [f"{host}:{free_port(host)}" for _ in range(n)] for job, n in jobs.items()}
 
 
+_PATTERN_BLOCK = (1 << 20) + 3
+
+
 def pattern(nbytes: int, seed: int, dtype: Any = np.uint8) -> np.ndarray:
     """About ``nbytes`` of deterministic data of ``dtype``, the same in every process
     (``dtype="string"``: an object array of bytes strings of that total length)."""
     if dtype == "string":
         items = [b"%d:%d|" % (seed, i) for i in range(max(1, nbytes // 12))]
         return np.array(items, dtype=object)
-    raw = np.arange(nbytes, dtype=np.uint64)
-    raw *= 2654435761
-    raw += seed
-    raw >>= 7
-    return raw.astype(np.uint8).view(dtype)
+    block = np.arange(min(nbytes, _PATTERN_BLOCK) + 1, dtype=np.uint64)
+    block *= 2654435761
+    block += seed
+    block >>= 7
+    # repeat an odd-sized block, so that neighbouring megabytes differ too
+    return np.resize(block.astype(np.uint8), nbytes).view(dtype)
 
 
 def same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -39,6 +39,7 @@ class RdmaChannel:
         self.responses: dict[int, "RdmaTensorResponse"] = {}
         self.error: TensorverbsError | None = None
         self.remote: QPEndpoint | None = None
+        self.max_message_bytes = adapter.max_message_bytes  # lowered to the peer's on connect
         self.watch = None  # the asyncio task watching the peer's health (RdmaMgr's)
         self._lock = threading.Lock()
         self._indices = itertools.count()
@@ -51,7 +52,7 @@ class RdmaChannel:
         return f"verbs channel to {self.peer}"
 
     # -- setup --------------------------------------------------------------------------
-    def connect(self, remote: QPEndpoint, rx_addr: int, rx_rkey: int) -> None:
+    def connect(self, remote: QPEndpoint, rx_addr: int, rx_rkey: int, max_message_bytes: int) -> None:
         """Connect to the peer's queue pair and message buffer (idempotent for the same peer
         queue pair: both sides may set the channel up at once)."""
         with self._lock:
@@ -61,6 +62,8 @@ class RdmaChannel:
                 return
             self.qp.connect(remote)
             self.remote = remote
+            if max_message_bytes:
+                self.max_message_bytes = min(self.max_message_bytes, max_message_bytes)
         self.tx.connect(self.qp, rx_addr, rx_rkey)
 
     @property
@@ -105,12 +108,17 @@ class RdmaChannel:
     def repost_recv(self, index: int) -> None:
         self.qp.post_recv(RecvWR(index))
 
+    def last_operation_bytes(self, nbytes: int) -> int:
+        """The length of the last operation of a transfer of ``nbytes`` (the one whose
+        completion the receiver sees)."""
+        return nbytes - (max(nbytes - 1, 0) // self.max_message_bytes) * self.max_message_bytes
+
     def post_transfer(self, opcode: WrOpcode, local_addr: int, lkey: int, nbytes: int,
                       remote_addr: int, rkey: int, work_id: int, imm: int = 0) -> None:
         """Write (``RDMA_WRITE_WITH_IMM``) or read (``RDMA_READ``) ``nbytes`` as work
         requests of at most the device's message size; only the last is signaled (and, for
         a write, carries the immediate), so its completion covers them all."""
-        step = self.adapter.max_message_bytes
+        step = self.max_message_bytes
         offsets = list(range(0, nbytes, step)) or [0]
         for offset in offsets:
             last = offset == offsets[-1]

@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _channel_proto(endpoint: QPEndpoint) -> pb.Channel:
+def _channel_proto(endpoint: QPEndpoint, max_message_bytes: int) -> pb.Channel:
     return pb.Channel(provider=endpoint.provider, lid=endpoint.lid, qpn=endpoint.qp_num,
-                      psn=endpoint.psn, mtu=endpoint.mtu, provider_info=endpoint.to_bytes())
+                      psn=endpoint.psn, mtu=endpoint.mtu, provider_info=endpoint.to_bytes(),
+                      max_message_bytes=max_message_bytes)
 
 
 def _endpoint(channel: pb.Channel) -> QPEndpoint:
@@ -81,7 +82,8 @@ class RdmaMgr:
 
     def _describe(self, channel: RdmaChannel):
         mr = channel.rx.mr
-        return dict(host_name=str(self.rt.task), channel=_channel_proto(channel.qp.endpoint()),
+        return dict(host_name=str(self.rt.task),
+                    channel=_channel_proto(channel.qp.endpoint(), self.adapter.max_message_bytes),
                     mr=[pb.MemoryRegion(remote_addr=mr.addr, rkey=mr.rkey, length=mr.length)],
                     incarnation=self.rt.incarnation)
 
@@ -118,7 +120,8 @@ class RdmaMgr:
     def _connect_channel(self, channel: RdmaChannel, message) -> None:
         if not message.mr:
             raise InvalidArgumentError(f"{channel}: the peer sent no message buffer")
-        channel.connect(_endpoint(message.channel), message.mr[0].remote_addr, message.mr[0].rkey)
+        channel.connect(_endpoint(message.channel), message.mr[0].remote_addr, message.mr[0].rkey,
+                        message.channel.max_message_bytes)
 
     # -- the peer starts ------------------------------------------------------------------
     def handle_setup(self, request: pb.GetRemoteAddressRequest) -> pb.GetRemoteAddressResponse:

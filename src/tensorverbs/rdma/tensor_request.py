@@ -89,17 +89,19 @@ class RdmaTensorRequest(PendingRecv):
     def read_done(self) -> None:
         """Read mode: the RDMA read completed; release the sender's tensor."""
         self.channel.send_message(RdmaMessage(MessageType.RELEASE, self.index, self.key.name, self.step_id))
-        self.recv_content(self.landing.nbytes)
+        self.recv_content(self.channel.last_operation_bytes(self.landing.nbytes))
 
     def recv_content(self, byte_len: int) -> None:
-        """The tensor is in the landing buffer: hand it to the caller."""
+        """The tensor is in the landing buffer (``byte_len``: the length of the transfer's
+        last operation): hand it to the caller."""
         landing = self.landing
         if landing is None:
             self.finish(error=DataLossError(f"{self.call.what}: content arrived before meta-data"))
             return
-        if byte_len != landing.nbytes:
+        expected = self.channel.last_operation_bytes(landing.nbytes)
+        if byte_len != expected:
             self.finish(error=DataLossError(
-                f"{self.call.what}: {byte_len} bytes arrived, {landing.nbytes} expected"))
+                f"{self.call.what}: {byte_len} bytes arrived, {expected} expected"))
             return
         if self.expected_checksum is not None and checksum(landing.data()) != self.expected_checksum:
             self.finish(error=DataLossError(f"{self.call.what}: checksum mismatch (sender "

@@ -22,7 +22,7 @@ class GetStatusResponse(_message.Message):
     def __init__(self, task: _Optional[str] = ..., incarnation: _Optional[int] = ..., protocol: _Optional[str] = ...) -> None: ...
 
 class Channel(_message.Message):
-    __slots__ = ("provider", "lid", "qpn", "psn", "snp", "iid", "mtu", "provider_info")
+    __slots__ = ("provider", "lid", "qpn", "psn", "snp", "iid", "mtu", "provider_info", "max_message_bytes")
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     LID_FIELD_NUMBER: _ClassVar[int]
     QPN_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class Channel(_message.Message):
     IID_FIELD_NUMBER: _ClassVar[int]
     MTU_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_INFO_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     provider: str
     lid: int
     qpn: int
@@ -39,7 +40,8 @@ class Channel(_message.Message):
     iid: int
     mtu: int
     provider_info: bytes
-    def __init__(self, provider: _Optional[str] = ..., lid: _Optional[int] = ..., qpn: _Optional[int] = ..., psn: _Optional[int] = ..., snp: _Optional[int] = ..., iid: _Optional[int] = ..., mtu: _Optional[int] = ..., provider_info: _Optional[bytes] = ...) -> None: ...
+    max_message_bytes: int
+    def __init__(self, provider: _Optional[str] = ..., lid: _Optional[int] = ..., qpn: _Optional[int] = ..., psn: _Optional[int] = ..., snp: _Optional[int] = ..., iid: _Optional[int] = ..., mtu: _Optional[int] = ..., provider_info: _Optional[bytes] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class MemoryRegion(_message.Message):
     __slots__ = ("remote_addr", "rkey", "length")

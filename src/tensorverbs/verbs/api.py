@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError, ResourceExhaustedError
 from .model import (
-    WC_OF_WR, Access, DeviceAttr, QPEndpoint, QPState, RecvWR, SendWR, SGE, WcOpcode,
-    WcStatus, WorkCompletion,
+    SGE, Access, DeviceAttr, QPEndpoint, QPState, RecvWR, SendWR, WcOpcode, WorkCompletion,
 )
 
 if TYPE_CHECKING:
@@ -179,8 +178,9 @@ class QueuePair(_Resource):
     outstanding wait in order in a software queue and are posted as earlier ones
     complete. Unsignaled requests cost no completion; after half a queue of them in a
     row, one is signaled on the queue pair's own behalf (and its completion is not
-    shown), so the send queue keeps draining. On the error state every waiting request
-    is flushed with ``WR_FLUSH_ERR``, as the hardware flushes what it holds.
+    shown), so the send queue keeps draining. In the error state requests go straight
+    to the provider, which flushes them with ``WR_FLUSH_ERR`` after what it already holds
+    (as hardware does), so completions keep the order of the requests.
     """
 
     qp_num: int
@@ -207,7 +207,7 @@ class QueuePair(_Resource):
         """Post ``wr``; it runs now if the send queue has room, later otherwise."""
         with self._sq_lock:
             if self.state == QPState.ERR:
-                self._flush_one(wr)
+                self._post_send(wr)
             elif self._waiting or len(self._inflight) >= self.max_send_wr:
                 self._waiting.append(wr)
             else:
@@ -240,31 +240,20 @@ class QueuePair(_Resource):
         """How many work requests wait for room in the send queue."""
         return len(self._waiting)
 
-    def _flush_one(self, wr: SendWR) -> None:
-        self.send_cq.push(WorkCompletion(
-            wr.wr_id, WcStatus.WR_FLUSH_ERR, WC_OF_WR[wr.opcode], self.qp_num,
-            detail="queue pair is in the error state"))
-
     def to_error(self, reason: str) -> None:
         """Move to the error state: outstanding work completes with ``WR_FLUSH_ERR``."""
         with self._sq_lock:
             if self.state == QPState.ERR:
                 return
             self.state = QPState.ERR
-            waiting, self._waiting = self._waiting, collections.deque()
-        self._enter_error(reason)
-        for wr in waiting:
-            self._flush_one(wr)
+            self._enter_error(reason)
+            while self._waiting:
+                self._post_send(self._waiting.popleft())
 
     # -- receive queue -------------------------------------------------------------------
     def post_recv(self, wr: RecvWR) -> None:
         """Post a receive; raises ResourceExhaustedError past ``max_recv_wr`` outstanding."""
-        if self.state == QPState.ERR:
-            self.recv_cq.push(WorkCompletion(
-                wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, self.qp_num,
-                detail="queue pair is in the error state"))
-            return
-        if self._recv_outstanding() >= self.max_recv_wr:
+        if self.state != QPState.ERR and self._recv_outstanding() >= self.max_recv_wr:
             raise ResourceExhaustedError(
                 f"receive queue of QP {self.qp_num} is full ({self.max_recv_wr} requests)")
         self._post_recv(wr)
@@ -282,7 +271,8 @@ class QueuePair(_Resource):
 
     @abc.abstractmethod
     def _post_send(self, wr: SendWR) -> None:
-        """Hand ``wr`` to the provider; the send queue has room. Called under a lock."""
+        """Hand ``wr`` to the provider (under a lock): the send queue has room, or the queue
+        pair is in the error state and the provider flushes it."""
 
     @abc.abstractmethod
     def _post_recv(self, wr: RecvWR) -> None: ...
@@ -292,4 +282,5 @@ class QueuePair(_Resource):
 
     @abc.abstractmethod
     def _enter_error(self, reason: str) -> None:
-        """Provider part of :meth:`to_error`: flush what the provider holds."""
+        """Provider part of :meth:`to_error` (under the send-queue lock): flush what the
+        provider holds, and flush whatever is posted from now on."""
