@@ -1,0 +1,59 @@
+"""The ``tensorverbs`` command: a server until SIGTERM, the demo, info."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.demo import run_protocol
+from tensorverbs.local_cluster import cluster_spec
+
+COMMAND = [sys.executable, "-m", "tensorverbs"]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "grpc+verbs"])
+def test_server_command_serves_until_sigterm(tmp_path, protocol, step):
+    cluster = cluster_spec({"ps": 1, "worker": 1})
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps({"cluster": cluster}))
+    env = dict(os.environ, TENSORVERBS_PROVIDER="soft")
+    proc = subprocess.Popen([*COMMAND, "server", "--cluster", str(spec), "--job", "ps", "--task", "0",
+                             "--protocol", protocol], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert "serving" in proc.stdout.readline()  # blocks until the server is up
+        with tv.Server(cluster, "worker", 0, protocol) as worker:
+            # the command-line server holds no tensors: a recv from it times out, but is answered
+            with pytest.raises(tv.DeadlineExceededError):
+                worker.recv("nothing", source="/job:ps/task:0", step_id=step, timeout=1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped" in out
+
+
+def test_server_command_rejects_a_bad_task(tmp_path):
+    result = subprocess.run([*COMMAND, "server", "--cluster", '{"ps": ["127.0.0.1:1"]}', "--job", "ps",
+                             "--task", "4"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "/job:ps/replica:0/task:4 is not in the cluster" in result.stderr
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "grpc+verbs"])
+def test_demo_moves_checked_bytes(protocol):
+    rows = run_protocol(protocol, rounds=1, cases=[("float32", 4096), ("string", 2048)])
+    assert [(r.dtype, r.nbytes, r.verified) for r in rows] == [("float32", 4096, True), ("string", 2048, True)]
+    assert all(r.seconds > 0 for r in rows)
+
+
+def test_info_command():
+    result = subprocess.run([*COMMAND, "info"], capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, COLUMNS="200"))
+    assert "soft" in result.stdout and "ibverbs" in result.stdout
