@@ -136,3 +136,17 @@ def test_peer_killed_mid_transfer(variant):
     finally:
         p.worker.stop()
         p.ps.stop()
+
+
+def test_one_message_slot_as_in_the_seeds(step):
+    """TENSORVERBS_MESSAGE_SLOTS=1: one control message in flight per direction, the rest
+    queued behind the ACKs; many concurrent recvs still complete."""
+    p = start_pair("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_MESSAGE_SLOTS": "1"})
+    try:
+        futures = [p.worker.recv_async(f"q{i}", source=p.PS, step_id=step, timeout=120) for i in range(200)]
+        for i in range(200):
+            p.ps.send(f"q{i}", np.full(3, i, np.int16), to=p.WORKER, step_id=step)
+        assert [f.result(120).tolist() for f in futures] == [[i] * 3 for i in range(200)]
+    finally:
+        p.worker.stop()
+        p.ps.stop()

@@ -115,6 +115,8 @@ class RdmaMgr:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._connect_channel, channel, reply)
         self._watch(peer, channel)
+        log.info("%s: connected (queue pair %d to %d, %s)", channel, channel.qp.qp_num,
+                 channel.remote.qp_num, channel.remote.provider)
         return channel
 
     def _connect_channel(self, channel: RdmaChannel, message) -> None:
