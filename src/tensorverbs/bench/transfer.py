@@ -59,6 +59,7 @@ def start(contenders: list[Contender], note: Callable[[str], None]) -> tuple[lis
     for pair in launched:
         try:
             pair.connect()
+            pair.pause()
             pairs.append(pair)
         except PeerError as exc:
             status[pair.contender.name].update(available=False, about=f"failed to start: {exc}")
@@ -77,8 +78,10 @@ def measure(pairs: list[Pair], sizes: list[int], rounds: int, warmup: int, budge
     def run(pair: Pair, nbytes: int, count: int, verify: bool) -> None:
         nonlocal step
         name = pair.contender.name
+        pair.resume()
         try:
             out = pair.run(nbytes, count, step, verify)
+            pair.pause()
         except PeerError as exc:
             status[name].update(failed=str(exc))
             live.remove(pair)

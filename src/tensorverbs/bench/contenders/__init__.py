@@ -8,6 +8,8 @@ one process). :meth:`Contender.start` puts each side in its own process.
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,9 +80,26 @@ class Pair:
             raise
 
     @property
+    def _module(self):
+        return importlib.import_module(f"{PACKAGE}.{self.contender.module}")
+
+    @property
     def passive(self) -> bool:
-        module = importlib.import_module(f"{PACKAGE}.{self.contender.module}")
-        return module.Source is None or module.Source.passive
+        return self._module.Source is None or self._module.Source.passive
+
+    def _signal(self, signum: int) -> None:
+        if getattr(self._module, "SPINS_WHEN_IDLE", False):
+            for peer in (self.source, self.sink):
+                if peer is not None and peer.process.is_alive():
+                    os.kill(peer.process.pid, signum)
+
+    def pause(self) -> None:
+        """Stop the processes of a contender that keeps the CPU busy while idle, so that it
+        does not slow the others down; :meth:`resume` before its turn."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
 
     def run(self, nbytes: int, count: int, step: int, verify: bool = False) -> dict:
         """``count`` transfers of ``nbytes`` at steps ``step``.. (timed in the sink):
@@ -96,6 +115,7 @@ class Pair:
         return out
 
     def close(self) -> None:
+        self.resume()
         close_all([p for p in (self.source, self.sink) if p is not None])
         self.source = self.sink = None
 

@@ -8,6 +8,7 @@ from .base import Payloads, Sink as BaseSink, Source as BaseSource
 from .torch_common import link  # noqa: F401  (the contender's link)
 
 START_TOGETHER = True  # init_rpc waits for both sides
+SPINS_WHEN_IDLE = True  # its shared-memory transport polls: nearly a core per process
 _tensors: dict[int, Any] = {}
 
 
