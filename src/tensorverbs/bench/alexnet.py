@@ -395,9 +395,5 @@ def main(argv: list[str] | None = None) -> int:
                 "learning_rate": LEARNING_RATE, "verify": args.verify}
     result = {"benchmark": "alexnet", "settings": settings, "runs": runs, "goals": goals(runs, compute)}
     show(result)
-    report.write_json(args.json, result, ["alexnet", *argv])
-    report.console.print(f"results written to {args.json}")
-    if args.plot:
-        plot(result, args.plot)
-        report.console.print(f"plot written to {args.plot}")
-    return 1 if any(r["verified"] is False for r in runs) else 0
+    plotted = report.save(result, ["alexnet", *argv], args.json, args.plot, plot)
+    return 1 if any(r["verified"] is False for r in runs) else 0 if plotted else 2

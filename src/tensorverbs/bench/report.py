@@ -8,7 +8,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from rich.console import Console
@@ -48,7 +48,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
     """A table whose first column is left-aligned and the others right-aligned."""
     t = Table(title=title, caption=caption)
     for i, column in enumerate(columns):
-        t.add_column(column, justify="left" if i == 0 else "right")
+        t.add_column(column, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for row in rows:
         t.add_row(*(str(cell) for cell in row))
     return t
@@ -130,3 +130,20 @@ def plot(path: str, title: str, xlabel: str, ylabel: str,
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def save(result: Mapping[str, Any], argv: Sequence[str], json_path: str, plot_path: str | None,
+         draw: Callable[[Mapping[str, Any], str], None]) -> bool:
+    """Write the JSON and, when asked, the plot (``draw(result, path)``); False if the plot
+    could not be made (matplotlib missing)."""
+    write_json(json_path, result, argv)
+    console.print(f"results written to {json_path}")
+    if plot_path:
+        try:
+            draw(result, plot_path)
+        except ImportError as exc:
+            console.print(f"[red]no plot[/]: {exc.name or exc} is missing "
+                          "(pip install 'tensorverbs[bench]')")
+            return False
+        console.print(f"plot written to {plot_path}")
+    return True

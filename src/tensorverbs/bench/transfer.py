@@ -8,7 +8,7 @@ checked), then the timed rounds alternate between the contenders, so that a nois
 neighbour slows them all alike. A transfer is timed in the receiving process from the
 request to the tensor in hand: at small sizes that is a round trip.
 
-    tensorverbs bench transfer --max-size 64MiB --rounds 5 --plot transfer.png
+    tensorverbs bench transfer --max-size 256MiB --rounds 8 --plot transfer.png
 """
 from __future__ import annotations
 
@@ -160,12 +160,12 @@ def show(result: dict) -> None:
     def rows(cell: Callable[[dict], str]) -> list[list[str]]:
         return [[name, *(cell(r) if (r := _find(results, name, n)) else "-" for n in sizes)]
                 for name in names]
-    bandwidth = rows(lambda r: f"{r['gbps']:.3g}" + ("" if r["verified"] is not False else " [red]BAD[/]"))
-    spread = rows(lambda r: f"{r['gbps_p25']:.3g}-{r['gbps_p75']:.3g}")
+    def bandwidth(r: dict) -> str:
+        spread = (r["gbps_p75"] - r["gbps_p25"]) / 2 / r["gbps"]
+        return f"{r['gbps']:.3g} ±{spread:.0%}" + (" [red]BAD[/]" if r["verified"] is False else "")
     latency = rows(lambda r: f"{r['latency_us']['median']:.0f}/{r['latency_us']['p99']:.0f}")
     con = report.console
-    con.print(report.table("bandwidth, GB/s (median)", heads, bandwidth))
-    con.print(report.table("bandwidth spread, GB/s (p25-p75 of the transfers)", heads, spread))
+    con.print(report.table("bandwidth, GB/s: median ±half the p25-p75 range", heads, rows(bandwidth)))
     con.print(report.table("time per transfer (a round trip), µs: median/p99", heads, latency))
     if result["goals"]:
         con.print(report.table("goals", ["goal", "measured", ""], report.goal_rows(result["goals"])))
@@ -194,7 +194,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-size", default="4KiB", help="smallest tensor (default 4KiB)")
     p.add_argument("--max-size", default="64MiB", help="largest tensor (default 64MiB; up to 256MiB)")
     p.add_argument("--sizes", help="comma-separated sizes instead of 4x steps from min to max")
-    p.add_argument("--rounds", type=int, default=5, help="timed rounds per size (default 5)")
+    p.add_argument("--rounds", type=int, default=8, help="timed rounds per size (default 8)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     p.add_argument("--round-bytes", default="64MiB",
                    help="about this much per contender and round (default 64MiB)")
@@ -221,7 +221,7 @@ def _sizes(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
     return sizes
 
 
-def run(contenders: list[Contender], sizes: list[int], rounds: int, warmup: int = 1,
+def run(contenders: list[Contender], sizes: list[int], rounds: int = 8, warmup: int = 1,
         round_bytes: int = 64 << 20, max_transfers: int = 100) -> dict[str, Any]:
     """Start the contenders, run the sweep with a progress bar, stop them; the result."""
     with report.progress() as bar:
@@ -253,10 +253,6 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     result = run(contenders, sizes, args.rounds, args.warmup, round_bytes, args.max_transfers)
     show(result)
-    report.write_json(args.json, result, ["transfer", *argv])
-    report.console.print(f"results written to {args.json}")
-    if args.plot:
-        plot(result, args.plot)
-        report.console.print(f"plot written to {args.plot}")
+    plotted = report.save(result, ["transfer", *argv], args.json, args.plot, plot)
     bad = [r for r in result["results"] if r["verified"] is False]
-    return 1 if bad or not result["results"] else 0
+    return 1 if bad or not result["results"] else 0 if plotted else 2

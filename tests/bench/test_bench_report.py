@@ -1,0 +1,43 @@
+"""The shared report helpers: statistics, sizes, JSON with the machine, plots."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tensorverbs.bench import report
+
+
+def test_summary_and_interval():
+    s = report.summarize([3.0, 1.0, 2.0, 4.0, 100.0])
+    assert s["median"] == 3.0 and s["min"] == 1.0 and s["max"] == 100.0 and s["count"] == 5
+    assert s["p25"] <= s["median"] <= s["p75"] <= s["p99"] <= s["max"]
+    assert report.mean_ci([2.0]) == (2.0, 0.0)
+    mean, ci = report.mean_ci([1.0, 3.0])
+    assert mean == 2.0 and ci == pytest.approx(1.96 * 2 ** 0.5)
+
+
+def test_sizes_read_as_people_write_them():
+    assert [report.human_size(n) for n in (4096, 64 << 20, 1 << 30, 1000)] == \
+        ["4 KiB", "64 MiB", "1 GiB", "1000 B"]
+
+
+def test_save_writes_json_and_plot(tmp_path):
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+
+    def draw(result, path):
+        report.plot(path, "t", "x", "y", {"a": ([1, 2, 4], [1.0, 2.0, 3.0]),
+                                           "limit": ([1, 2, 4], [4.0, 4.0, 4.0])},
+                    log=True, dashed=["limit"], errors={"a": [0.1, 0.1, 0.2]})
+    assert report.save({"benchmark": "x", "value": 1}, ["x", "--y"], str(out), str(png), draw)
+    data = json.loads(out.read_text())
+    assert data["command"] == "tensorverbs bench x --y" and data["value"] == 1
+    assert data["machine"]["cpus"] >= 1
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_save_without_matplotlib_says_so(tmp_path):
+    def draw(result, path):
+        raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+    assert not report.save({}, ["x"], str(tmp_path / "r.json"), str(tmp_path / "r.png"), draw)
+    assert (tmp_path / "r.json").exists() and not (tmp_path / "r.png").exists()
