@@ -6,6 +6,7 @@ does. Task names take the long form ``/job:ps/replica:0/task:0`` or the short fo
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -40,7 +41,12 @@ def parse_task(name: Union[str, TaskName]) -> TaskName:
     """Parse ``/job:J[/replica:R]/task:T[/device:D:N]``; raise InvalidArgumentError otherwise."""
     if isinstance(name, TaskName):
         return name
-    m = _TASK.match(name.strip()) if isinstance(name, str) else None
+    return _parse_task(name) if isinstance(name, str) else _parse_task(repr(name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_task(name: str) -> TaskName:
+    m = _TASK.match(name.strip())
     if not m:
         raise InvalidArgumentError(
             f"malformed task name {name!r}: expected /job:<name>/task:<index> "

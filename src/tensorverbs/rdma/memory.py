@@ -8,9 +8,10 @@ This is the one place that decides how a tensor's bytes meet registered memory:
   for a device the provider cannot reach is copied from it (the proxy, done by the
   rendezvous once the bytes are in);
 * sending, a tensor is written from its own memory (:meth:`source`): memory of the pool
-  needs nothing, other memory is registered for the duration of the write (counted in
-  ``source_registrations``), and only memory that cannot be registered is staged into the pool
-  (``staging_copies``); a string tensor is serialized into the pool
+  needs nothing; other memory is registered for the duration of the write (counted in
+  ``source_registrations``), except small tensors (below :data:`STAGE_BELOW` bytes, where
+  a copy costs less than a registration) and memory that cannot be registered, which are
+  staged into the pool (``staging_copies``); a string tensor is serialized into the pool
   (``proto_serializations``).
 """
 from __future__ import annotations
@@ -29,6 +30,10 @@ from ..stats import Counters
 from ..tensor import TensorMeta, decode_proto, encode_proto, meta_of, numpy_dtype, raw_bytes
 from ..verbs import Access, MemoryRegion, ProtectionDomain, RdmaConfig
 from ..verbs.pool import RegisteredPool
+
+
+#: tensors smaller than this are copied into the pool rather than registered where they are
+STAGE_BELOW = 64 << 10
 
 
 def checksum(data: np.ndarray) -> int:
@@ -128,6 +133,9 @@ class RdmaMemoryMgr:
         region = self.pool.region_of(addr, data.size)
         if region is not None:
             return Source(meta, data, addr, region.lkey, region.rkey, keep=[array])
+        if data.size < STAGE_BELOW:
+            self.counters.add("staging_copies")
+            return self._staged(meta, data)
         try:
             mr = self.pd.reg_mr(data, Access.REMOTE_READ if remote_read else Access(0))
         except TensorverbsError:
