@@ -37,6 +37,17 @@ class _Step:
     aborted: TensorverbsError | None = None
 
 
+def _pop(queues: dict[Hashable, collections.deque], match: Hashable):
+    """The oldest entry queued under ``match`` (dropping an emptied queue), or None."""
+    queue = queues.get(match)
+    if not queue:
+        return None
+    entry = queue.popleft()
+    if not queue:
+        del queues[match]
+    return entry
+
+
 class Waiter:
     """A recv waiting in the table; :meth:`cancel` withdraws it if it has not fired."""
 
@@ -82,12 +93,8 @@ class LocalTable:
             step = self._step(step_id)
             if step.aborted is not None:
                 raise type(step.aborted)(step.aborted.message)
-            queue = step.waiters.get(match)
-            if queue:
-                waiter = queue.popleft()
-                if not queue:
-                    del step.waiters[match]
-            else:
+            waiter = _pop(step.waiters, match)
+            if waiter is None:
                 items = step.items.setdefault(match, collections.deque())
                 items.appendleft(value) if first else items.append(value)
                 return
@@ -101,12 +108,8 @@ class LocalTable:
             step = self._step(step_id)
             error, value = step.aborted, None
             if error is None:
-                queue = step.items.get(match)
-                if queue:
-                    value = queue.popleft()
-                    if not queue:
-                        del step.items[match]
-                else:
+                value = _pop(step.items, match)
+                if value is None:
                     waiter = Waiter(self, step_id, match, callback)
                     step.waiters.setdefault(match, collections.deque()).append(waiter)
                     return waiter
