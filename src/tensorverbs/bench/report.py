@@ -121,7 +121,8 @@ def plot(path: str, title: str, xlabel: str, ylabel: str,
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
     if xticks:
-        ax.set_xticks(list(xticks), list(xticks.values()), rotation=45)
+        ax.set_xticks(list(xticks), list(xticks.values()),
+                      rotation=45 if max(map(len, xticks.values())) > 3 else 0)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
