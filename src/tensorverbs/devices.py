@@ -35,6 +35,8 @@ class Device(abc.ABC):
 
 
 class Host(Device):
+    """Host memory: reachable by every provider."""
+
     name, dma = "cpu", True
 
     def from_host(self, array: np.ndarray) -> np.ndarray:

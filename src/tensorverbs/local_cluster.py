@@ -27,6 +27,7 @@ COMMAND_TIMEOUT = 120.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of ``host`` that nothing listens on (now)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -164,6 +164,7 @@ class DeadTensor(np.ndarray):
 
 
 def mark_dead(array: np.ndarray) -> DeadTensor:
+    """``array`` as the value of a dead tensor (no copy)."""
     return array.view(DeadTensor)
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: the transfer sweep, the distributed AlexNet parameter server, provider bandwidth."""

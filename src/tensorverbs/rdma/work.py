@@ -5,6 +5,8 @@ import enum
 
 
 class WorkKind(enum.IntEnum):
+    """What a send-side work request does (the high byte of its id)."""
+
     MESSAGE = 1       # value: the tx slot (posted unsignaled)
     ACK = 2           # posted unsignaled
     TENSOR_WRITE = 3  # value: the request index being answered
@@ -15,6 +17,7 @@ _SHIFT = 56
 
 
 def wr_id(kind: WorkKind, value: int) -> int:
+    """The id of a work request of ``kind`` about ``value``."""
     return (int(kind) << _SHIFT) | value
 
 

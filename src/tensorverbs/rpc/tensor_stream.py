@@ -41,6 +41,7 @@ def _varint(n: int) -> bytes:
 
 
 def encode_meta(meta: TensorMeta, is_proto: bool, inline: bytes = b"") -> bytes:
+    """The first RecvTensorResponse of a stream: meta-data, and a small tensor inline."""
     shape = tensor_pb2.TensorShapeProto(dim=[tensor_pb2.TensorShapeProto.Dim(size=d) for d in meta.shape])
     return pb.RecvTensorResponse(meta=pb.TensorMeta(
         dtype=meta.dtype, shape=shape, is_dead=meta.is_dead, tensor_bytes=meta.nbytes,

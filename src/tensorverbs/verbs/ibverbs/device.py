@@ -84,6 +84,7 @@ class IbverbsContext(Owner, Context):
 
 
 def open_context(choice: Choice, config: RdmaConfig) -> IbverbsContext:
+    """Open the chosen device as a context configured by ``config``."""
     ctx = open_device(choice.device.name)
     try:
         return IbverbsContext(ctx, choice, config)
