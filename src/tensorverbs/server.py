@@ -14,6 +14,8 @@ import secrets
 import threading
 from typing import Any, Mapping
 
+import numpy as np
+
 from .cluster import ClusterSpec, TaskName
 from .devices import get_device, host_array
 from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError
@@ -116,6 +118,15 @@ class Server:
             self._rt.counters.add("proxy_copies")
         self._rt.table.send(int(step_id), key, Value(prepare(array), bool(is_dead)))
         self._rt.counters.add("sends")
+
+    def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
+        """An uninitialised array in the memory this server's protocol sends from directly:
+        with "grpc+verbs", registered memory (like TensorFlow's allocator visitor), so a
+        tensor filled in place and sent needs no registration or copy; with "grpc", an
+        ordinary array. It returns to the pool when the last view of it is dropped."""
+        self._check_running()
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return self._rendezvous.allocate(shape, np.dtype(dtype))
 
     def recv_async(self, name: str, source: str, step_id: int = 0,
                    timeout: float | None = None, device: str | None = None) -> concurrent.futures.Future:

@@ -150,3 +150,15 @@ def test_one_message_slot_as_in_the_seeds(step):
     finally:
         p.worker.stop()
         p.ps.stop()
+
+
+def test_allocated_arrays_are_sent_without_registration_or_copy(vpair, step):
+    array = vpair.worker.allocate((1 << 18,), np.float32)  # 1 MiB in registered memory
+    array[:] = np.arange(array.size, dtype=np.float32)
+    before = vpair.worker.stats()
+    vpair.worker.send("pooled", array, to=vpair.PS, step_id=step)
+    out = vpair.ps.recv("pooled", vpair.WORKER, step, timeout=30)
+    assert same(out, array)
+    after = vpair.worker.stats()
+    for name in ("source_registrations", "staging_copies"):
+        assert after[name] == before[name], name

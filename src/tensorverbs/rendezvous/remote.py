@@ -19,6 +19,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
 
+import numpy as np
+
 from ..devices import HOST, Device
 from ..errors import AbortedError, CancelledError, DeadlineExceededError, TensorverbsError
 from ..tensor import mark_dead
@@ -91,6 +93,10 @@ class RemoteRendezvous(abc.ABC):
 
     def start(self) -> None:
         """Bring up what the protocol needs beyond gRPC."""
+
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised array that this protocol sends without preparing it first."""
+        return np.empty(shape, dtype)
 
     def stop(self) -> None:
         """Fail every pending recv and release the protocol's resources."""
