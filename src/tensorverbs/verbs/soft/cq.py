@@ -47,8 +47,8 @@ class SoftCQ(CompletionQueue):
 
     def _wait(self, timeout: float | None, max_entries: int) -> list[WorkCompletion]:
         self.engine.wait_until(self._ready, timeout)
-        wcs = self._drain_synthetic(max_entries)
-        return wcs + self._take(max_entries - len(wcs))
+        wcs = self._take(max_entries)
+        return wcs + self._drain_synthetic(max_entries - len(wcs))
 
     def wake(self) -> None:
         self._woken = True
