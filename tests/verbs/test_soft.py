@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
 import pytest
 
 from tensorverbs.errors import InvalidArgumentError, NotFoundError, UnavailableError
@@ -12,7 +13,7 @@ from tensorverbs.verbs import (
     Access, QPEndpoint, QPState, RdmaConfig, RecvWR, SendWR, WcOpcode, WcStatus, WrOpcode,
     get_provider,
 )
-from tensorverbs.verbs.soft import qp as soft_qp
+from tensorverbs.verbs.soft import memcopy, qp as soft_qp
 from tensorverbs.verbs.soft.host import HostIdentity, same_host
 from tensorverbs.verbs.soft.keytable import SLOT_BITS
 from verbs_pair import open_pair
@@ -160,3 +161,12 @@ def test_closing_leaves_no_files_in_dev_shm():
     b.close()
     after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     assert after <= before
+
+
+@pytest.mark.parametrize("n", [0, 1, 4097, memcopy.SPLIT_BYTES + 12345])
+def test_copy_small_inline_and_large_split(n):
+    src = np.frombuffer(np.random.default_rng(n).bytes(n + 64), np.uint8).copy()
+    dst = np.zeros(n + 64, np.uint8)
+    memcopy.copy(dst.ctypes.data + 32, src.ctypes.data + 32, n)
+    assert np.array_equal(dst[32:32 + n], src[32:32 + n])
+    assert not dst[:32].any() and not dst[32 + n:].any()

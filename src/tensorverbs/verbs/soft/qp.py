@@ -15,7 +15,6 @@ acknowledgements stop before the first held request meanwhile.
 from __future__ import annotations
 
 import collections
-import ctypes
 import secrets
 import threading
 from typing import TYPE_CHECKING, Sequence
@@ -27,6 +26,7 @@ from ..model import (
     WrOpcode,
 )
 from .host import HostIdentity, same_host
+from .memcopy import copy
 from .peer import PeerMemory, RemoteAccessError
 from .stream import Stream, discard
 from .wire import F_IMM, TOKEN_SIZE, Header, Op, frame
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 #: how long the passive side of a connection waits for the peer to dial in
 ATTACH_TIMEOUT = 30.0
 
-_memmove = ctypes.memmove
 # access bits as plain ints: IntFlag arithmetic is slow on the data path
 _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = (int(a) for a in (
     Access.LOCAL_WRITE, Access.REMOTE_WRITE, Access.REMOTE_READ))
@@ -181,9 +180,9 @@ class SoftQP(QueuePair):
             return
         for addr, view in local:  # straight through shared memory
             if is_read:
-                _memmove(addr, remote, len(view))
+                copy(addr, remote, len(view))
             else:
-                _memmove(remote, addr, len(view))
+                copy(remote, addr, len(view))
             remote += len(view)
         if flags:
             self._request(op, Op.IMM, (), flags, wr.imm_data, 0, 0, n)
