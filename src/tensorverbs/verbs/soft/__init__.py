@@ -9,7 +9,7 @@ Data path. Between processes of one host (same boot id, network and pid namespac
 or ``TENSORVERBS_SAME_HOST``), a one-sided write or read to ``alloc_mr`` memory is done
 by the requester itself: it maps the target's key table and segments once (through
 ``/proc/<pid>/fd``), validates the access against the key table, and copies with
-``memmove``; only the immediate of a write-with-immediate crosses the Unix socket between
+``memmove`` (large copies split across a few threads); only the immediate of a write-with-immediate crosses the Unix socket between
 the queue pairs, after the data. Everything else -- sends, accesses to ``reg_mr``
 memory, and all traffic between hosts -- is framed on a stream (Unix socket or TCP):
 the receiver reads each payload straight into the target memory, and the requester's
