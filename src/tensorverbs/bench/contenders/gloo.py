@@ -3,11 +3,10 @@
 ``send``."""
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from .base import Payloads, Sink as BaseSink, Source as BaseSource
-from .torch_common import link  # noqa: F401  (the contender's link)
+from .torch_common import link, quiet  # noqa: F401  (link: the contender's)
 
 START_TOGETHER = True  # init_process_group waits for both sides
 SOURCE, SINK = 0, 1
@@ -28,8 +27,7 @@ def available() -> tuple[bool, str]:
 def _init(rank: int, link: dict) -> None:
     import torch.distributed as dist
 
-    # torch warns about its own use of the gloo backend object on shutdown
-    warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
+    quiet()
 
     dist.init_process_group("gloo", init_method=link["init_method"], rank=rank, world_size=2)
 

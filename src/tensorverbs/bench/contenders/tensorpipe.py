@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Payloads, Sink as BaseSink, Source as BaseSource
-from .torch_common import link  # noqa: F401  (the contender's link)
+from .torch_common import link, quiet  # noqa: F401  (link: the contender's)
 
 START_TOGETHER = True  # init_rpc waits for both sides
 SPINS_WHEN_IDLE = True  # its shared-memory transport polls: nearly a core per process
@@ -27,6 +27,7 @@ def lookup(nbytes: int) -> Any:
 def _init(name: str, rank: int, link: dict) -> None:
     from torch.distributed import rpc
 
+    quiet()
     options = rpc.TensorPipeRpcBackendOptions(init_method=link["init_method"], rpc_timeout=300)
     rpc.init_rpc(name, rank=rank, world_size=2, rpc_backend_options=options)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 from ...local_cluster import free_port
 
@@ -25,3 +26,8 @@ def available(feature: str) -> tuple[bool, str]:
 
 def link() -> dict:
     return {"init_method": f"tcp://127.0.0.1:{free_port()}"}
+
+
+def quiet() -> None:
+    """Silence torch's warning about its own use of a gloo group (rpc and gloo set-up)."""
+    warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
