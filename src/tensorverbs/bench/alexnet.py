@@ -26,12 +26,13 @@ import zlib
 from typing import Any, Callable
 
 import numpy as np
+from rich.markup import escape
 
 from ..local_cluster import cluster_spec
-from . import peer, report
+from . import report
 from .contenders import Contender, by_name
 from .model import IMAGE_SIZE, PARAMETER_SHAPES, PARAMETERS
-from .peer import Peer, PeerError, close_all
+from .peer import Peer, PeerError, close_all, report as report_progress
 
 PS = "/job:ps/replica:0/task:0"
 TIMEOUT = 600.0
@@ -122,7 +123,7 @@ class ParameterServer(_Task):
             self.server.cleanup_step(step)
             end = time.perf_counter()
             records.append({**record, "seconds": end - start, "update": end - received})
-            peer.report(step)
+            report_progress(step)
         return records
 
     def _apply(self, grads: list[list[np.ndarray]]) -> None:
@@ -387,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = train(contenders, counts, args.steps, args.warmup, args.rounds, args.batch, compute,
                      verify=args.verify)
     except PeerError as exc:
-        report.console.print(f"[red]the benchmark failed[/]: {exc}")
+        report.console.print(f"[red]the benchmark failed[/]: {escape(str(exc))}")
         return 1
     settings = {"workers": args.workers, "worker_counts": counts, "steps": args.steps,
                 "warmup": args.warmup, "rounds": args.rounds, "batch": args.batch,

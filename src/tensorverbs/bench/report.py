@@ -144,7 +144,7 @@ def save(result: Mapping[str, Any], argv: Sequence[str], json_path: str, plot_pa
             draw(result, plot_path)
         except ImportError as exc:
             console.print(f"[red]no plot[/]: {exc.name or exc} is missing "
-                          "(pip install 'tensorverbs[bench]')")
+                          "(pip install 'tensorverbs\\[bench]')")
             return False
         console.print(f"plot written to {plot_path}")
     return True

@@ -16,6 +16,8 @@ import argparse
 import sys
 from typing import Any, Callable
 
+from rich.markup import escape
+
 from ..verbs.config import parse_size
 from . import report
 from .contenders import Contender, Pair, by_name
@@ -54,7 +56,7 @@ def start(contenders: list[Contender], note: Callable[[str], None]) -> tuple[lis
         if ok:
             launched.append(contender.start())
         else:
-            note(f"skipping {contender.name}: {about}")
+            note(f"skipping {contender.name}: {escape(about)}")
     pairs = []
     for pair in launched:
         try:
@@ -63,7 +65,7 @@ def start(contenders: list[Contender], note: Callable[[str], None]) -> tuple[lis
             pairs.append(pair)
         except PeerError as exc:
             status[pair.contender.name].update(available=False, about=f"failed to start: {exc}")
-            note(f"[red]{pair.contender.name} failed to start[/]: {exc}")
+            note(f"[red]{pair.contender.name} failed to start[/]: {escape(str(exc))}")
     return pairs, status
 
 
@@ -171,7 +173,7 @@ def show(result: dict) -> None:
         con.print(report.table("goals", ["goal", "measured", ""], report.goal_rows(result["goals"])))
     for name, s in result["contenders"].items():
         if not s["available"] or s.get("failed"):
-            con.print(f"[yellow]{name}[/] did not run: {s.get('failed') or s['about']}")
+            con.print(f"[yellow]{name}[/] did not run: {escape(s.get('failed') or s['about'])}")
 
 
 def plot(result: dict, path: str) -> None:

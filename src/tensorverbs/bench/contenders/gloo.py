@@ -6,16 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Payloads, Sink as BaseSink, Source as BaseSource
-from .torch_common import link, quiet  # noqa: F401  (link: the contender's)
+from . import torch_common
 
 START_TOGETHER = True  # init_process_group waits for both sides
+link = torch_common.link
 SOURCE, SINK = 0, 1
 
 
 def available() -> tuple[bool, str]:
-    from .torch_common import available
-
-    ok, reason = available("gloo")
+    ok, reason = torch_common.available("gloo")
     if ok:
         import torch.distributed as dist
 
@@ -27,7 +26,7 @@ def available() -> tuple[bool, str]:
 def _init(rank: int, link: dict) -> None:
     import torch.distributed as dist
 
-    quiet()
+    torch_common.quiet()
 
     dist.init_process_group("gloo", init_method=link["init_method"], rank=rank, world_size=2)
 

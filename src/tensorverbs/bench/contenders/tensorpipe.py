@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Payloads, Sink as BaseSink, Source as BaseSource
-from .torch_common import link, quiet  # noqa: F401  (link: the contender's)
+from . import torch_common
 
 START_TOGETHER = True  # init_rpc waits for both sides
+link = torch_common.link
 SPINS_WHEN_IDLE = True  # its shared-memory transport polls: nearly a core per process
 _tensors: dict[int, Any] = {}
 
 
 def available() -> tuple[bool, str]:
-    from .torch_common import available
-
-    ok, reason = available("rpc")
+    ok, reason = torch_common.available("rpc")
     return ok, (reason + ", rpc_sync over TensorPipe") if ok else reason
 
 
@@ -27,7 +26,7 @@ def lookup(nbytes: int) -> Any:
 def _init(name: str, rank: int, link: dict) -> None:
     from torch.distributed import rpc
 
-    quiet()
+    torch_common.quiet()
     options = rpc.TensorPipeRpcBackendOptions(init_method=link["init_method"], rpc_timeout=300)
     rpc.init_rpc(name, rank=rank, world_size=2, rpc_backend_options=options)
 
