@@ -30,28 +30,29 @@ class Contender:
     env: dict[str, str] = field(default_factory=dict)
 
     @property
-    def _module(self):
+    def module_(self):
+        """The contender's module."""
         return importlib.import_module(f"{PACKAGE}.{self.module}")
 
     def availability(self) -> tuple[bool, str]:
         """(whether it can run here, what it is or why it cannot)."""
         try:
-            return self._module.available(**self.options)
+            return self.module_.available(**self.options)
         except Exception as exc:  # a broken optional dependency makes it unavailable
             return False, f"{type(exc).__name__}: {exc}"
 
+    def peer(self, role: str, link: dict) -> Peer:
+        """Start side ``role`` ("Source" or "Sink") in a process of its own (not waited for)."""
+        return Peer(f"{self.name} {role.lower()}", f"{PACKAGE}.{self.module}:{role}", link,
+                    env=self.env, wait=False, **self.options)
+
     def start(self) -> "Pair":
-        """Start the two sides (each a process); :meth:`Pair.connect` waits for them."""
-        module = self._module
+        """Start the two sides; :meth:`Pair.connect` waits for them."""
+        module = self.module_
         link = module.link(**self.options)
-        factory = f"{PACKAGE}.{self.module}:"
-        source = None
-        if module.Source is not None:
-            source = Peer(f"{self.name} source", factory + "Source", link, env=self.env,
-                          wait=False, **self.options)
-        sink = None if source is not None and not getattr(module, "START_TOGETHER", False) else \
-            Peer(f"{self.name} sink", factory + "Sink", link, env=self.env, wait=False, **self.options)
-        return Pair(self, source, sink, link)
+        source = self.peer("Source", link) if module.Source is not None else None
+        together = source is None or getattr(module, "START_TOGETHER", False)
+        return Pair(self, source, self.peer("Sink", link) if together else None, link)
 
 
 @dataclass
@@ -66,29 +67,23 @@ class Pair:
     def connect(self) -> None:
         """Wait until both sides are up (a sink that needs its source listening first is
         started here); on failure both are stopped."""
-        c = self.contender
         try:
+            if self.source is not None:
+                self.source.result()
             if self.sink is None:
-                self.source.result()
-                self.sink = Peer(f"{c.name} sink", f"{PACKAGE}.{c.module}:Sink", self.link,
-                                 env=c.env, wait=False, **c.options)
-            elif self.source is not None:
-                self.source.result()
+                self.sink = self.contender.peer("Sink", self.link)
             self.sink.result()
         except BaseException:
             self.close()
             raise
 
     @property
-    def _module(self):
-        return importlib.import_module(f"{PACKAGE}.{self.contender.module}")
-
-    @property
     def passive(self) -> bool:
-        return self._module.Source is None or self._module.Source.passive
+        source = self.contender.module_.Source
+        return source is None or source.passive
 
     def _signal(self, signum: int) -> None:
-        if getattr(self._module, "SPINS_WHEN_IDLE", False):
+        if getattr(self.contender.module_, "SPINS_WHEN_IDLE", False):
             for peer in (self.source, self.sink):
                 if peer is not None and peer.process.is_alive():
                     os.kill(peer.process.pid, signum)
