@@ -64,7 +64,7 @@ def start(contenders: list[Contender], note: Callable[[str], None]) -> tuple[lis
             pair.pause()
             pairs.append(pair)
         except PeerError as exc:
-            status[pair.contender.name].update(available=False, about=f"failed to start: {exc}")
+            status[pair.contender.name].update(failed=f"failed to start: {exc}")
             note(f"[red]{pair.contender.name} failed to start[/]: {escape(str(exc))}")
     return pairs, status
 
@@ -257,4 +257,5 @@ def main(argv: list[str] | None = None) -> int:
     show(result)
     plotted = report.save(result, ["transfer", *argv], args.json, args.plot, plot)
     bad = [r for r in result["results"] if r["verified"] is False]
-    return 1 if bad or not result["results"] else 0 if plotted else 2
+    failed = [name for name, s in result["contenders"].items() if s.get("failed")]
+    return 1 if bad or failed or not result["results"] else 0 if plotted else 2
