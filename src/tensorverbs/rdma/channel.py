@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..cluster import TaskName
 from ..errors import TensorverbsError, UnavailableError
@@ -42,6 +42,7 @@ class RdmaChannel:
         self.max_message_bytes = adapter.max_message_bytes  # lowered to the peer's on connect
         self.watch = None  # the asyncio task watching the peer's health (RdmaMgr's)
         self._lock = threading.Lock()
+        self._acks_due = 0  # messages parsed but not ACKed yet (see post)
         self._indices = itertools.count()
         self._on_message = on_message
         for i in range(self.qp.max_recv_wr):
@@ -64,7 +65,7 @@ class RdmaChannel:
             self.remote = remote
             if max_message_bytes:
                 self.max_message_bytes = min(self.max_message_bytes, max_message_bytes)
-        self.tx.connect(self.qp, rx_addr, rx_rkey)
+        self.tx.connect(self.post, rx_addr, rx_rkey)
 
     @property
     def ready(self) -> bool:
@@ -79,16 +80,34 @@ class RdmaChannel:
         self.adapter.count_message(msg.type)
 
     def on_message(self, byte_len: int) -> None:
-        """An rx slot was written: parse, ACK, dispatch."""
+        """An rx slot was written: parse, owe the peer an ACK, dispatch."""
         try:
             msg = self.rx.take(byte_len)
         except MessageError as exc:
-            ack(self.qp, self.tx.remote_addr, self.tx.remote_rkey)
+            self._owe_ack()
             self._bad_message(exc)
             return
-        ack(self.qp, self.tx.remote_addr, self.tx.remote_rkey)
+        self._owe_ack()
         self.adapter.count_message(msg.type)
         self._on_message(self, msg)
+
+    def _owe_ack(self) -> None:
+        with self._lock:
+            self._acks_due += 1
+        self.adapter.acks_due(self)
+
+    def post(self, wrs: Sequence[SendWR]) -> None:
+        """Post ``wrs`` as one batch, after the ACKs owed to the peer (they ride along)."""
+        with self._lock:
+            due, self._acks_due = self._acks_due, 0
+        if due:
+            wrs = [ack(self.tx.remote_addr, self.tx.remote_rkey) for _ in range(due)] + list(wrs)
+        if wrs:
+            self.qp.post_send_batch(wrs)
+
+    def flush_acks(self) -> None:
+        """Post the ACKs still owed (the completion thread, at the end of a batch)."""
+        self.post(())
 
     def _bad_message(self, exc: MessageError) -> None:
         """A malformed message fails the one request it names, else the whole channel."""
@@ -120,13 +139,15 @@ class RdmaChannel:
         a write, carries the immediate), so its completion covers them all."""
         step = self.max_message_bytes
         offsets = list(range(0, nbytes, step)) or [0]
+        wrs = []
         for offset in offsets:
             last = offset == offsets[-1]
             op = opcode if last or opcode == WrOpcode.RDMA_READ else WrOpcode.RDMA_WRITE
             length = min(step, nbytes - offset)
-            self.qp.post_send(SendWR(
+            wrs.append(SendWR(
                 work_id if last else 0, op, [SGE(local_addr + offset, length, lkey)] if length else [],
                 remote_addr=remote_addr + offset, rkey=rkey, imm_data=imm, signaled=last))
+        self.post(wrs)
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(self, make: Callable[[int], "RdmaTensorRequest"]) -> "RdmaTensorRequest":

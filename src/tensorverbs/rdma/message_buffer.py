@@ -7,15 +7,16 @@ Both slots are busy until the peer has parsed the message and answered with an A
 empty write with immediate 0xFFFFFFFE): the ACK proves the write has completed, so the
 local slot needs no completion of its own and message writes and ACKs are posted
 unsignaled (no completion, no wake-up). At most N messages are in flight per direction;
-later ones wait in a queue, in order.
+later ones wait in a queue, in order. The channel posts ACKs together with its next
+request to the peer, or at the end of the completion batch, whichever comes first.
 """
 from __future__ import annotations
 
 import collections
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
-from ..verbs import Access, ProtectionDomain, QueuePair, SendWR, WrOpcode
+from ..verbs import Access, ProtectionDomain, SendWR, WrOpcode
 from .messages import IMM_ACK, IMM_MESSAGE, SLOT_BYTES, RdmaMessage, decode, encode_into
 from .work import WorkKind, wr_id
 
@@ -44,14 +45,16 @@ class TxMessageBuffer(RdmaMessageBuffer):
         self._acked = 0      # ACKs received so far
         self._queue: collections.deque[RdmaMessage] = collections.deque()
         self._on_sent = on_sent
-        self.qp: QueuePair | None = None
+        self._post: Callable[[Sequence[SendWR]], None] | None = None
         self.remote_addr = 0
         self.remote_rkey = 0
 
-    def connect(self, qp: QueuePair, remote_addr: int, remote_rkey: int) -> None:
-        """Target the peer's rx buffer; messages queued before this go out now."""
+    def connect(self, post: Callable[[Sequence[SendWR]], None], remote_addr: int,
+                remote_rkey: int) -> None:
+        """Target the peer's rx buffer, posting through ``post``; messages queued before
+        this go out now."""
         with self._lock:
-            self.qp, self.remote_addr, self.remote_rkey = qp, remote_addr, remote_rkey
+            self._post, self.remote_addr, self.remote_rkey = post, remote_addr, remote_rkey
             self._drain()
 
     def send(self, msg: RdmaMessage) -> None:
@@ -61,17 +64,20 @@ class TxMessageBuffer(RdmaMessageBuffer):
             self._drain()
 
     def _drain(self) -> None:
-        while self._queue and self.qp is not None and self._sent - self._acked < self.slots:
+        wrs = []
+        while self._queue and self._post is not None and self._sent - self._acked < self.slots:
             index = self._sent % self.slots
             msg = self._queue.popleft()
             length = encode_into(msg, self.slot(index))
             self._sent += 1
-            self.qp.post_send(SendWR(
+            wrs.append(SendWR(
                 wr_id(WorkKind.MESSAGE, index), WrOpcode.RDMA_WRITE_WITH_IMM,
                 [self.mr.sge(index * SLOT_BYTES, length)],
                 remote_addr=self.remote_addr + index * SLOT_BYTES, rkey=self.remote_rkey,
                 imm_data=IMM_MESSAGE, signaled=False))
             self._on_sent(msg)
+        if wrs:
+            self._post(wrs)
 
     def acked(self) -> None:
         """The peer parsed our oldest unacknowledged message: its slots (ours and the peer's)
@@ -100,7 +106,7 @@ class RxMessageBuffer(RdmaMessageBuffer):
         return decode(self.slot(index)[:byte_len])
 
 
-def ack(qp: QueuePair, remote_addr: int, rkey: int) -> None:
-    """Post the ACK that frees the peer's oldest busy message slot."""
-    qp.post_send(SendWR(wr_id(WorkKind.ACK, 0), WrOpcode.RDMA_WRITE_WITH_IMM, [],
-                        remote_addr=remote_addr, rkey=rkey, imm_data=IMM_ACK, signaled=False))
+def ack(remote_addr: int, rkey: int) -> SendWR:
+    """The ACK that frees the peer's oldest busy message slot."""
+    return SendWR(wr_id(WorkKind.ACK, 0), WrOpcode.RDMA_WRITE_WITH_IMM, [],
+                  remote_addr=remote_addr, rkey=rkey, imm_data=IMM_ACK, signaled=False)

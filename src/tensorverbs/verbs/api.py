@@ -12,7 +12,7 @@ import abc
 import collections
 import dataclasses
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import InvalidArgumentError, ResourceExhaustedError
 from .model import (
@@ -205,13 +205,24 @@ class QueuePair(_Resource):
     # -- send queue --------------------------------------------------------------------
     def post_send(self, wr: SendWR) -> None:
         """Post ``wr``; it runs now if the send queue has room, later otherwise."""
+        self.post_send_batch((wr,))
+
+    def post_send_batch(self, wrs: Sequence[SendWR]) -> None:
+        """Post several requests in order as one batch (one doorbell, like a chain of work
+        requests given to ``ibv_post_send``, where the provider can)."""
+        for wr in wrs:
+            self._check_send(wr)
         with self._sq_lock:
             if self.state == QPState.ERR:
-                self._post_send(wr)
-            elif self._waiting or len(self._inflight) >= self.max_send_wr:
-                self._waiting.append(wr)
-            else:
-                self._issue(wr)
+                self._post_send_batch(list(wrs))
+                return
+            ready = []
+            for wr in wrs:
+                if self._waiting or len(self._inflight) + len(ready) >= self.max_send_wr:
+                    self._waiting.append(wr)
+                else:
+                    ready.append(wr)
+            self._issue(ready)
 
     def _send_completed(self, wc: WorkCompletion) -> None:
         """A send-side completion retires every request up to the completed one."""
@@ -219,21 +230,27 @@ class QueuePair(_Resource):
             while self._inflight:
                 if self._inflight.popleft():
                     break
-            while self._waiting and len(self._inflight) < self.max_send_wr \
+            ready = []
+            while self._waiting and len(self._inflight) + len(ready) < self.max_send_wr \
                     and self.state != QPState.ERR:
-                self._issue(self._waiting.popleft())
+                ready.append(self._waiting.popleft())
+            self._issue(ready)
 
-    def _issue(self, wr: SendWR) -> None:
-        """Hand ``wr`` to the provider (under the send-queue lock, with room)."""
-        if wr.signaled:
-            self._unsignaled = 0
-        elif self._unsignaled + 1 >= max(1, self.max_send_wr // 2):
-            wr = dataclasses.replace(wr, wr_id=INTERNAL_WR_ID, signaled=True)
-            self._unsignaled = 0
-        else:
-            self._unsignaled += 1
-        self._inflight.append(wr.signaled)
-        self._post_send(wr)
+    def _issue(self, wrs: list[SendWR]) -> None:
+        """Hand ``wrs`` to the provider (under the send-queue lock, with room), signaling
+        one of every half queue of unsignaled requests on the queue pair's own behalf."""
+        if not wrs:
+            return
+        for i, wr in enumerate(wrs):
+            if wr.signaled:
+                self._unsignaled = 0
+            elif self._unsignaled + 1 >= max(1, self.max_send_wr // 2):
+                wrs[i] = dataclasses.replace(wr, wr_id=INTERNAL_WR_ID, signaled=True)
+                self._unsignaled = 0
+            else:
+                self._unsignaled += 1
+            self._inflight.append(wrs[i].signaled)
+        self._post_send_batch(wrs)
 
     @property
     def send_backlog(self) -> int:
@@ -247,8 +264,9 @@ class QueuePair(_Resource):
                 return
             self.state = QPState.ERR
             self._enter_error(reason)
-            while self._waiting:
-                self._post_send(self._waiting.popleft())
+            waiting, self._waiting = list(self._waiting), collections.deque()
+            if waiting:
+                self._post_send_batch(waiting)
 
     # -- receive queue -------------------------------------------------------------------
     def post_recv(self, wr: RecvWR) -> None:
@@ -268,6 +286,14 @@ class QueuePair(_Resource):
         """Take the queue pair to RTS towards ``remote`` (INIT -> RTR -> RTS). Raises
         InvalidArgumentError for an endpoint of another provider and UnavailableError when
         the peer cannot be reached."""
+
+    def _check_send(self, wr: SendWR) -> None:
+        """Refuse a request the provider can never take (raise), before it is queued."""
+
+    def _post_send_batch(self, wrs: list[SendWR]) -> None:
+        """Hand several requests to the provider at once; by default one by one."""
+        for wr in wrs:
+            self._post_send(wr)
 
     @abc.abstractmethod
     def _post_send(self, wr: SendWR) -> None:

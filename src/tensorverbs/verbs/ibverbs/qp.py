@@ -217,7 +217,7 @@ class IbverbsQP(QueuePair):
                 self.state = QPState.RTS
 
     # -- posting -------------------------------------------------------------------------
-    def post_send(self, wr: SendWR) -> None:
+    def _check_send(self, wr: SendWR) -> None:
         _check_open(self)
         if len(wr.sg_list) > self.max_sge:
             raise InvalidArgumentError(
@@ -226,7 +226,6 @@ class IbverbsQP(QueuePair):
         if self.state in (QPState.RESET, QPState.INIT):
             raise FailedPreconditionError(
                 f"queue pair {self.qp_num} is not connected: call connect() before post_send")
-        super().post_send(wr)
 
     def _sges(self, wr: SendWR | RecvWR, receive: bool):
         """pyverbs SGEs of ``wr`` and their count. A send SGE outside its (known) region is

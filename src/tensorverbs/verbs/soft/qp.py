@@ -29,7 +29,7 @@ from .host import HostIdentity, same_host
 from .memcopy import copy
 from .peer import PeerMemory, RemoteAccessError
 from .stream import Stream, discard
-from .wire import F_IMM, TOKEN_SIZE, Header, Op, frame
+from .wire import F_DONE, F_IMM, TOKEN_SIZE, Header, Op, frame
 from .work import PendingSend, PostedRecv, VerbsError, check_region
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class SoftQP(QueuePair):
         self._lock = threading.Lock()
         self._stream: Stream | None = None
         self._unsent: list[bytes | memoryview] = []  # frames posted before the dial
+        self._batch: list[bytes | memoryview] | None = None  # frames of the batch being posted
         self._remote_token: bytes | None = None
         self._dialer_token: bytes | None = None
         self._peer: PeerMemory | None = None
@@ -86,6 +87,8 @@ class SoftQP(QueuePair):
         self._rx_frame: tuple[bytearray | None, VerbsError | None] = (None, None)
         self._nak_sent = False
         self._ack_scheduled = False
+        self._ack_wanted = False  # a request that waits for its acknowledgement came in
+        self._flushing = False  # a request failed: later ones complete as flushed
         self._register()
 
     # -- connection ----------------------------------------------------------------------
@@ -140,18 +143,29 @@ class SoftQP(QueuePair):
 
     # -- requester -----------------------------------------------------------------------
     def _post_send(self, wr: SendWR) -> None:
-        op = PendingSend(wr)
+        self._post_send_batch([wr])
+
+    def _post_send_batch(self, wrs: list[SendWR]) -> None:
+        """Run the requests in order; the frames they make leave in one ``sendmsg``."""
         with self._lock:
-            self._ops.append(op)
-            if self._failed is not None:
-                op.finish(WcStatus.WR_FLUSH_ERR, self._failed)
-            elif self._remote_token is None:
-                op.finish(WcStatus.LOC_QP_OP_ERR, "the queue pair is not connected")
-            else:
-                try:
-                    self._execute(wr, op)
-                except VerbsError as exc:
-                    op.finish(exc.status, exc.detail)
+            self._batch = []
+            try:
+                for wr in wrs:
+                    op = PendingSend(wr)
+                    self._ops.append(op)
+                    if self._failed is not None:
+                        op.finish(WcStatus.WR_FLUSH_ERR, self._failed)
+                    elif self._remote_token is None:
+                        op.finish(WcStatus.LOC_QP_OP_ERR, "the queue pair is not connected")
+                    else:
+                        try:
+                            self._execute(wr, op)
+                        except VerbsError as exc:
+                            op.finish(exc.status, exc.detail)
+            finally:
+                parts, self._batch = self._batch, None
+                if parts:
+                    self._send(parts)
             self._emit()
 
     def _execute(self, wr: SendWR, op: PendingSend) -> None:
@@ -184,10 +198,10 @@ class SoftQP(QueuePair):
             else:
                 copy(remote, addr, len(view))
             remote += len(view)
-        if flags:
-            self._request(op, Op.IMM, (), flags, wr.imm_data, 0, 0, n)
-        else:
-            op.finish()
+        if flags:  # the immediate's frame; the data is in place, so the request is done
+            self._request(op, Op.IMM, (), flags | F_DONE, wr.imm_data, 0, 0, n)
+            del self._by_seq[self._seq]
+        op.finish()
 
     def _gather(self, sges: Sequence, need: int) -> list[tuple[int, memoryview]]:
         mrs = self._ctx.mrs
@@ -214,7 +228,11 @@ class SoftQP(QueuePair):
                     *payload])
 
     def _send(self, parts: list) -> None:
-        """Send frames (under the lock); before the dial they wait."""
+        """Send frames (under the lock); while a batch is posted they are gathered, before
+        the dial they wait."""
+        if self._batch is not None:
+            self._batch.extend(parts)
+            return
         if self._stream is None:
             self._unsent.extend(parts)
             return
@@ -224,11 +242,16 @@ class SoftQP(QueuePair):
             self._fail_soon(f"the connection to the peer broke: {exc}")
 
     def _emit(self) -> None:
-        """Deliver the finished requests at the head of the queue (under the lock)."""
+        """Deliver the finished requests at the head of the queue (under the lock). After a
+        failed request every later one is flushed, even one already done (a write through
+        shared memory), as on hardware."""
         wcs = []
         ops = self._ops
         while ops and ops[0].status is not None:
             op = ops.popleft()
+            if self._flushing and op.status == WcStatus.SUCCESS:
+                op.status, op.detail = WcStatus.WR_FLUSH_ERR, "an earlier request failed"
+            self._flushing |= op.status != WcStatus.SUCCESS
             if op.signaled or op.status != WcStatus.SUCCESS:
                 wcs.append(op.completion(self.qp_num))
             if op.status not in (WcStatus.SUCCESS, WcStatus.WR_FLUSH_ERR):
@@ -335,6 +358,8 @@ class SoftQP(QueuePair):
                     self._reject(hdr, error)
                     return
                 self._rx_done = hdr.seq
+                if not hdr.flags & F_DONE:
+                    self._ack_wanted = True
             if code == _IMM or code == _SEND or (code == _WRITE and hdr.flags & F_IMM):
                 if self._held or not self._recvs:
                     self._held.append((hdr, buf))
@@ -406,6 +431,7 @@ class SoftQP(QueuePair):
         if done <= self._rx_acked or self._nak_sent:
             return 0
         self._rx_acked = done
+        self._ack_wanted = False
         return done
 
     def _ack_soon(self) -> None:
@@ -438,7 +464,7 @@ class SoftQP(QueuePair):
         with self._lock:
             if not alive:
                 self._fail_soon(reason)
-            else:
+            elif self._ack_wanted:
                 self._ack_soon()
 
     def on_writable(self) -> None:

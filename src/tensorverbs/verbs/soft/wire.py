@@ -22,6 +22,8 @@ HEADER = struct.Struct("<BBHIIIIIQQ")
 HEADER_SIZE = HEADER.size
 TOKEN_SIZE = 16
 F_IMM = 1  # flags: the request carries immediate data
+F_DONE = 2  # flags: the requester completed the request already (its data went through
+            # shared memory), so its acknowledgement may wait for a frame going back
 
 
 class Op(enum.IntEnum):
