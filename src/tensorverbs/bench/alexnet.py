@@ -42,6 +42,7 @@ PROTOCOLS = ("grpc", "grpc+verbs")
 
 
 def worker_name(index: int) -> str:
+    """The task name of worker ``index``."""
     return f"/job:worker/replica:0/task:{index}"
 
 
@@ -234,6 +235,7 @@ class Cluster:
 
 
 def summarize(name: str, workers: int, batch: int, steps: list[dict], warmup: int) -> dict:
+    """Steps/s, images/s (mean ± 1.96 sigma after the warm-up) and the compute/communication split of one run."""
     timed = [s for s in steps if s["step"] >= warmup]
     rates = [1.0 / s["seconds"] for s in timed]
     mean, ci = report.mean_ci(rates)
@@ -302,6 +304,7 @@ def goals(runs: list[dict], compute: bool) -> list[dict]:
 
 
 def show(result: dict) -> None:
+    """Print the results as tables."""
     runs = result["runs"]
     rows = []
     for r in runs:
@@ -328,6 +331,7 @@ def show(result: dict) -> None:
 
 
 def plot(result: dict, path: str) -> None:
+    """Write a PNG of steps/s against workers, per protocol."""
     series, errors = {}, {}
     for name in dict.fromkeys(r["protocol"] for r in result["runs"]):
         runs = [r for r in result["runs"] if r["protocol"] == name]
@@ -340,6 +344,7 @@ def plot(result: dict, path: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The command-line arguments of ``tensorverbs bench alexnet``."""
     p = argparse.ArgumentParser(prog="tensorverbs bench alexnet", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=2, help="up to this many workers, from 1 (default 2)")
@@ -362,6 +367,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser()
     args = p.parse_args(argv)

@@ -154,6 +154,7 @@ def goals(results: list[dict]) -> list[dict]:
 
 
 def show(result: dict) -> None:
+    """Print the results as tables."""
     results, names = result["results"], [n for n, s in result["contenders"].items() if s["available"]]
     sizes = result["settings"]["sizes"]
     names = [n for n in names if any(r["contender"] == n for r in results)]
@@ -177,6 +178,7 @@ def show(result: dict) -> None:
 
 
 def plot(result: dict, path: str) -> None:
+    """Write a log-log PNG of bandwidth against size."""
     series, limits = {}, []
     for name, s in result["contenders"].items():
         rows = [r for r in result["results"] if r["contender"] == name]
@@ -191,6 +193,7 @@ def plot(result: dict, path: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The command-line arguments of ``tensorverbs bench transfer``."""
     p = argparse.ArgumentParser(prog="tensorverbs bench transfer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--min-size", default="4KiB", help="smallest tensor (default 4KiB)")
@@ -242,6 +245,7 @@ def run(contenders: list[Contender], sizes: list[int], rounds: int = 8, warmup: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser()
     args = p.parse_args(argv)

@@ -255,6 +255,7 @@ def _show(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``tensorverbs bench verbs``; the exit status."""
     parser = argparse.ArgumentParser(prog="tensorverbs bench verbs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="64MiB",

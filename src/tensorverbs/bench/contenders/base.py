@@ -18,6 +18,7 @@ def payload(nbytes: int) -> np.ndarray:
 
 
 def same_bytes(got: Any, want: np.ndarray) -> bool:
+    """Whether ``got`` holds exactly the bytes of ``want``."""
     got = np.ascontiguousarray(got).reshape(-1).view(np.uint8)
     return got.size == want.nbytes and bool(np.array_equal(got, want.view(np.uint8)))
 

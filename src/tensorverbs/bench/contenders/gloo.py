@@ -14,6 +14,7 @@ SOURCE, SINK = 0, 1
 
 
 def available() -> tuple[bool, str]:
+    """Whether torch.distributed with gloo can run here, and why not."""
     ok, reason = torch_common.available("gloo")
     if ok:
         import torch.distributed as dist
@@ -38,6 +39,8 @@ def _shutdown() -> None:
 
 
 class Source(BaseSource):
+    """The sending peer: gloo send."""
+
     passive = False
 
     def __init__(self, link: dict) -> None:
@@ -61,6 +64,8 @@ class Source(BaseSource):
 
 
 class Sink(BaseSink):
+    """The receiving peer: gloo recv into a preallocated tensor."""
+
     def __init__(self, link: dict) -> None:
         import torch
 

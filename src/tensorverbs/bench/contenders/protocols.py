@@ -14,12 +14,14 @@ TIMEOUT = 120.0
 
 
 def available(protocol: str, provider: str | None = None) -> tuple[bool, str]:
+    """Whether the tensorverbs ``protocol`` (on ``provider``) can run here, and why not."""
     if provider is None:
         return True, protocol
     return get_provider(provider).availability()
 
 
 def link(protocol: str, provider: str | None = None) -> dict:
+    """The two-task cluster (and its environment) the peers join."""
     return {"cluster": cluster_spec({JOB: 2})}
 
 
@@ -30,6 +32,8 @@ def _server(link: dict, task: int, protocol: str):
 
 
 class Source(BaseSource):
+    """The sending task: sends the payload of each step."""
+
     def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
         self.server = _server(link, 0, protocol)
         self.payloads = Payloads()
@@ -44,6 +48,8 @@ class Source(BaseSource):
 
 
 class Sink(BaseSink):
+    """The receiving task: receives it."""
+
     def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
         super().__init__()
         self.server = _server(link, 1, protocol)

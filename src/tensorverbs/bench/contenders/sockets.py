@@ -18,12 +18,14 @@ UNIX_BUFFER = 4 << 20
 
 
 def available(family: str) -> tuple[bool, str]:
+    """Whether sockets of ``family`` can be made here."""
     if family == "unix" and not hasattr(socket, "AF_UNIX"):
         return False, "no Unix sockets on this system"
     return True, f"{family} socket, sendall/recv_into"
 
 
 def link(family: str) -> dict:
+    """Where the sink listens."""
     if family == "tcp":
         return {"address": ("127.0.0.1", free_port())}
     return {"address": f"\0tensorverbs-bench-{os.getpid()}-{secrets.token_hex(4)}"}
@@ -52,6 +54,8 @@ def _read_into(sock: socket.socket, view: memoryview) -> None:
 
 
 class Source(BaseSource):
+    """The sending peer: ``sendall`` of the payload."""
+
     passive = False
 
     def __init__(self, link: dict, family: str) -> None:
@@ -78,6 +82,8 @@ class Source(BaseSource):
 
 
 class Sink(BaseSink):
+    """The receiving peer: ``recv_into`` a preallocated buffer (and a round trip for small sizes)."""
+
     def __init__(self, link: dict, family: str) -> None:
         super().__init__()
         self.sock = socket.socket(_family(family), socket.SOCK_STREAM)

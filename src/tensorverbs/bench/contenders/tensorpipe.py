@@ -14,6 +14,7 @@ _tensors: dict[int, Any] = {}
 
 
 def available() -> tuple[bool, str]:
+    """Whether torch.distributed.rpc (TensorPipe) can run here, and why not."""
     ok, reason = torch_common.available("rpc")
     return ok, (reason + ", rpc_sync over TensorPipe") if ok else reason
 
@@ -38,6 +39,8 @@ def _shutdown() -> None:
 
 
 class Source(BaseSource):
+    """The serving peer: answers RPCs with the payload."""
+
     def __init__(self, link: dict) -> None:
         _init("source", 0, link)
         self.payloads = Payloads()
@@ -53,6 +56,8 @@ class Source(BaseSource):
 
 
 class Sink(BaseSink):
+    """The calling peer: fetches the payload by RPC."""
+
     def __init__(self, link: dict) -> None:
         super().__init__()
         _init("sink", 1, link)

@@ -25,6 +25,7 @@ def available(feature: str) -> tuple[bool, str]:
 
 
 def link() -> dict:
+    """The rendezvous address torch.distributed peers meet at."""
     return {"init_method": f"tcp://127.0.0.1:{free_port()}"}
 
 

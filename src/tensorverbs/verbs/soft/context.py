@@ -61,6 +61,8 @@ class SoftMR(MemoryRegion):
 
 
 class SoftPD(ProtectionDomain):
+    """A protection domain: the scope of this context's registrations."""
+
     def __init__(self, ctx: "SoftContext") -> None:
         self.ctx = ctx
         self.mrs: set[SoftMR] = set()

@@ -31,6 +31,8 @@ _READABLE = _IN | select.EPOLLHUP | select.EPOLLERR
 
 
 class Watcher(Protocol):
+    """What the engine calls when a watched socket is ready."""
+
     def on_readable(self) -> None: ...
 
     def on_writable(self) -> None: ...

@@ -24,6 +24,8 @@ Buffer = bytes | memoryview
 
 
 class FrameHandler(Protocol):
+    """Where a stream's frames go: the queue pair that owns it."""
+
     def frame_started(self, hdr: Header) -> Sequence[memoryview]:
         """(Frames with a payload only.) Where the ``hdr.payload`` bytes of the frame go (their sizes add up)."""
 

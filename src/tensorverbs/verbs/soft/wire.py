@@ -27,6 +27,8 @@ F_DONE = 2  # flags: the requester completed the request already (its data went 
 
 
 class Op(enum.IntEnum):
+    """Frame operations."""
+
     HELLO = 1      # first frame of a dial: payload = token of the target QP + of the dialer's
     WRITE = 2      # RDMA write, the data as payload
     SEND = 3       # send, the data as payload
@@ -65,8 +67,10 @@ def frame(op: Op, status: int = 0, flags: int = 0, imm: int = 0, seq: int = 0, a
 
 
 def parse(buf: object, offset: int = 0) -> Header:
+    """The header at ``offset`` of ``buf``."""
     return Header._make(HEADER.unpack_from(buf, offset))  # type: ignore[arg-type]
 
 
 def hello(target_token: bytes, own_token: bytes) -> bytes:
+    """The first frame of a dial: whom it is for and who dials."""
     return frame(Op.HELLO, length=2 * TOKEN_SIZE) + target_token + own_token
