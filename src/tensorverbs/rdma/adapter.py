@@ -46,7 +46,6 @@ class RdmaAdapter:
         self.cq = context.create_cq(2 * depth * max(1, max_channels))
         self.max_message_bytes = min(MAX_MESSAGE_BYTES, context.device.max_msg_sz or MAX_MESSAGE_BYTES)
         self._channels: dict[int, RdmaChannel] = {}
-        self._owing: set[RdmaChannel] = set()  # channels with ACKs to post after this batch
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tensorverbs-cq", daemon=True)
         self._thread.start()
@@ -61,11 +60,6 @@ class RdmaAdapter:
     def detach(self, channel: "RdmaChannel") -> None:
         self._channels.pop(channel.qp.qp_num, None)
 
-    def acks_due(self, channel: "RdmaChannel") -> None:
-        """``channel`` owes ACKs: post them at the end of the batch unless they ride along
-        with something else first (called on the completion thread)."""
-        self._owing.add(channel)
-
     def count_message(self, mtype: MessageType) -> None:
         self.counters.add(_MESSAGE_COUNTERS[mtype])
 
@@ -77,8 +71,6 @@ class RdmaAdapter:
                     self._dispatch(wc)
                 except Exception:  # a bug must not kill the thread that serves every channel
                     log.exception("completion %s could not be handled", wc)
-            while self._owing:
-                self._owing.pop().flush_acks()
 
     def _dispatch(self, wc: WorkCompletion) -> None:
         channel = self._channels.get(wc.qp_num)

@@ -42,7 +42,6 @@ class RdmaChannel:
         self.max_message_bytes = adapter.max_message_bytes  # lowered to the peer's on connect
         self.watch = None  # the asyncio task watching the peer's health (RdmaMgr's)
         self._lock = threading.Lock()
-        self._acks_due = 0  # messages parsed but not ACKed yet (see post)
         self._indices = itertools.count()
         self._on_message = on_message
         for i in range(self.qp.max_recv_wr):
@@ -80,34 +79,25 @@ class RdmaChannel:
         self.adapter.count_message(msg.type)
 
     def on_message(self, byte_len: int) -> None:
-        """An rx slot was written: parse, owe the peer an ACK, dispatch."""
+        """An rx slot was written: parse, ACK, dispatch."""
         try:
             msg = self.rx.take(byte_len)
         except MessageError as exc:
-            self._owe_ack()
+            self._ack()
             self._bad_message(exc)
             return
-        self._owe_ack()
+        self._ack()
         self.adapter.count_message(msg.type)
         self._on_message(self, msg)
 
-    def _owe_ack(self) -> None:
-        with self._lock:
-            self._acks_due += 1
-        self.adapter.acks_due(self)
+    def _ack(self) -> None:
+        """ACK at once: the peer's slot frees before we work on the message, and the ACK
+        reaches the peer apart from (and before) any answer, off the answer's path."""
+        self.qp.post_send(ack(self.tx.remote_addr, self.tx.remote_rkey))
 
     def post(self, wrs: Sequence[SendWR]) -> None:
-        """Post ``wrs`` as one batch, after the ACKs owed to the peer (they ride along)."""
-        with self._lock:
-            due, self._acks_due = self._acks_due, 0
-        if due:
-            wrs = [ack(self.tx.remote_addr, self.tx.remote_rkey) for _ in range(due)] + list(wrs)
-        if wrs:
-            self.qp.post_send_batch(wrs)
-
-    def flush_acks(self) -> None:
-        """Post the ACKs still owed (the completion thread, at the end of a batch)."""
-        self.post(())
+        """Post ``wrs`` as one batch."""
+        self.qp.post_send_batch(wrs)
 
     def _bad_message(self, exc: MessageError) -> None:
         """A malformed message fails the one request it names, else the whole channel."""

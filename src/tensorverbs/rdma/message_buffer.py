@@ -7,8 +7,7 @@ Both slots are busy until the peer has parsed the message and answered with an A
 empty write with immediate 0xFFFFFFFE): the ACK proves the write has completed, so the
 local slot needs no completion of its own and message writes and ACKs are posted
 unsignaled (no completion, no wake-up). At most N messages are in flight per direction;
-later ones wait in a queue, in order. The channel posts ACKs together with its next
-request to the peer, or at the end of the completion batch, whichever comes first.
+later ones wait in a queue, in order.
 """
 from __future__ import annotations
 
