@@ -22,7 +22,7 @@ from ..tensor import (
 from . import tensor_pb2
 from . import tensorverbs_pb2 as pb
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 #: payloads up to this size travel inside the first message (one message per tensor)
 INLINE_BYTES = 64 << 10
 _CHUNK_TAG = 0x12  # field 2, wire type 2
