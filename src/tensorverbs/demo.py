@@ -15,6 +15,7 @@ from rich.table import Table
 from .errors import TensorverbsError
 from .local_cluster import TaskProcess, cluster_spec
 from .server import PROTOCOLS
+from .verbs import RdmaConfig, choose_provider
 
 #: (dtype, bytes per tensor)
 CASES = [("float32", 4 << 10), ("float32", 1 << 20), ("bfloat16", 1 << 20), ("int64", 8 << 20),
@@ -64,6 +65,19 @@ def run_protocol(protocol: str, rounds: int, cases=CASES) -> list[Row]:
     return rows
 
 
+def _transport(protocol: str) -> str:
+    """What carries ``protocol``'s tensors here, in words."""
+    if protocol != "grpc+verbs":
+        return " (tensors streamed over gRPC)"
+    try:
+        provider = choose_provider(RdmaConfig.from_env())
+    except TensorverbsError as exc:
+        return f" (no verbs provider: {exc.message})"
+    if provider.name == "soft":
+        return " (soft verbs provider: one memmove through shared memory on this host)"
+    return f" ({provider.name} verbs provider)"
+
+
 def _size(nbytes: int) -> str:
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale:
@@ -80,7 +94,7 @@ def main(protocols: list[str] | None = None, rounds: int = 3) -> int:
     results: dict[str, list[Row]] = {}
     failed = False
     for protocol in protocols:
-        console.print(f"running [cyan]{protocol}[/] ...")
+        console.print(f"running [cyan]{protocol}[/]{_transport(protocol)} ...")
         try:
             results[protocol] = run_protocol(protocol, rounds)
         except TensorverbsError as exc:
