@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..cluster import TaskName
 from ..errors import TensorverbsError, UnavailableError
-from ..verbs import SGE, QPEndpoint, QPState, QueuePair, RecvWR, SendWR, WrOpcode
+from ..verbs import SGE, QPEndpoint, QueuePair, RecvWR, SendWR, WrOpcode
 from .message_buffer import RxMessageBuffer, TxMessageBuffer, ack
 from .messages import MAX_REQUEST_INDEX, MessageError, MessageType, RdmaMessage
 
@@ -177,7 +177,3 @@ class RdmaChannel:
         self.qp.close()
         self.tx.close()
         self.rx.close()
-
-    @property
-    def state(self) -> QPState:
-        return self.qp.state

@@ -28,7 +28,7 @@ from ..errors import TensorverbsError
 from ..rendezvous.local import Value
 from ..stats import Counters
 from ..tensor import TensorMeta, decode_proto, encode_proto, meta_of, numpy_dtype, raw_bytes
-from ..verbs import Access, MemoryRegion, ProtectionDomain, RdmaConfig
+from ..verbs import Access, ProtectionDomain, RdmaConfig
 from ..verbs.pool import RegisteredPool
 
 

@@ -85,10 +85,6 @@ class TxMessageBuffer(RdmaMessageBuffer):
             self._acked += 1
             self._drain()
 
-    @property
-    def waiting(self) -> int:
-        return len(self._queue)
-
 
 class RxMessageBuffer(RdmaMessageBuffer):
     """The receiving side: the peer writes messages into our slots in order."""
