@@ -298,16 +298,22 @@ def test_path_mtu_is_negotiated_down_to_the_peer(provider):
         b.close()
 
 
-def test_wait_sleeps_without_spinning_and_wake_interrupts(pair):
+def test_wait_blocks_on_the_completion_channel_and_wake_interrupts(pair):
     a, _ = pair
     assert a.cq._fd is not None, "the completion channel's descriptor was not found"
-    cpu0, t0 = time.process_time(), time.monotonic()
-    assert a.cq.wait(timeout=0.5) == []
-    assert time.monotonic() - t0 >= 0.45 and time.process_time() - cpu0 < 0.2
-    threading.Timer(0.2, a.cq.wake).start()
-    t0 = time.monotonic()
-    assert a.cq.wait(timeout=20) == []
-    assert time.monotonic() - t0 < 5
+    assert a.cq.wait(timeout=0.2) == []
+    got, entered = [], threading.Event()
+
+    def wait_forever() -> None:
+        entered.set()
+        got.append(a.cq.wait(timeout=None))
+
+    waiter = threading.Thread(target=wait_forever, daemon=True)
+    waiter.start()
+    assert entered.wait(10)
+    a.cq.wake()
+    waiter.join(20)
+    assert not waiter.is_alive() and got == [[]]
 
 
 def test_misuse_raises(pair, provider):
@@ -342,11 +348,19 @@ def test_wait_wakes_on_a_completion_that_arrives_later(pair):
     b.qp.post_recv(RecvWR(9))
     post = SendWR(1, WrOpcode.RDMA_WRITE_WITH_IMM, [src.sge()], remote_addr=dst.addr,
                   rkey=dst.rkey, imm_data=5)
-    threading.Timer(0.3, a.qp.post_send, args=(post,)).start()
-    cpu0, t0 = time.process_time(), time.monotonic()
-    got = b.cq.wait(timeout=20)
+    got, entered = [], threading.Event()
+
+    def wait_forever() -> None:
+        entered.set()
+        got.extend(b.cq.wait(timeout=None))
+
+    waiter = threading.Thread(target=wait_forever, daemon=True)
+    waiter.start()
+    assert entered.wait(10)
+    a.qp.post_send(post)  # while b waits (or is about to): the completion wakes it
+    waiter.join(30)
+    assert not waiter.is_alive()
     assert [(w.wr_id, w.opcode) for w in got] == [(9, WcOpcode.RECV_RDMA_WITH_IMM)]
-    assert 0.25 <= time.monotonic() - t0 < 10 and time.process_time() - cpu0 < 1.0
 
 
 def test_remote_write_lands_in_a_registered_numpy_array(pair):
@@ -381,10 +395,16 @@ def test_calls_on_closed_objects_raise_instead_of_crashing(provider):
     with pytest.raises(FailedPreconditionError, match="closed"):
         end.pd.alloc_mr(64, Access.all())
     waiter_result = []
-    waiter = threading.Thread(target=lambda: waiter_result.append(end.cq.wait(timeout=None)))
+    entered = threading.Event()
+
+    def wait_forever() -> None:
+        entered.set()
+        waiter_result.append(end.cq.wait(timeout=None))
+
+    waiter = threading.Thread(target=wait_forever)
     waiter.start()
-    time.sleep(0.2)
-    end.cq.close()  # a thread blocked in wait() returns
+    assert entered.wait(5)
+    end.cq.close()  # a thread in wait() (or about to enter it) returns
     waiter.join(5)
     assert not waiter.is_alive() and waiter_result == [[]]
     assert end.cq.poll() == []

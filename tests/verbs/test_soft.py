@@ -147,10 +147,20 @@ def test_threads_waiting_on_two_queues_of_one_context_share_the_progress():
         b.close()
 
 
-def test_wake_ends_a_wait_early(ctx):
+def test_wake_ends_a_wait_without_timeout(ctx):
     cq = ctx.create_cq(8)
-    threading.Timer(0.05, cq.wake).start()
-    assert cq.wait(timeout=30) == []
+    got, entered = [], threading.Event()
+
+    def wait_forever() -> None:
+        entered.set()
+        got.append(cq.wait(timeout=None))
+
+    waiter = threading.Thread(target=wait_forever, daemon=True)
+    waiter.start()
+    assert entered.wait(10)
+    cq.wake()  # whether the waiter is in wait() already or about to be, it returns
+    waiter.join(10)
+    assert not waiter.is_alive() and got == [[]]
 
 
 def test_closing_leaves_no_files_in_dev_shm():
