@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
 import time
 
 import numpy as np
@@ -27,6 +26,8 @@ from tensorverbs.verbs import (
 )
 from tensorverbs.verbs.ibverbs import _pyverbs
 from tensorverbs.verbs.ibverbs.selection import choose, path_mtu
+
+from verbs_pair import Waiting
 
 MAX_BYTES = int(os.environ.get("TENSORVERBS_TEST_MAX_BYTES", str(4 << 20)))
 TIMEOUT = 30.0
@@ -302,18 +303,9 @@ def test_wait_blocks_on_the_completion_channel_and_wake_interrupts(pair):
     a, _ = pair
     assert a.cq._fd is not None, "the completion channel's descriptor was not found"
     assert a.cq.wait(timeout=0.2) == []
-    got, entered = [], threading.Event()
-
-    def wait_forever() -> None:
-        entered.set()
-        got.append(a.cq.wait(timeout=None))
-
-    waiter = threading.Thread(target=wait_forever, daemon=True)
-    waiter.start()
-    assert entered.wait(10)
+    waiting = Waiting(a.cq)
     a.cq.wake()
-    waiter.join(20)
-    assert not waiter.is_alive() and got == [[]]
+    assert waiting.result() == []
 
 
 def test_misuse_raises(pair, provider):
@@ -348,19 +340,9 @@ def test_wait_wakes_on_a_completion_that_arrives_later(pair):
     b.qp.post_recv(RecvWR(9))
     post = SendWR(1, WrOpcode.RDMA_WRITE_WITH_IMM, [src.sge()], remote_addr=dst.addr,
                   rkey=dst.rkey, imm_data=5)
-    got, entered = [], threading.Event()
-
-    def wait_forever() -> None:
-        entered.set()
-        got.extend(b.cq.wait(timeout=None))
-
-    waiter = threading.Thread(target=wait_forever, daemon=True)
-    waiter.start()
-    assert entered.wait(10)
+    waiting = Waiting(b.cq)
     a.qp.post_send(post)  # while b waits (or is about to): the completion wakes it
-    waiter.join(30)
-    assert not waiter.is_alive()
-    assert [(w.wr_id, w.opcode) for w in got] == [(9, WcOpcode.RECV_RDMA_WITH_IMM)]
+    assert [(w.wr_id, w.opcode) for w in waiting.result()] == [(9, WcOpcode.RECV_RDMA_WITH_IMM)]
 
 
 def test_remote_write_lands_in_a_registered_numpy_array(pair):
@@ -394,18 +376,8 @@ def test_calls_on_closed_objects_raise_instead_of_crashing(provider):
         end.qp.post_recv(RecvWR(1))
     with pytest.raises(FailedPreconditionError, match="closed"):
         end.pd.alloc_mr(64, Access.all())
-    waiter_result = []
-    entered = threading.Event()
-
-    def wait_forever() -> None:
-        entered.set()
-        waiter_result.append(end.cq.wait(timeout=None))
-
-    waiter = threading.Thread(target=wait_forever)
-    waiter.start()
-    assert entered.wait(5)
+    waiting = Waiting(end.cq)
     end.cq.close()  # a thread in wait() (or about to enter it) returns
-    waiter.join(5)
-    assert not waiter.is_alive() and waiter_result == [[]]
+    assert waiting.result() == []
     assert end.cq.poll() == []
     end.close()

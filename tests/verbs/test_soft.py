@@ -16,7 +16,7 @@ from tensorverbs.verbs import (
 from tensorverbs.verbs.soft import memcopy, qp as soft_qp
 from tensorverbs.verbs.soft.host import HostIdentity, same_host
 from tensorverbs.verbs.soft.keytable import SLOT_BITS
-from verbs_pair import open_pair
+from verbs_pair import Waiting, open_pair
 
 
 @pytest.fixture
@@ -149,18 +149,9 @@ def test_threads_waiting_on_two_queues_of_one_context_share_the_progress():
 
 def test_wake_ends_a_wait_without_timeout(ctx):
     cq = ctx.create_cq(8)
-    got, entered = [], threading.Event()
-
-    def wait_forever() -> None:
-        entered.set()
-        got.append(cq.wait(timeout=None))
-
-    waiter = threading.Thread(target=wait_forever, daemon=True)
-    waiter.start()
-    assert entered.wait(10)
+    waiting = Waiting(cq)
     cq.wake()  # whether the waiter is in wait() already or about to be, it returns
-    waiter.join(10)
-    assert not waiter.is_alive() and got == [[]]
+    assert waiting.result() == []
 
 
 def test_closing_leaves_no_files_in_dev_shm():

@@ -121,3 +121,28 @@ def serve_peer(flavor: str, conn) -> None:
     except EOFError:
         pass
     side.close()
+
+
+class Waiting:
+    """A thread in ``cq.wait(timeout=None)``: started, and known to have reached the call
+    (it may not be blocked yet; the tests hold either way). ``result`` joins it."""
+
+    def __init__(self, cq) -> None:
+        self._got: list | None = None
+        entered = threading.Event()
+
+        def run() -> None:
+            entered.set()
+            self._got = cq.wait(timeout=None)
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        if not entered.wait(10):
+            raise TimeoutError("the waiting thread did not start")
+
+    def result(self, timeout: float = 30.0) -> list[WorkCompletion]:
+        """What ``wait`` returned; TimeoutError if it is still waiting after ``timeout``."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"wait() did not return within {timeout} s")
+        return self._got
