@@ -7,10 +7,7 @@ stream, finished by the peer's ACK, READ_RESP or NAK. Completions leave in post 
 whichever way each request went, and the first error completion takes the queue pair
 to the error state.
 
-Responder side: requests are executed in arrival order; a SEND, or the immediate of a
-write, consumes the oldest posted receive. When none is posted the request is held
-(its payload buffered) until one is, as hardware retries forever on receiver-not-ready;
-acknowledgements stop before the first held request meanwhile.
+The responder side is in :mod:`.responder`.
 """
 from __future__ import annotations
 
@@ -19,18 +16,18 @@ import secrets
 import threading
 from typing import TYPE_CHECKING, Sequence
 
-from ...errors import FailedPreconditionError, InternalError, InvalidArgumentError
+from ...errors import FailedPreconditionError, InvalidArgumentError
 from ..api import QueuePair
 from ..model import (
-    WC_OF_WR, Access, QPEndpoint, QPState, RecvWR, SendWR, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    WC_OF_WR, QPEndpoint, QPState, SendWR, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 )
 from .host import HostIdentity, same_host
 from .memcopy import copy
 from .peer import PeerMemory, RemoteAccessError
-from .stream import Stream, discard
-from .wire import F_DONE, F_IMM, TOKEN_SIZE, Header, Op, frame
-from .work import PendingSend, PostedRecv, VerbsError, check_region
+from .responder import Responder
+from .stream import Stream
+from .wire import F_DONE, F_IMM, TOKEN_SIZE, Op, frame
+from .work import LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE, PendingSend, VerbsError, check_region
 
 if TYPE_CHECKING:
     import socket
@@ -41,18 +38,11 @@ if TYPE_CHECKING:
 #: how long the passive side of a connection waits for the peer to dial in
 ATTACH_TIMEOUT = 30.0
 
-# access bits as plain ints: IntFlag arithmetic is slow on the data path
-_LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = (int(a) for a in (
-    Access.LOCAL_WRITE, Access.REMOTE_WRITE, Access.REMOTE_READ))
-# frame ops as plain ints, compared on every frame
-_WRITE, _SEND, _READ_REQ, _READ_RESP, _IMM, _ACK, _NAK = (int(o) for o in (
-    Op.WRITE, Op.SEND, Op.READ_REQ, Op.READ_RESP, Op.IMM, Op.ACK, Op.NAK))
-_REQUESTS = frozenset((_WRITE, _SEND, _READ_REQ, _IMM))
 _WITH_IMM = (WrOpcode.RDMA_WRITE_WITH_IMM, WrOpcode.SEND_WITH_IMM)
 _SENDS = (WrOpcode.SEND, WrOpcode.SEND_WITH_IMM)
 
 
-class SoftQP(QueuePair):
+class SoftQP(Responder, QueuePair):
     """A queue pair of the soft provider (see the module docstring)."""
 
     def __init__(self, ctx: "SoftContext", pd: "SoftPD", send_cq: "SoftCQ", recv_cq: "SoftCQ",
@@ -78,16 +68,7 @@ class SoftQP(QueuePair):
         self._by_seq: dict[int, PendingSend] = {}
         self._seq = 0
         self._acked = 0
-        # responder
-        self._recvs: collections.deque[PostedRecv] = collections.deque()
-        self._held: collections.deque[tuple[Header, bytearray | None]] = collections.deque()
-        self._rx_seq = 0   # requests started
-        self._rx_done = 0  # requests finished
-        self._rx_acked = 0
-        self._rx_frame: tuple[bytearray | None, VerbsError | None] = (None, None)
-        self._nak_sent = False
-        self._ack_scheduled = False
-        self._ack_wanted = False  # a request that waits for its acknowledgement came in
+        self._init_responder()
         self._flushing = False  # a request failed: later ones complete as flushed
         self._register()
 
@@ -173,7 +154,7 @@ class SoftQP(QueuePair):
         if code not in WC_OF_WR:
             raise VerbsError(WcStatus.LOC_QP_OP_ERR, f"unknown opcode {code!r}")
         is_read = code == WrOpcode.RDMA_READ
-        local = self._gather(wr.sg_list, _LOCAL_WRITE if is_read else 0)
+        local = self._gather(wr.sg_list, LOCAL_WRITE if is_read else 0)
         n = 0
         for _, view in local:
             n += len(view)
@@ -183,7 +164,7 @@ class SoftQP(QueuePair):
             self._request(op, Op.SEND, [v for _, v in local], flags, wr.imm_data, 0, 0, n)
             return
         remote = self._peer_address(wr.rkey, wr.remote_addr, n,
-                                    _REMOTE_READ if is_read else _REMOTE_WRITE)
+                                    REMOTE_READ if is_read else REMOTE_WRITE)
         if remote is None:  # through the stream
             if is_read:
                 op.sinks = [v for _, v in local]
@@ -276,178 +257,6 @@ class SoftQP(QueuePair):
         if seq > self._acked:
             self._acked = seq
             self._emit()
-
-    # -- responder -----------------------------------------------------------------------
-    def _post_recv(self, wr: RecvWR) -> None:
-        try:
-            recv = PostedRecv(wr.wr_id, [v for _, v in self._gather(wr.sg_list, _LOCAL_WRITE)], None)
-        except VerbsError as exc:
-            recv = PostedRecv(wr.wr_id, [], exc)
-        with self._lock:
-            if self._failed is not None:
-                self.recv_cq.deliver([WorkCompletion(wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV,
-                                                     self.qp_num, detail=self._failed)])
-                return
-            self._recvs.append(recv)
-            if self._held:
-                while self._held and self._recvs and self._failed is None:
-                    self._deliver(*self._held.popleft())
-                self._ack_soon()
-
-    def _recv_outstanding(self) -> int:
-        return len(self._recvs)
-
-    def frame_started(self, hdr: Header) -> Sequence[memoryview]:
-        """Where a frame's payload goes (called by the stream, from the driving thread,
-        for frames that carry one)."""
-        with self._lock:
-            if self._begin(hdr):
-                try:
-                    return self._payload_target(hdr)
-                except VerbsError as exc:
-                    self._rx_frame = (None, exc)
-            return discard(hdr.payload)
-
-    def _begin(self, hdr: Header) -> bool:
-        """Take a frame's acknowledgement and number its request (under the lock); False
-        when the frame is to be dropped."""
-        self._rx_frame = (None, None)
-        if hdr.ack:
-            self._acked_upto(hdr.ack)
-        if hdr.op in _REQUESTS:
-            self._rx_seq += 1
-            if hdr.seq != self._rx_seq:
-                raise InternalError(f"request {hdr.seq} arrived, {self._rx_seq} expected")
-            return not self._nak_sent and self._failed is None
-        return True
-
-    def _payload_target(self, hdr: Header) -> Sequence[memoryview]:
-        if hdr.op == _WRITE:
-            mr = self._ctx.mrs.get(hdr.rkey)
-            return [check_region(mr, self._pd, hdr.rkey, hdr.addr, hdr.length, _REMOTE_WRITE,
-                                 WcStatus.REM_ACCESS_ERR)]
-        if hdr.op == _SEND:
-            if self._held or not self._recvs:
-                buf = bytearray(hdr.length)
-                self._rx_frame = (buf, None)
-                return [memoryview(buf)]
-            self._recvs[0].check(hdr.length)
-            return self._recvs[0].scatter(hdr.length)
-        if hdr.op == _READ_RESP:
-            op = self._by_seq.get(hdr.seq)
-            if op is None or op.byte_len != hdr.length:
-                raise InternalError(f"unexpected read response {hdr.seq} of {hdr.length} bytes")
-            return op.sinks
-        if hdr.op == _NAK:
-            buf = bytearray(hdr.length)
-            self._rx_frame = (buf, None)
-            return [memoryview(buf)]
-        raise InternalError(f"frame {hdr.op} carries no payload")
-
-    def frame_finished(self, hdr: Header) -> None:
-        """A frame has arrived whole: act on it."""
-        with self._lock:
-            if not hdr.payload and not self._begin(hdr):
-                return
-            buf, error = self._rx_frame
-            code = hdr.op
-            if code in _REQUESTS:
-                if self._nak_sent or self._failed is not None:
-                    return
-                if error is not None:
-                    self._reject(hdr, error)
-                    return
-                self._rx_done = hdr.seq
-                if not hdr.flags & F_DONE:
-                    self._ack_wanted = True
-            if code == _IMM or code == _SEND or (code == _WRITE and hdr.flags & F_IMM):
-                if self._held or not self._recvs:
-                    self._held.append((hdr, buf))
-                else:
-                    self._deliver(hdr, buf)
-            elif code == _READ_REQ:
-                self._answer_read(hdr)
-            elif code == _READ_RESP:
-                self._finish_request(hdr.seq)
-            elif code == _NAK:
-                self._finish_request(hdr.seq, WcStatus(hdr.status),
-                                     "peer: " + bytes(buf or b"").decode(errors="replace"))
-            elif code != _WRITE and code != _ACK:  # an ACK's work was done by _begin
-                raise InternalError(f"unexpected frame {hdr.op} on the stream")
-
-    def _deliver(self, hdr: Header, held: bytearray | None) -> None:
-        """Complete the oldest posted receive with request ``hdr`` (a send whose data
-        ``held`` was buffered, or is already in place when None; or an immediate)."""
-        recv = self._recvs.popleft()
-        is_send = hdr.op == _SEND
-        if is_send and held is not None:
-            try:
-                recv.check(hdr.length)
-            except VerbsError as exc:
-                self._reject(hdr, exc, recv)
-                return
-            offset = 0
-            for view in recv.scatter(hdr.length):
-                view[:] = held[offset:offset + len(view)]
-                offset += len(view)
-        self.recv_cq.deliver([WorkCompletion(
-            recv.wr_id, WcStatus.SUCCESS, WcOpcode.RECV if is_send else WcOpcode.RECV_RDMA_WITH_IMM,
-            self.qp_num, byte_len=hdr.length, imm_data=hdr.imm if hdr.flags & F_IMM else None)])
-
-    def _reject(self, hdr: Header, error: VerbsError, recv: PostedRecv | None = None) -> None:
-        """Fail request ``hdr``: a remote access error is the requester's alone; a receive
-        that cannot take a send fails here too and takes this queue pair down."""
-        if error.status == WcStatus.REM_ACCESS_ERR:
-            status = WcStatus.REM_ACCESS_ERR
-        else:
-            recv = recv or self._recvs.popleft()
-            self.recv_cq.deliver([WorkCompletion(recv.wr_id, error.status, WcOpcode.RECV,
-                                                 self.qp_num, byte_len=hdr.length, detail=error.detail)])
-            self._fail_soon(error.detail)
-            status = (WcStatus.REM_INV_REQ_ERR if error.status == WcStatus.LOC_LEN_ERR
-                      else WcStatus.REM_OP_ERR)
-        self._rx_done = min(self._rx_done, hdr.seq - 1)
-        detail = error.detail.encode()
-        self._send([frame(Op.NAK, status=status, seq=hdr.seq, ack=self._ack_field(),
-                          length=len(detail)), detail])
-        self._nak_sent = True
-
-    def _answer_read(self, hdr: Header) -> None:
-        try:
-            data = check_region(self._ctx.mrs.get(hdr.rkey), self._pd, hdr.rkey, hdr.addr,
-                                hdr.length, _REMOTE_READ, WcStatus.REM_ACCESS_ERR) \
-                if hdr.length else memoryview(b"")
-        except VerbsError as exc:
-            self._reject(hdr, exc)
-            return
-        self._send([frame(Op.READ_RESP, seq=hdr.seq, ack=self._ack_field(), length=hdr.length),
-                    data])
-
-    # -- acknowledgements ----------------------------------------------------------------
-    def _ack_field(self) -> int:
-        """The acknowledgement an outgoing frame carries (under the lock): every request
-        done so far, stopping before the first held one; 0 when there is nothing new."""
-        done = min(self._rx_done, self._held[0][0].seq - 1) if self._held else self._rx_done
-        if done <= self._rx_acked or self._nak_sent:
-            return 0
-        self._rx_acked = done
-        self._ack_wanted = False
-        return done
-
-    def _ack_soon(self) -> None:
-        """Acknowledge before the driver next blocks, unless a frame going back carries
-        it first (under the lock)."""
-        if not self._ack_scheduled and self._stream is not None:
-            self._ack_scheduled = True
-            self._engine.when_idle(self._ack_now)
-
-    def _ack_now(self) -> None:
-        with self._lock:
-            self._ack_scheduled = False
-            if self._stream is not None:
-                ack = self._ack_field()
-                if ack:
-                    self._send([frame(Op.ACK, ack=ack)])
 
     # -- progress callbacks (from the driving thread) ------------------------------------
     def on_readable(self) -> None:

@@ -59,6 +59,12 @@ class Header(NamedTuple):
 
 _WITH_PAYLOAD = frozenset((Op.HELLO, Op.WRITE, Op.SEND, Op.READ_RESP, Op.NAK))
 
+# the ops as plain ints, compared on every frame (IntEnum comparisons are slow)
+WRITE, SEND, READ_REQ, READ_RESP, IMM, ACK, NAK = (int(o) for o in (
+    Op.WRITE, Op.SEND, Op.READ_REQ, Op.READ_RESP, Op.IMM, Op.ACK, Op.NAK))
+#: the ops that are requests (numbered by ``seq``, acknowledged by the peer)
+REQUESTS = frozenset((WRITE, SEND, READ_REQ, IMM))
+
 
 def frame(op: Op, status: int = 0, flags: int = 0, imm: int = 0, seq: int = 0, ack: int = 0,
           rkey: int = 0, addr: int = 0, length: int = 0) -> bytes:

@@ -9,6 +9,10 @@ from ..model import WC_OF_WR, Access, SendWR, WcOpcode, WcStatus, WorkCompletion
 if TYPE_CHECKING:
     from .context import SoftMR, SoftPD
 
+# access bits as plain ints: IntFlag arithmetic is slow on the data path
+LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ = (int(a) for a in (
+    Access.LOCAL_WRITE, Access.REMOTE_WRITE, Access.REMOTE_READ))
+
 
 class VerbsError(Exception):
     """A work request fails with ``status``."""
