@@ -39,9 +39,8 @@ def exchange(p, name: str, array: np.ndarray, step: int) -> dict:
     return delta(before, p.worker.stats(), *MESSAGES)
 
 
+@pytest.mark.parametrize("vpair", WRITE_MODE, indirect=True)
 def test_meta_data_round_only_when_meta_data_changes(vpair, step):
-    if vpair.variant not in WRITE_MODE:
-        pytest.skip("read mode answers every request with the tensor's address")
     a = np.arange(1000, dtype=np.float32)
     first = {"tensor_requests": 1, "meta_data_responses": 1, "tensor_re_requests": 1}
     cached = {"tensor_requests": 1, "meta_data_responses": 0, "tensor_re_requests": 0}
@@ -53,9 +52,8 @@ def test_meta_data_round_only_when_meta_data_changes(vpair, step):
     assert exchange(vpair, "m", a.reshape(10, 100).astype(np.int32), step + 5) == cached
 
 
+@pytest.mark.parametrize("vpair", [v for v in VERBS if v not in WRITE_MODE], indirect=True)
 def test_read_mode_counts(vpair, step):
-    if vpair.variant in WRITE_MODE:
-        pytest.skip("write mode")
     before = vpair.worker.stats()
     exchange(vpair, "r", np.ones(4096, np.float64), step)
     d = delta(before, vpair.worker.stats(), "tensor_requests", "meta_data_responses", "releases",
