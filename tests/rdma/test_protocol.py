@@ -160,3 +160,25 @@ def test_allocated_arrays_are_sent_without_registration_or_copy(vpair, step):
     after = vpair.worker.stats()
     for name in ("source_registrations", "staging_copies"):
         assert after[name] == before[name], name
+
+
+def test_pool_limit_errors_reach_the_caller_and_lose_nothing(step):
+    """A pool too small for a tensor: on the receiver the recv fails with
+    ResourceExhaustedError; on the sender the error crosses to the receiver, and the
+    tensor stays in the sender's table."""
+    env = {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_POOL_BLOCK": "1MiB", "TENSORVERBS_POOL_LIMIT": "2MiB"}
+    p = start_pair("grpc+verbs", env)
+    try:
+        p.ps.send_pattern("big", p.WORKER, step, 4 << 20, seed=1)  # lands in the worker's pool
+        with pytest.raises(tv.ResourceExhaustedError, match="TENSORVERBS_POOL_LIMIT"):
+            p.worker.recv("big", source=p.PS, step_id=step, timeout=30)
+        strings = np.array([b"x" * (3 << 20)], dtype=object)  # serialized into the ps's pool
+        p.ps.send("text", strings, to=p.WORKER, step_id=step)
+        with pytest.raises(tv.ResourceExhaustedError, match="/job:ps"):
+            p.worker.recv("text", source=p.PS, step_id=step, timeout=30)
+        assert p.ps.pending()[0] >= 1  # "text" went back to the ps's table
+        p.ps.send("small", np.arange(10), to=p.WORKER, step_id=step)
+        assert p.worker.recv("small", source=p.PS, step_id=step, timeout=30).tolist() == list(range(10))
+    finally:
+        p.worker.stop()
+        p.ps.stop()

@@ -36,6 +36,7 @@ class RdmaTensorRequest(PendingRecv):
         self.landing: Landing | None = None
         self.expected_checksum: int | None = None
         self._cancel_sent = False
+        self._reading = False  # read mode: the read is posted, RELEASE will end the request
         self._lock = threading.Lock()
 
     # -- the protocol ---------------------------------------------------------------------
@@ -49,7 +50,10 @@ class RdmaTensorRequest(PendingRecv):
             self.landing = self.memory.land(meta) if meta is not None else None
         except TensorverbsError as exc:
             self.fail(exc)
-            self.channel.remove_request(self.index)
+            if mtype == MessageType.TENSOR_REQUEST:
+                self.channel.remove_request(self.index)  # the sender knows nothing of it yet
+            else:
+                self.cancel()  # the sender holds the tensor for us: give it back
             return
         landing = self.landing
         self.channel.send_message(RdmaMessage(
@@ -57,7 +61,10 @@ class RdmaTensorRequest(PendingRecv):
             landing.addr if landing else 0, landing.rkey if landing else 0, meta))
 
     def recv_meta(self, msg: RdmaMessage) -> None:
-        """META_DATA_RESPONSE: new meta-data (and, in read mode, where to read from)."""
+        """META_DATA_RESPONSE: new meta-data (and, in read mode, where to read from). After
+        a CANCEL it is ignored: the sender's ERROR_STATUS ends the request."""
+        if self._cancel_sent:
+            return
         meta = msg.meta
         self.memory.update_meta(self.key.src, self.key.name, meta)
         if self.rendezvous.validate or self.rendezvous.read_mode:
@@ -77,14 +84,15 @@ class RdmaTensorRequest(PendingRecv):
             self.read_done()
             return
         self.rendezvous.rt.counters.add("rdma_reads")
+        self._reading = True
         self.channel.post_transfer(WrOpcode.RDMA_READ, self.landing.addr, self.landing.lkey,
                                    meta.nbytes, remote_addr, rkey,
                                    wr_id(WorkKind.TENSOR_READ, self.index))
 
     def recv_error_local(self, error: TensorverbsError) -> None:
-        """A local failure in read mode: release the sender's tensor and fail."""
-        self.channel.send_message(RdmaMessage(MessageType.RELEASE, self.index, self.key.name, self.step_id))
-        self.finish(error=error)
+        """A local failure in read mode: give the tensor back to the sender and fail."""
+        self.fail(error)
+        self.cancel()
 
     def read_done(self) -> None:
         """Read mode: the RDMA read completed; release the sender's tensor."""
@@ -137,9 +145,10 @@ class RdmaTensorRequest(PendingRecv):
     # -- PendingRecv ------------------------------------------------------------------------
     def cancel(self) -> None:
         """The caller gave up: ask the sender to drop the request. The request stays until
-        the sender's answer (a write or an ERROR_STATUS) arrives."""
+        the sender's answer (a write or an ERROR_STATUS) arrives; a read in flight is
+        finished instead (its RELEASE ends the request)."""
         with self._lock:
-            if self._cancel_sent or self.channel.requests.get(self.index) is not self:
+            if self._cancel_sent or self._reading or self.channel.requests.get(self.index) is not self:
                 return
             self._cancel_sent = True
         self.channel.send_message(RdmaMessage(MessageType.CANCEL, self.index, self.key.name, self.step_id))

@@ -109,6 +109,7 @@ class RdmaTensorResponse:
         """The write completed: the tensor is in the requester's result."""
         with self._lock:
             if self.state == _State.WRITING:
+                self.value = None  # delivered: nothing to give back
                 self._finish()
 
     def released(self) -> None:
@@ -119,14 +120,14 @@ class RdmaTensorResponse:
                 self._finish()
 
     def cancel(self) -> None:
-        """The requester cancelled: unless the tensor is on its way (or, in read mode, being
-        read), give it back to the table and confirm with ERROR_STATUS(CANCELLED) -- the
+        """The requester cancelled (and, in read mode, will not read): unless the tensor is
+        on its way, give it back to the table and confirm with ERROR_STATUS(CANCELLED), the
         request's one terminal answer."""
         with self._lock:
             if self.state == _State.WAITING_TENSOR:
                 if self.waiter is not None:
                     self.waiter.cancel()  # if it already fired, _found sees DONE and requeues
-            elif self.state != _State.WAITING_RE_REQUEST or self.rendezvous.read_mode:
+            elif self.state != _State.WAITING_RE_REQUEST:
                 return
             self._error(Code.CANCELLED, "request cancelled by its receiver")
 
@@ -145,8 +146,9 @@ class RdmaTensorResponse:
         self._finish()
 
     def _finish(self) -> None:
-        """End the response; a tensor taken from the table but not sent goes back to it."""
-        if self.state == _State.WAITING_RE_REQUEST and self.value is not None:
+        """End the response; a tensor taken from the table but not delivered (cancelled,
+        failed to prepare, cut off by a broken channel) goes back to it."""
+        if self.value is not None:
             self.rendezvous.rt.table.requeue(self.request.step_id, self.key, self.value)
         self.state = _State.DONE
         self.channel.responses.pop(self.index, None)

@@ -19,20 +19,24 @@ class EventLoopThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:  # the worker threads of run_in_executor end with the loop
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+            self.loop.close()
 
     def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
         """Run ``coro`` on the loop; cancelling the returned future cancels the coroutine."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop soon (from any thread)."""
         self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self) -> None:
-        if self.loop.is_running():
+        """Stop the loop and (unless called from it) wait for its thread to end."""
+        if not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self.loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)
-        if not self._thread.is_alive() and not self.loop.is_closed():
-            self.loop.close()
 
