@@ -115,5 +115,5 @@ def test_stop_fails_pending_recvs_and_leaves_no_threads(variant, step):
     threads, fds = threading.active_count(), len(os.listdir("/proc/self/fd"))
     for _ in range(3):
         round_trip()
-    assert threading.active_count() == threads
+    assert threading.active_count() <= threads
     assert len(os.listdir("/proc/self/fd")) <= fds
