@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing as mp
 import os
+import random
 import signal
 import socket
 import time
@@ -27,10 +28,27 @@ COMMAND_TIMEOUT = 120.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port of ``host`` that nothing listens on (now)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port of ``host`` that nothing uses now, chosen below the kernel's ephemeral
+    range, so that outgoing connections (which take ephemeral ports) cannot take it
+    before the task that is given it binds it."""
+    low = _ephemeral_low()
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port below {low} on {host}")
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def cluster_spec(jobs: dict[str, int], host: str = "127.0.0.1") -> dict[str, list[str]]:
