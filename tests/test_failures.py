@@ -117,3 +117,16 @@ def test_stop_fails_pending_recvs_and_leaves_no_threads(variant, step):
         round_trip()
     assert threading.active_count() <= threads
     assert len(os.listdir("/proc/self/fd")) <= fds
+
+
+def test_grpc_verbs_against_a_grpc_peer_is_an_error_not_a_silent_fallback(step):
+    cluster = cluster_spec({"ps": 1, "worker": 1})
+    ps = TaskProcess(cluster, "ps", 0, "grpc")
+    try:
+        with tv.Server(cluster, "worker", 0, "grpc+verbs",
+                       config=RdmaConfig.from_env({"TENSORVERBS_PROVIDER": "soft"})) as worker:
+            ps.send("x", np.ones(2), to="/job:worker/task:0", step_id=step)
+            with pytest.raises(tv.UnavailableError, match="runs protocol 'grpc'.*grpc\\+verbs"):
+                worker.recv("x", source="/job:ps/task:0", step_id=step, timeout=30)
+    finally:
+        ps.stop()
