@@ -182,3 +182,16 @@ def test_pool_limit_errors_reach_the_caller_and_lose_nothing(step):
     finally:
         p.worker.stop()
         p.ps.stop()
+
+
+@pytest.mark.parametrize("mode", ["write", "read"])
+def test_validation_mode_passes_honest_data(mode, step):
+    env = {"TENSORVERBS_PROVIDER": "soft", "RDMA_VERBS_VALIDATE": "1", "TENSORVERBS_RENDEZVOUS": mode}
+    p = start_pair("grpc+verbs", env)
+    try:
+        for s, nbytes in enumerate([0, 4096, 3 << 20]):
+            p.ps.send_pattern("v", p.WORKER, step + s, nbytes, seed=s)
+            assert same(p.worker.recv("v", source=p.PS, step_id=step + s, timeout=30), pattern(nbytes, s))
+    finally:
+        p.worker.stop()
+        p.ps.stop()

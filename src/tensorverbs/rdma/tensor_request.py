@@ -67,11 +67,11 @@ class RdmaTensorRequest(PendingRecv):
             return
         meta = msg.meta
         self.memory.update_meta(self.key.src, self.key.name, meta)
-        if self.rendezvous.validate or self.rendezvous.read_mode:
-            self.expected_checksum = msg.checksum if self.rendezvous.validate else None
-        if self.rendezvous.read_mode:
+        if self.rendezvous.read_mode:  # the checksum field holds the tensor's address here
             self._read(meta, msg.remote_addr, msg.rkey)
         else:
+            if self.rendezvous.validate:
+                self.expected_checksum = msg.checksum
             self._request(MessageType.TENSOR_RE_REQUEST, meta)
 
     def _read(self, meta: TensorMeta, remote_addr: int, rkey: int) -> None:
@@ -121,7 +121,7 @@ class RdmaTensorRequest(PendingRecv):
         except TensorverbsError as exc:
             self.finish(error=exc)
             return
-        self.finish(value=value, nbytes=byte_len)
+        self.finish(value=value, nbytes=landing.nbytes)
 
     def recv_error(self, msg: RdmaMessage) -> None:
         """ERROR_STATUS from the sender: raise its code and message here."""
