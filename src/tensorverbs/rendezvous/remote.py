@@ -160,25 +160,33 @@ class RemoteRendezvous(abc.ABC):
         """Deliver ``value`` to ``call``'s caller on its device. ``nbytes`` (the bytes that
         crossed the network) counts it as received from a peer. If the caller gave up, the
         value goes to another recv of the same key and step in flight (whose own request
-        is then withdrawn), or waits for the next one."""
+        is then withdrawn), else back to the local table (a local value) or aside for the
+        next recv (a remote one): it is never dropped."""
         if nbytes is not None:
             self.rt.counters.add("tensors_received")
             self.rt.counters.add("bytes_received", nbytes)
-        if call.future.done():
+        while not self._deliver(call, value):
             with self._lock:
                 other = next(((c, op) for c, op in self._ops.values()
                               if c.match == call.match and not c.future.done()), None)
                 if other is None:
-                    if self.rt.table.aborted(call.step_id) is None:
+                    if call.key.src == self.rt.task:
+                        self.rt.table.requeue(call.step_id, call.key, value)
+                    elif self.rt.table.aborted(call.step_id) is None:
                         self._late.setdefault(call.match, collections.deque()).append((value, nbytes))
                     return
             call, op = other
             op.cancel()
+
+    def _deliver(self, call: RecvCall, value: Value) -> bool:
+        """Settle ``call`` with ``value``; False if its caller already gave up."""
+        if call.future.done():
+            return False
         result = mark_dead(value.array) if value.is_dead else value.array
         if call.device is not HOST:
             result = call.device.from_host(value.array)
             self.rt.counters.add("proxy_copies")
-        settle(call.future, None, result)
+        return settle(call.future, None, result)
 
     def abort_step(self, step_id: int, error: AbortedError) -> None:
         """Fail the step's pending recvs (local and remote) and refuse its later ones."""
