@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -47,13 +47,22 @@ class Landing:
 
     meta: TensorMeta
     buffer: Any = None  # a pool buffer, None for an empty tensor
-    addr: int = 0
-    rkey: int = 0
-    lkey: int = 0
 
     @property
     def nbytes(self) -> int:
         return self.meta.nbytes
+
+    @property
+    def addr(self) -> int:
+        return self.buffer.addr if self.buffer is not None else 0
+
+    @property
+    def rkey(self) -> int:
+        return self.buffer.rkey if self.buffer is not None else 0
+
+    @property
+    def lkey(self) -> int:
+        return self.buffer.lkey if self.buffer is not None else 0
 
     def data(self) -> np.ndarray:
         """The landed bytes (uint8)."""
@@ -72,15 +81,14 @@ class Landing:
 
 @dataclass
 class Source:
-    """The bytes of a tensor to write: ``nbytes`` at ``addr`` under ``lkey``; ``release``
-    undoes what making them writable took (a registration, a pool buffer)."""
+    """The bytes of a tensor to write: ``nbytes`` at ``addr`` under ``lkey`` (``data``
+    keeps the memory alive); ``release`` undoes a registration made for the write."""
 
     meta: TensorMeta
     data: np.ndarray
     addr: int = 0
     lkey: int = 0
     rkey: int = 0
-    keep: list = field(default_factory=list)
     release: Callable[[], None] = lambda: None
 
     @property
@@ -113,8 +121,7 @@ class RdmaMemoryMgr:
         """A registered buffer for a tensor of ``meta``."""
         if meta.nbytes == 0:
             return Landing(meta)
-        buffer = self.pool.allocate(meta.nbytes)
-        return Landing(meta, buffer, buffer.addr, buffer.rkey, buffer.lkey)
+        return Landing(meta, self.pool.allocate(meta.nbytes))
 
     # -- sending ------------------------------------------------------------------------
     def source(self, value: Value, remote_read: bool = False) -> Source:
@@ -132,7 +139,7 @@ class RdmaMemoryMgr:
         addr = data.ctypes.data
         region = self.pool.region_of(addr, data.size)
         if region is not None:
-            return Source(meta, data, addr, region.lkey, region.rkey, keep=[array])
+            return Source(meta, data, addr, region.lkey, region.rkey)
         if data.size < STAGE_BELOW:
             self.counters.add("staging_copies")
             return self._staged(meta, data)
@@ -142,13 +149,12 @@ class RdmaMemoryMgr:
             self.counters.add("staging_copies")
             return self._staged(meta, data)
         self.counters.add("source_registrations")
-        return Source(meta, data, mr.addr, mr.lkey, mr.rkey, keep=[array, mr], release=mr.close)
+        return Source(meta, data, mr.addr, mr.lkey, mr.rkey, release=mr.close)
 
     def _staged(self, meta: TensorMeta, data: np.ndarray) -> Source:
         buffer = self.pool.allocate(max(1, data.size))
         buffer.array[:data.size] = data
-        return Source(meta, buffer.array[:data.size], buffer.addr, buffer.lkey, buffer.rkey,
-                      keep=[buffer])
+        return Source(meta, buffer.array[:data.size], buffer.addr, buffer.lkey, buffer.rkey)
 
     def close(self) -> None:
         self.pool.close()

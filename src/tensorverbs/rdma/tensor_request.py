@@ -55,10 +55,9 @@ class RdmaTensorRequest(PendingRecv):
             else:
                 self.cancel()  # the sender holds the tensor for us: give it back
             return
-        landing = self.landing
+        landing = self.landing or Landing(meta)  # none yet: no address, no rkey
         self.channel.send_message(RdmaMessage(
-            mtype, self.index, self.key.name, self.step_id,
-            landing.addr if landing else 0, landing.rkey if landing else 0, meta))
+            mtype, self.index, self.key.name, self.step_id, landing.addr, landing.rkey, meta))
 
     def recv_meta(self, msg: RdmaMessage) -> None:
         """META_DATA_RESPONSE: new meta-data (and, in read mode, where to read from). After
