@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import UnavailableError
 from .tensor import raw_bytes
 
 #: how long the parent waits for a child's answer before giving up on it (seconds)
@@ -182,7 +183,12 @@ class TaskProcess:
     def _reply(self, timeout: float) -> Any:
         if not self._conn.poll(timeout):
             raise TimeoutError(f"{self.name} did not answer within {timeout} s")
-        reply = self._conn.recv()
+        try:
+            reply = self._conn.recv()
+        except EOFError:
+            self.process.join(5)
+            raise UnavailableError(
+                f"the process of {self.name} exited (code {self.process.exitcode})") from None
         if isinstance(reply, _Raised):
             raise reply.error
         return reply
@@ -211,10 +217,11 @@ class TaskProcess:
         self.process.join(10)
 
     def stop(self) -> None:
+        """Stop the task's server and its process (killing it if it does not stop)."""
         if self.process.is_alive():
             try:
                 self.call("stop", timeout=30)
-            except (EOFError, BrokenPipeError, TimeoutError, ConnectionResetError):
+            except (UnavailableError, BrokenPipeError, TimeoutError, ConnectionResetError):
                 pass
             self.process.join(10)
         if self.process.is_alive():

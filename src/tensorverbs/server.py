@@ -82,7 +82,7 @@ class Server:
         try:
             self._grpc = self._loop.submit(start_server(servicer, bind)).result()
             self._rendezvous.start()
-            servicer.setup_handler = getattr(self._rendezvous, "handle_setup", None)
+            servicer.setup_handler = self._rendezvous.setup_handler()
         except BaseException:
             self._shutdown()
             raise

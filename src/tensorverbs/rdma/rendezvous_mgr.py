@@ -72,7 +72,10 @@ class RdmaRemoteRendezvous(RemoteRendezvous):
 
     def start(self) -> None:
         self.mgr = RdmaMgr(self.rt, self._on_message)
-        self.handle_setup = self.mgr.handle_setup
+
+    def setup_handler(self):
+        """GetRemoteAddress is answered by the RdmaMgr."""
+        return self.mgr.handle_setup
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An array in registered memory: sending it needs no registration or copy."""

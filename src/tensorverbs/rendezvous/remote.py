@@ -17,7 +17,7 @@ import concurrent.futures
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
@@ -93,6 +93,11 @@ class RemoteRendezvous(abc.ABC):
 
     def start(self) -> None:
         """Bring up what the protocol needs beyond gRPC."""
+
+    def setup_handler(self) -> Callable[[Any], Any] | None:
+        """What answers the peers' channel set-up calls (GetRemoteAddress); None when the
+        protocol needs no set-up beyond gRPC."""
+        return None
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array that this protocol sends without preparing it first."""
