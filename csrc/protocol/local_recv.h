@@ -22,6 +22,7 @@ class LocalRecv : public PendingRecv, public std::enable_shared_from_this<LocalR
   // A tensor that arrives after the caller gave up goes back to the table.
   void give_up(const Status& why) override;
   std::string what() const override { return what_; }
+  std::string progress() const override { return "this task has not sent it"; }
 
  private:
   void on_value(Status status, TensorValue value);

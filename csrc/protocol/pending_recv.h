@@ -32,6 +32,8 @@ class PendingRecv {
   virtual void give_up(const Status& why) = 0;
   // "recv of 'w' from /job:ps/replica:0/task:0 at step 3", for messages.
   virtual std::string what() const = 0;
+  // Where it stands, for a timeout's message ("the peer has not answered"); may be empty.
+  virtual std::string progress() const = 0;
 };
 
 }  // namespace tensorverbs

@@ -98,8 +98,10 @@ void RdmaAdapter::expire() {
   }
   for (Deadline& deadline : due) {
     if (auto recv = deadline.recv.lock()) {
+      const std::string progress = recv->progress();
       recv->give_up(Status(Code::kDeadlineExceeded,
-                           recv->what() + " timed out after " + seconds(deadline.timeout) + " s"));
+                           recv->what() + " timed out after " + seconds(deadline.timeout) + " s" +
+                               (progress.empty() ? "" : " (" + progress + ")")));
     }
   }
 }

@@ -33,6 +33,19 @@ std::string RdmaTensorRequest::what() const {
          " at step " + std::to_string(key_.step);
 }
 
+std::string RdmaTensorRequest::progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (state_) {
+    case State::kRequested:
+      return "requested; " + rendezvous_.task_name(key_.key.src) + " has not answered";
+    case State::kReRequested:
+      return "the meta-data arrived and the tensor was re-requested; its write has not";
+    case State::kReading: return "the tensor is being read";
+    case State::kDone: break;
+  }
+  return "";
+}
+
 void RdmaTensorRequest::start() {
   auto index = channel_->add_request(shared_from_this());
   if (!index.ok()) {

@@ -50,6 +50,7 @@ class RdmaTensorRequest : public PendingRecv,
   std::int64_t step() const override { return key_.step; }
   void give_up(const Status& why) override;
   std::string what() const override;
+  std::string progress() const override;
 
  private:
   enum class State { kRequested, kReRequested, kReading, kDone };
@@ -65,7 +66,7 @@ class RdmaTensorRequest : public PendingRecv,
   const std::shared_ptr<RdmaChannel> channel_;
   const StepKey key_;
   std::uint32_t index_ = 0;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   State state_ = State::kRequested;
   std::shared_ptr<RecvCallback> caller_;  // null once answered
   bool cancel_sent_ = false;

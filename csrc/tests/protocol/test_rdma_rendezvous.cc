@@ -135,6 +135,9 @@ TEST_P(RendezvousPair, ManyThreadsManyTensors) {
 TEST_P(RendezvousPair, ATimedOutRecvLeavesItsTensorForTheNext) {
   RecvResult timed_out = recv(4, "slow", 0.05);
   EXPECT_EQ(timed_out.status.code(), Code::kDeadlineExceeded);
+  // the message says where the recv stood: the peer never answered
+  EXPECT_NE(timed_out.status.message().find("has not answered"), std::string::npos)
+      << timed_out.status.message();
   const TensorValue sent = floats(5000, 2.0f);
   ASSERT_TRUE(ps_->send(4, kWorker, "slow", sent).ok());
   RecvResult got = recv(4, "slow");
