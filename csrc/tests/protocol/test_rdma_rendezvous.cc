@@ -145,6 +145,52 @@ TEST_P(RendezvousPair, ATimedOutRecvLeavesItsTensorForTheNext) {
   EXPECT_TRUE(same(got.value, sent));
 }
 
+// Holds the thread that completes it until released (a recv's answer arrives in the
+// adapter's thread: this freezes the task's message handling).
+class Gate : public RecvCallback {
+ public:
+  void complete(RecvResult) override {
+    entered_.set_value();
+    released_.wait();
+  }
+  void wait_entered() { ASSERT_EQ(entered_future_.wait_for(std::chrono::seconds(60)), std::future_status::ready); }
+  void release() { release_.set_value(); }
+
+ private:
+  std::promise<void> entered_, release_;
+  std::future<void> entered_future_ = entered_.get_future();
+  std::shared_future<void> released_ = release_.get_future().share();
+};
+
+TEST_P(RendezvousPair, ATensorForAGivenUpRecvGoesToTheNextOneAlreadyWaiting) {
+  // the first recv's request is waiting at the ps when its caller gives up
+  auto first = std::make_shared<Waiting>();
+  worker_->recv(9, kPs, "k", 0.3, first);
+  while (ps_->pending().second == 0) std::this_thread::yield();
+  // the ps's messages wait (its CANCEL and the next request among them)
+  auto gate = std::make_shared<Gate>();
+  ps_->recv(9, kWorker, "freeze", -1, gate);
+  ASSERT_TRUE(worker_->send(9, kPs, "freeze", floats(1, 0)).ok());
+  gate->wait_entered();
+  EXPECT_EQ(first->get().status.code(), Code::kDeadlineExceeded);
+  auto second = std::make_shared<Waiting>();
+  worker_->recv(9, kPs, "k", 5, second);
+  // the send meets the first request, which the ps still holds: the tensor comes back
+  // for a recv that gave up, while the second recv already waits for it
+  const TensorValue sent = floats(100, 4.0f);
+  ASSERT_TRUE(ps_->send(9, kWorker, "k", sent).ok());
+  gate->release();
+  RecvResult got = second->get();
+  ASSERT_TRUE(got.status.ok()) << got.status.message();
+  EXPECT_TRUE(same(got.value, sent));
+  // and the next send of the key goes to the next recv
+  const TensorValue again = floats(100, 8.0f);
+  ASSERT_TRUE(ps_->send(9, kWorker, "k", again).ok());
+  RecvResult next = recv(9, "k", 5);
+  ASSERT_TRUE(next.status.ok()) << next.status.message();
+  EXPECT_TRUE(same(next.value, again));
+}
+
 TEST_P(RendezvousPair, AbortFailsPendingRecvsOnBothSides) {
   auto waiting = std::make_shared<Waiting>();
   worker_->recv(5, kPs, "never", 60, waiting);
