@@ -18,11 +18,13 @@ class LocalRecv : public PendingRecv, public std::enable_shared_from_this<LocalR
   // Asks the table; the caller is answered now if the tensor (or the step's abort) is there.
   void start();
 
-  std::int64_t step() const override { return key_.step; }
+  const StepKey& key() const override { return key_; }
   // A tensor that arrives after the caller gave up goes back to the table.
   void give_up(const Status& why) override;
   std::string what() const override { return what_; }
   std::string progress() const override { return "this task has not sent it"; }
+  // Its tensors never come from a peer, so none comes late.
+  bool hand_over(TensorValue&) override { return false; }
 
  private:
   void on_value(Status status, TensorValue value);

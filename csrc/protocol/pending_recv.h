@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "protocol/rendezvous_key.h"
 #include "protocol/tensor_value.h"
 
 namespace tensorverbs {
@@ -26,7 +27,8 @@ class RecvCallback {
 class PendingRecv {
  public:
   virtual ~PendingRecv() = default;
-  virtual std::int64_t step() const = 0;
+  virtual const StepKey& key() const = 0;
+  std::int64_t step() const { return key().step; }
   // The caller stops waiting and gets `why`; what can be stopped is (a request to a peer is
   // withdrawn; a tensor that arrives anyway is kept for the next recv of its key).
   virtual void give_up(const Status& why) = 0;
@@ -34,6 +36,9 @@ class PendingRecv {
   virtual std::string what() const = 0;
   // Where it stands, for a timeout's message ("the peer has not answered"); may be empty.
   virtual std::string progress() const = 0;
+  // Takes `value` (moved from only on true), a tensor of this recv's key that came for an
+  // earlier recv which gave up, if the caller still waits: what it asked for is withdrawn.
+  virtual bool hand_over(TensorValue& value) = 0;
 };
 
 }  // namespace tensorverbs

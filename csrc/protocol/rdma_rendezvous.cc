@@ -149,7 +149,7 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
   std::shared_ptr<PendingRecv> recv;
   if (src == task()) {
     auto local = std::make_shared<LocalRecv>(table_, key, what, caller);
-    track(local);
+    (void)track(local);  // no tensor of this task's own comes late
     if (timeout >= 0) {
       adapter_->add_deadline(RdmaAdapter::Clock::now() + std::chrono::duration_cast<RdmaAdapter::Clock::duration>(
                                  std::chrono::duration<double>(timeout)), timeout, local);
@@ -175,7 +175,10 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
     return nullptr;
   }
   auto request = std::make_shared<RdmaTensorRequest>(*this, channel, key, caller);
-  track(request);
+  if (auto late = track(request)) {  // it came back since the check above
+    caller->complete(RecvResult{Status(), std::move(*late)});
+    return nullptr;
+  }
   if (timeout >= 0) {
     adapter_->add_deadline(RdmaAdapter::Clock::now() + std::chrono::duration_cast<RdmaAdapter::Clock::duration>(
                                std::chrono::duration<double>(timeout)), timeout, request);
@@ -184,14 +187,22 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
   return request;
 }
 
-void RdmaRendezvous::track(const std::shared_ptr<PendingRecv>& recv) {
-  bool stopped;
+std::optional<TensorValue> RdmaRendezvous::track(const std::shared_ptr<PendingRecv>& recv) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stopped = stopped_;
-    if (!stopped) recvs_[recv.get()] = recv;
+    if (!stopped_) {
+      if (auto it = late_.find(recv->key()); it != late_.end()) {
+        TensorValue value = std::move(it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) late_.erase(it);
+        return value;
+      }
+      recvs_[recv.get()] = Tracked{next_order_++, recv};
+      return std::nullopt;
+    }
   }
-  if (stopped) recv->give_up(Status(Code::kCancelled, "the server stopped"));
+  recv->give_up(Status(Code::kCancelled, "the server stopped"));
+  return std::nullopt;
 }
 
 void RdmaRendezvous::forget(const PendingRecv* recv) {
@@ -204,8 +215,8 @@ void RdmaRendezvous::abort_step(std::int64_t step, const Status& why) {
   table_.abort_step(step, why);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [ptr, weak] : recvs_) {
-      if (auto recv = weak.lock(); recv && recv->step() == step) aborted.push_back(std::move(recv));
+    for (auto& [ptr, tracked] : recvs_) {
+      if (auto recv = tracked.recv.lock(); recv && recv->step() == step) aborted.push_back(std::move(recv));
     }
     for (auto it = late_.begin(); it != late_.end();) {
       it = it->first.step == step ? late_.erase(it) : std::next(it);
@@ -224,8 +235,29 @@ void RdmaRendezvous::cleanup_step(std::int64_t step) {
 
 void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
   if (table_.aborted(key.step)) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!stopped_) late_[key].push_back(std::move(value));
+  std::vector<const PendingRecv*> declined;
+  for (;;) {
+    std::shared_ptr<PendingRecv> oldest;  // of the recvs of `key` still waiting
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      std::uint64_t first = 0;
+      for (auto& [ptr, tracked] : recvs_) {
+        if (oldest && tracked.order >= first) continue;
+        if (std::find(declined.begin(), declined.end(), ptr) != declined.end()) continue;
+        if (auto recv = tracked.recv.lock(); recv && recv->key() == key) {
+          oldest = std::move(recv);
+          first = tracked.order;
+        }
+      }
+      if (!oldest) {  // for the next recv of the key
+        late_[key].push_back(std::move(value));
+        return;
+      }
+    }
+    if (oldest->hand_over(value)) return;
+    declined.push_back(oldest.get());  // it was answered or gave up meanwhile
+  }
 }
 
 std::optional<TensorValue> RdmaRendezvous::take_late(const StepKey& key) {
@@ -297,8 +329,8 @@ void RdmaRendezvous::stop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;
     stopped_ = true;
-    for (auto& [ptr, weak] : recvs_) {
-      if (auto recv = weak.lock()) recvs.push_back(std::move(recv));
+    for (auto& [ptr, tracked] : recvs_) {
+      if (auto recv = tracked.recv.lock()) recvs.push_back(std::move(recv));
     }
     recvs_.clear();
     late_.clear();

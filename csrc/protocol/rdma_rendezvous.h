@@ -105,7 +105,9 @@ class RdmaRendezvous final : public ChannelOwner {
   std::shared_ptr<RdmaChannel> find_channel(std::int32_t peer) const;
   std::optional<TensorValue> take_late(const StepKey& key);
   bool check_quarantine();
-  void track(const std::shared_ptr<PendingRecv>& recv);
+  // Tracks `recv` (for aborts, stop and late tensors), unless a late tensor of its key is
+  // there: then that tensor, untracked.
+  std::optional<TensorValue> track(const std::shared_ptr<PendingRecv>& recv);
 
   const RendezvousSettings settings_;
   std::string provider_;
@@ -121,7 +123,12 @@ class RdmaRendezvous final : public ChannelOwner {
   mutable std::mutex mu_;
   bool stopped_ = false;
   std::unordered_map<std::int32_t, std::shared_ptr<RdmaChannel>> channels_;
-  std::unordered_map<const PendingRecv*, std::weak_ptr<PendingRecv>> recvs_;
+  struct Tracked {
+    std::uint64_t order;  // when it was started: late tensors go to the oldest
+    std::weak_ptr<PendingRecv> recv;
+  };
+  std::uint64_t next_order_ = 0;
+  std::unordered_map<const PendingRecv*, Tracked> recvs_;
   std::unordered_map<StepKey, std::deque<TensorValue>, StepKeyHash> late_;
   std::unordered_map<std::string, TensorMeta> meta_cache_;  // key: peer id, '/', name
   std::vector<std::function<bool()>> quarantined_;

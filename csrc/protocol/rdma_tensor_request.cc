@@ -55,8 +55,14 @@ void RdmaTensorRequest::start() {
   RdmaMessage message{MessageType::kTensorRequest, 0, key_.key.name, key_.step, 0, 0,
                       std::nullopt, 0, ""};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (state_ == State::kDone) {  // handed a late tensor before it was asked for
+      lock.unlock();
+      channel_->remove_request(index.value());
+      return;
+    }
     index_ = index.value();
+    sent_ = true;
     message.request_index = index_;
     meta_ = rendezvous_.cached_meta(key_.key.src, key_.key.name);
     message.meta = meta_;
@@ -244,6 +250,25 @@ void RdmaTensorRequest::cancel_locked(std::optional<RdmaMessage>* out) {
   cancel_sent_ = true;
   *out = RdmaMessage{MessageType::kCancel, index_, key_.key.name, key_.step, 0, 0,
                      std::nullopt, 0, ""};
+}
+
+bool RdmaTensorRequest::hand_over(TensorValue& value) {
+  std::shared_ptr<RecvCallback> caller;
+  std::optional<RdmaMessage> cancel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kDone || !caller_) return false;
+    caller.swap(caller_);
+    if (sent_) {
+      cancel_locked(&cancel);  // what the peer sends for it anyway comes late in turn
+    } else {
+      state_ = State::kDone;  // start() sends nothing
+    }
+  }
+  if (cancel) channel_->send(std::move(*cancel));
+  rendezvous_.forget(this);
+  caller->complete(RecvResult{Status(), std::move(value)});
+  return true;
 }
 
 void RdmaTensorRequest::give_up(const Status& why) {

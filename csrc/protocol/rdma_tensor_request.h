@@ -47,10 +47,11 @@ class RdmaTensorRequest : public PendingRecv,
   void fail(const Status& why);                 // the channel failed: nothing more will come
 
   // -- PendingRecv ---------------------------------------------------------------------------
-  std::int64_t step() const override { return key_.step; }
+  const StepKey& key() const override { return key_; }
   void give_up(const Status& why) override;
   std::string what() const override;
   std::string progress() const override;
+  bool hand_over(TensorValue& value) override;
 
  private:
   enum class State { kRequested, kReRequested, kReading, kDone };
@@ -69,6 +70,7 @@ class RdmaTensorRequest : public PendingRecv,
   mutable std::mutex mu_;
   State state_ = State::kRequested;
   std::shared_ptr<RecvCallback> caller_;  // null once answered
+  bool sent_ = false;  // its TENSOR_REQUEST went out (index_ is its index)
   bool cancel_sent_ = false;
   std::optional<TensorMeta> meta_;        // what is expected
   PoolBuffer landing_;
