@@ -14,37 +14,19 @@ import ctypes
 import importlib
 import multiprocessing as mp
 import os
-import random
 import signal
-import socket
 import time
 import traceback
-from collections.abc import Collection
 from typing import Any
 
 import numpy as np
 
 from .errors import UnavailableError
+from .ports import free_port
 from .tensor import raw_bytes
 
 #: how long the parent waits for a child's answer before giving up on it (seconds)
 COMMAND_TIMEOUT = 120.0
-
-
-def free_port(host: str = "127.0.0.1", taken: Collection[int] = ()) -> int:
-    """A TCP port of ``host`` that nothing uses now and not in ``taken``, anywhere from
-    1024 up, the kernel's ephemeral range included (as launchers pick them)."""
-    for _ in range(1000):
-        port = random.randrange(1024, 65536)
-        if port in taken:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    raise OSError(f"no free port on {host}")
 
 
 def cluster_spec(jobs: dict[str, int], host: str = "127.0.0.1") -> dict[str, list[str]]:

@@ -7,9 +7,8 @@ import socket
 from typing import Any, Mapping
 
 from ..cluster import ClusterSpec
-from ..errors import (
-    DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, UnavailableError,
-)
+from ..errors import DeadlineExceededError, FailedPreconditionError, UnavailableError
+from ..ports import free_port
 from .base import (
     ClusterResolver, cluster_of_ranks, environment, jobs_by_rank, natural, read_var, task_of_rank,
 )
@@ -76,7 +75,7 @@ class TorchrunClusterResolver(ClusterResolver):
                 f"{where} was not up with all {self._size} ranks within "
                 f"{self._timeout.total_seconds():g} s: {exc}") from None
         store = dist.PrefixStore(self._prefix, store)
-        store.set(f"address/{self._rank}", _join(host, _free_port(host)))
+        store.set(f"address/{self._rank}", _join(host, free_port(host)))
         self._wait(store, "address", f"publish an address in {where}")
         addresses = [store.get(f"address/{r}").decode() for r in range(self._size)]
         store.set(f"read/{self._rank}", "")
@@ -111,13 +110,3 @@ def _route_address(host: str, port: int) -> str:
     except OSError as exc:
         raise UnavailableError(f"no route to MASTER_ADDR {host}: {exc}") from None
 
-
-def _free_port(host: str) -> int:
-    """A TCP port of ``host`` that nothing listens on now."""
-    try:
-        family, kind, _, _, sockaddr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind) as s:
-            s.bind(sockaddr)
-            return s.getsockname()[1]
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot listen on host {host!r}: {exc}") from None

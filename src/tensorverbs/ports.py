@@ -1,0 +1,54 @@
+"""Choosing a TCP port for a task before the task listens on it.
+
+A port is only checked free, not held, until its task binds it. So it is chosen below the
+kernel's ephemeral port range: ports in that range go to outgoing connections and to
+listeners on port 0 (the soft verbs provider's among them), which could take it first.
+"""
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Collection
+
+from .errors import InvalidArgumentError, UnavailableError
+
+#: where Linux keeps the range it picks ephemeral ports from
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+LOWEST = 1024  # below: privileged ports
+
+
+def candidates(ephemeral_range: str = EPHEMERAL_RANGE) -> range:
+    """The ports to choose from: those outside the ephemeral range (below it, or above it
+    when little is left below), all unprivileged ports when it leaves too few."""
+    try:
+        with open(ephemeral_range) as f:
+            low, high = (int(field) for field in f.read().split())
+    except (OSError, ValueError):
+        return range(LOWEST, 65536)
+    if low - LOWEST >= 1024:
+        return range(LOWEST, low)
+    if 65535 - high >= 1024:
+        return range(high + 1, 65536)
+    return range(LOWEST, 65536)
+
+
+def free_port(host: str = "127.0.0.1", taken: Collection[int] = ()) -> int:
+    """A TCP port of ``host`` that nothing uses now and not in ``taken``, outside the
+    ephemeral range (:func:`candidates`). InvalidArgumentError if ``host`` cannot be listened
+    on, UnavailableError if no port is free."""
+    try:
+        family, kind, _, _, sockaddr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot listen on host {host!r}: {exc}") from None
+    ports = candidates()
+    for _ in range(1000):
+        port = random.choice(ports)
+        if port in taken:
+            continue
+        with socket.socket(family, kind) as s:
+            try:
+                s.bind((sockaddr[0], port, *sockaddr[2:]))
+            except OSError:
+                continue
+            return port
+    raise UnavailableError(f"no free port on {host} in {ports.start}-{ports.stop - 1}")
