@@ -32,9 +32,11 @@ def main(protocol: str) -> int:
         dist.destroy_process_group()
     matches = same(received, pattern(NBYTES, seed=previous))
     store = "agent" if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" else "rank 0"
-    print(f"RANK={os.environ['RANK']} {server.task} at {server.cluster.address(server.task)} "
-          f"(store: {store}) received {received.nbytes} bytes from {tasks[previous]}: "
-          f"{'same' if matches else 'DIFFERENT'}", flush=True)
+    # one write of the whole line: the ranks share torchrun's stdout, and print() writes
+    # the line and its newline apart, so two ranks' lines could run together
+    os.write(1, (f"RANK={os.environ['RANK']} {server.task} at {server.cluster.address(server.task)} "
+                 f"(store: {store}) received {received.nbytes} bytes from {tasks[previous]}: "
+                 f"{'same' if matches else 'DIFFERENT'}\n").encode())
     return 0 if matches else 1
 
 
