@@ -11,6 +11,8 @@ BIN := $(VENV)/bin
 # torch is optional (AlexNet compute, torch contenders, GPU tensors); TORCH= skips it.
 # Pinned: an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
+# Ray is optional too (tensorverbs.ray and its tests in tests/ray); RAY= skips it.
+RAY ?= ray==2.60.0
 # pyproject.toml's build-system.requires, installed into .venv so that a reinstall rebuilds
 # only what changed in build/ (no build isolation); ninja for the CMake presets too
 BUILD_DEPS := 'scikit-build-core>=0.11' 'nanobind>=2.5' ninja
@@ -30,7 +32,7 @@ $(BIN)/ninja:
 
 $(BIN)/tensorverbs: pyproject.toml $(CORE_SOURCES) | $(BIN)/ninja
 	PYTHON=$(PYTHON) bash tools/install-deps.sh build
-	$(BIN)/pip install --quiet --no-build-isolation -e '.[test,bench]' $(TORCH)
+	$(BIN)/pip install --quiet --no-build-isolation -e '.[test,bench]' $(TORCH) $(RAY)
 	touch $@
 
 install: $(BIN)/tensorverbs

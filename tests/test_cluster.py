@@ -31,6 +31,20 @@ def test_bad_cluster_specs(bad):
         tv.ClusterSpec(bad)
 
 
+def test_a_cluster_spec_grows():
+    spec = tv.ClusterSpec({"worker": ["h0:1"]})
+    assert spec.add_task("worker", 2, "h2:1") and spec.add_task("worker", 1, "h1:1")
+    assert spec.add_task("ps", 0, "p:1")
+    assert not spec.add_task("worker", 1, "h1:1")  # known at that address: nothing changes
+    assert spec.as_dict() == {"worker": ["h0:1", "h1:1", "h2:1"], "ps": ["p:1"]}
+    with pytest.raises(tv.InvalidArgumentError, match="is at h1:1 already, not at h9:1"):
+        spec.add_task("worker", 1, "h9:1")
+    for job, index, address in [("bad job", 0, "h:1"), ("ps", 1, "nohostport"), ("ps", -1, "h:1")]:
+        with pytest.raises(tv.InvalidArgumentError):
+            spec.add_task(job, index, address)
+    assert len(list(spec.tasks())) == 4
+
+
 def test_from_tf_config():
     env = {"TF_CONFIG": json.dumps({"cluster": {"ps": ["a:1"], "worker": ["b:2"]},
                                     "task": {"type": "worker", "index": 0}})}

@@ -87,7 +87,8 @@ nb::tuple to_python(const RecvResult& result) {
   }
   const TensorValue& value = result.value;
   nb::object payload;
-  if (PyObject* own = kept_object(value.keepalive)) {
+  PyObject* own = value.borrowed ? nullptr : kept_object(value.keepalive);
+  if (own) {
     payload = nb::borrow(own);
   } else {
     payload = nb::cast(ByteView{const_cast<std::uint8_t*>(value.data), value.size(), false,
@@ -146,7 +147,7 @@ void FutureRecv::settle(RecvResult& result) {
     PyErr_SetString(PyExc_RuntimeError, error.what());
     PyErr_WriteUnraisable(settle_);
   }
-  if (!taken && ok) {  // cancelled just as it arrived: the tensor goes to the next recv
+  if (!taken && ok) {  // cancelled just as it arrived, or refused: the next recv gets it
     if (auto rendezvous = rendezvous_.lock()) {
       nb::gil_scoped_release release;
       rendezvous->keep_late(key_, std::move(result.value));

@@ -20,10 +20,22 @@ namespace tensorverbs::binding {
 
 // The Python form of a result: (code, message, dtype, shape, is_dead, payload), payload the
 // sender's own object (a local recv) or a ByteView of the received bytes (which shares
-// their keepalive). Needs the GIL.
+// their keepalive; also when they are the caller's destination). Needs the GIL.
 nanobind::tuple to_python(const RecvResult& result);
 
-class BlockingRecv final : public RecvCallback {
+// A Python caller's callback. It holds what the caller lends the recv (the object of its
+// `out`, the recv's destination; the destination's keepalive is the callback), so that
+// the Python reference is dropped where the callback's last reference is: with the GIL, as
+// a rule, rather than in the core's threads (where releasing it wakes a thread for the GIL).
+class PyRecvCallback : public RecvCallback {
+ public:
+  void lend(std::shared_ptr<const void> object) { lent_ = std::move(object); }
+
+ private:
+  std::shared_ptr<const void> lent_;
+};
+
+class BlockingRecv final : public PyRecvCallback {
  public:
   void complete(RecvResult result) override;
   // Waits (call without the GIL).
@@ -36,11 +48,12 @@ class BlockingRecv final : public RecvCallback {
   RecvResult result_;
 };
 
-class FutureRecv final : public RecvCallback, public std::enable_shared_from_this<FutureRecv> {
+class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_this<FutureRecv> {
  public:
   // `settle(future, code, message, dtype, shape, is_dead, payload)` is called with the
   // answer (in the settler thread, with the GIL); it returns False when the future was
-  // cancelled already, and then a tensor goes back to `rendezvous` for the next recv.
+  // cancelled already or the tensor is refused (recv into out of another shape or dtype),
+  // and then a tensor goes back to `rendezvous` for the next recv.
   FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nanobind::object future,
              nanobind::object settle);
   ~FutureRecv() override;

@@ -3,10 +3,13 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -38,6 +41,42 @@ verbs::VerbsConfig to_config(const nb::dict& d) {
   c.traffic_class = nb::cast<int>(d["traffic_class"]);
   c.same_host = nb::cast<std::string>(d["same_host"]);
   return c;
+}
+
+// A recv's destination from Python: None, or (dtype, shape, a writable C-contiguous buffer),
+// lent to the recv through its callback `owner`.
+std::optional<RecvDestination> to_destination(const nb::object& spec,
+                                              const std::shared_ptr<PyRecvCallback>& owner) {
+  if (spec.is_none()) return std::nullopt;
+  auto [dtype, shape, buffer] =
+      nb::cast<std::tuple<std::int32_t, std::vector<std::int64_t>, nb::object>>(spec);
+  Py_buffer view;
+  if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+    throw nb::python_error();
+  }
+  RecvDestination destination{dtype, std::move(shape), static_cast<std::uint8_t*>(view.buf),
+                              static_cast<std::uint64_t>(view.len), owner};
+  PyBuffer_Release(&view);  // the object itself keeps the memory alive
+  owner->lend(keep(buffer.ptr()));
+  return destination;
+}
+
+// A tensor's value over the bytes of `data`: a ByteView of the core's (sharing its
+// keepalive), or any object exporting a C-contiguous buffer (kept alive).
+TensorValue to_value(std::int32_t dtype, std::vector<std::int64_t> shape, bool is_dead,
+                     nb::handle data) {
+  if (nb::isinstance<ByteView>(data)) {
+    const ByteView& bytes = nb::cast<const ByteView&>(data);
+    return TensorValue{TensorMeta{dtype, std::move(shape), is_dead, bytes.size}, bytes.data,
+                       bytes.keepalive};
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+  const auto nbytes = static_cast<std::uint64_t>(view.len);
+  TensorValue value{TensorMeta{dtype, std::move(shape), is_dead, nbytes},
+                    static_cast<const std::uint8_t*>(view.buf), keep(data.ptr())};
+  PyBuffer_Release(&view);  // the object itself keeps the memory alive
+  return value;
 }
 
 // A recv in flight, for Python: give_up() withdraws it. It keeps the rendezvous alive
@@ -96,11 +135,7 @@ class Rendezvous {
 
   void send(std::int64_t step, std::int32_t dst, std::string name, std::int32_t dtype,
             std::vector<std::int64_t> shape, bool is_dead, nb::handle data) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
-    TensorValue value{TensorMeta{dtype, std::move(shape), is_dead, static_cast<std::uint64_t>(view.len)},
-                      static_cast<const std::uint8_t*>(view.buf), keep(data.ptr())};
-    PyBuffer_Release(&view);  // the object itself keeps the memory alive
+    TensorValue value = to_value(dtype, std::move(shape), is_dead, data);
     Status status;
     {
       nb::gil_scoped_release release;
@@ -109,23 +144,35 @@ class Rendezvous {
     check(status);
   }
 
-  nb::tuple recv(std::int64_t step, std::int32_t src, std::string name, double timeout) {
+  nb::tuple recv(std::int64_t step, std::int32_t src, std::string name, double timeout,
+                 const nb::object& destination) {
     auto waiting = std::make_shared<BlockingRecv>();
+    std::optional<RecvDestination> into = to_destination(destination, waiting);
     RecvResult result;
     {
       nb::gil_scoped_release release;
-      rv_->recv(step, src, std::move(name), timeout, waiting);
+      rv_->recv(step, src, std::move(name), timeout, waiting, std::move(into));
       result = waiting->wait();
     }
     return to_python(result);
   }
 
   RecvHandle recv_async(std::int64_t step, std::int32_t src, std::string name, double timeout,
-                        nb::object future, nb::object settle) {
+                        nb::object future, nb::object settle, const nb::object& destination) {
     StepKey key{step, RendezvousKey{src, rv_->task(), name}};
     auto callback = std::make_shared<FutureRecv>(rv_, std::move(key), std::move(future), std::move(settle));
+    std::optional<RecvDestination> into = to_destination(destination, callback);
     nb::gil_scoped_release release;
-    return RecvHandle{rv_, rv_->recv(step, src, std::move(name), timeout, std::move(callback))};
+    return RecvHandle{rv_, rv_->recv(step, src, std::move(name), timeout, std::move(callback),
+                                     std::move(into))};
+  }
+
+  void give_back(std::int64_t step, std::int32_t src, std::string name, std::int32_t dtype,
+                 std::vector<std::int64_t> shape, bool is_dead, nb::handle payload) {
+    TensorValue value = to_value(dtype, std::move(shape), is_dead, payload);
+    nb::gil_scoped_release release;
+    StepKey key{step, RendezvousKey{src, rv_->task(), std::move(name)}};
+    rv_->keep_late(key, std::move(value));
   }
 
   void abort_step(std::int64_t step, int code, const std::string& message) {
@@ -183,11 +230,18 @@ void bind_rendezvous(nb::module_& m) {
       .def("send", &Rendezvous::send, "step"_a, "dst"_a, "name"_a, "dtype"_a, "shape"_a,
            "is_dead"_a, "data"_a, "Offer a tensor: `data` exports its bytes (buffer protocol).")
       .def("recv", &Rendezvous::recv, "step"_a, "src"_a, "name"_a, "timeout"_a,
-           "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload).")
+           "destination"_a = nb::none(),
+           "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). "
+           "A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), "
+           "lands in it where it can (payload then views it).")
       .def("recv_async", &Rendezvous::recv_async, "step"_a, "src"_a, "name"_a, "timeout"_a,
-           "future"_a, "settle"_a,
+           "future"_a, "settle"_a, "destination"_a = nb::none(),
            "Start a recv; settle(future, code, message, dtype, shape, is_dead, payload) is "
-           "called with its answer (returning False if the future was cancelled).")
+           "called with its answer (returning False if the future was cancelled or the tensor "
+           "is refused: it goes to the next recv). `destination` as for recv.")
+      .def("give_back", &Rendezvous::give_back, "step"_a, "src"_a, "name"_a, "dtype"_a,
+           "shape"_a, "is_dead"_a, "payload"_a,
+           "Hand a received tensor its caller refused to the next recv of its key and step.")
       .def("abort_step", &Rendezvous::abort_step, "step"_a, "code"_a, "message"_a)
       .def("cleanup_step", &Rendezvous::cleanup_step, "step"_a)
       .def("allocate", &Rendezvous::allocate, "nbytes"_a, "Registered memory, as a ByteView.")

@@ -28,6 +28,7 @@ std::vector<std::pair<std::string, std::uint64_t>> ProtocolCounters::snapshot() 
           {"bytes_written", v(bytes_written)},
           {"staging_copies", v(staging_copies)},
           {"source_registrations", v(source_registrations)},
+          {"landing_registrations", v(landing_registrations)},
           {"tensors_sent", v(tensors_sent)},
           {"bytes_sent", v(bytes_sent)},
           {"tensors_received", v(tensors_received)},

@@ -52,6 +52,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::int32_t peer() const { return peer_; }
   std::uint64_t incarnation() const { return incarnation_; }
   std::uint32_t qp_num() const { return qp_->qp_num(); }
+  // Whether the peer writes into the pool faster than into other memory (see QueuePair).
+  bool prefers_allocated_memory() const { return qp_->prefers_allocated_memory(); }
   const std::string& peer_name() const { return peer_name_; }
   const std::string& name() const { return name_; }
 

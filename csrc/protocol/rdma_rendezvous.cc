@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "protocol/channel_description.h"
 #include "protocol/local_recv.h"
@@ -142,7 +143,8 @@ Status RdmaRendezvous::send(std::int64_t step, std::int32_t dst, std::string nam
 
 std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_t src,
                                                   std::string name, double timeout,
-                                                  std::shared_ptr<RecvCallback> caller) {
+                                                  std::shared_ptr<RecvCallback> caller,
+                                                  std::optional<RecvDestination> destination) {
   StepKey key{step, RendezvousKey{src, task(), std::move(name)}};
   const std::string what = "recv of '" + key.key.name + "' from " + task_name(src) + " at step " +
                            std::to_string(step);
@@ -174,7 +176,8 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
                                 TensorValue{}});
     return nullptr;
   }
-  auto request = std::make_shared<RdmaTensorRequest>(*this, channel, key, caller);
+  auto request =
+      std::make_shared<RdmaTensorRequest>(*this, channel, key, caller, std::move(destination));
   if (auto late = track(request)) {  // it came back since the check above
     caller->complete(RecvResult{Status(), std::move(*late)});
     return nullptr;
@@ -234,7 +237,18 @@ void RdmaRendezvous::cleanup_step(std::int64_t step) {
 }
 
 void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
+  if (key.key.src == task()) {
+    table_.requeue(key.step, key.key, std::move(value));
+    return;
+  }
   if (table_.aborted(key.step)) return;
+  if (value.borrowed) {  // its caller may reuse that memory: the next recv gets a copy
+    auto copy = pool_->allocate(value.size());
+    if (!copy.ok()) return;
+    PoolBuffer buffer = copy.take();
+    if (value.size()) std::memcpy(buffer->data(), value.data, value.size());
+    value = TensorValue{value.meta, buffer->data(), buffer};
+  }
   std::vector<const PendingRecv*> declined;
   for (;;) {
     std::shared_ptr<PendingRecv> oldest;  // of the recvs of `key` still waiting

@@ -27,6 +27,7 @@
 #include "protocol/rdma_channel.h"
 #include "protocol/registered_pool.h"
 #include "protocol/rendezvous_key.h"
+#include "protocol/tensor_landing.h"
 #include "verbs/context.h"
 #include "verbs/device.h"
 
@@ -63,9 +64,11 @@ class RdmaRendezvous final : public ChannelOwner {
   // -- tensors -------------------------------------------------------------------------------
   Status send(std::int64_t step, std::int32_t dst, std::string name, TensorValue value);
   // Starts a recv (from this task's table when `src` is this task); `caller` is completed
-  // exactly once. `timeout` < 0: none. The returned handle can give the recv up.
+  // exactly once. `timeout` < 0: none. A tensor from a peer that fits `destination` lands
+  // there (TensorLanding). The returned handle can give the recv up.
   std::shared_ptr<PendingRecv> recv(std::int64_t step, std::int32_t src, std::string name,
-                                    double timeout, std::shared_ptr<RecvCallback> caller);
+                                    double timeout, std::shared_ptr<RecvCallback> caller,
+                                    std::optional<RecvDestination> destination = std::nullopt);
   void abort_step(std::int64_t step, const Status& why);
   void cleanup_step(std::int64_t step);
   Result<PoolBuffer> allocate(std::size_t nbytes);
@@ -90,7 +93,9 @@ class RdmaRendezvous final : public ChannelOwner {
   // Keeps what a peer may still access until `quiesced` says it cannot (retried by the
   // adapter's thread).
   void quarantine(std::function<bool()> quiesced);
-  // A tensor whose caller gave up as it arrived: handed to the next recv of its key and step.
+  // A tensor whose caller gave up as it arrived (or refused it): handed to the next recv of
+  // its key and step; this task's own tensor goes back to the table. Bytes borrowed from a
+  // caller's destination are copied into the pool first (dropped if the pool is exhausted).
   void keep_late(const StepKey& key, TensorValue value);
   void forget(const PendingRecv* recv);
 

@@ -22,9 +22,10 @@ std::string hex32(std::uint32_t value) {
 
 RdmaTensorRequest::RdmaTensorRequest(RdmaRendezvous& rendezvous,
                                      std::shared_ptr<RdmaChannel> channel, StepKey key,
-                                     std::shared_ptr<RecvCallback> caller)
+                                     std::shared_ptr<RecvCallback> caller,
+                                     std::optional<RecvDestination> destination)
     : rendezvous_(rendezvous), channel_(std::move(channel)), key_(std::move(key)),
-      caller_(std::move(caller)) {}
+      caller_(std::move(caller)), destination_(std::move(destination)) {}
 
 RdmaTensorRequest::~RdmaTensorRequest() = default;
 
@@ -84,9 +85,11 @@ void RdmaTensorRequest::start() {
 Status RdmaTensorRequest::land(const TensorMeta& meta, bool window) {
   release_landing();
   if (meta.nbytes == 0) return Status();
-  auto buffer = rendezvous_.pool().allocate(static_cast<std::size_t>(meta.nbytes));
-  if (!buffer.ok()) return buffer.status();
-  landing_ = buffer.take();
+  auto landing = TensorLanding::prepare(meta, destination_ ? &*destination_ : nullptr,
+                                        channel_->prefers_allocated_memory(), rendezvous_.pool(),
+                                        rendezvous_.pd(), rendezvous_.counters());
+  if (!landing.ok()) return landing.status();
+  landing_ = landing.take();
   if (!window) return Status();
   auto bound = channel_->bind_window(rendezvous_.pd(), landing_->region(),
                                      reinterpret_cast<std::uint64_t>(landing_->data()),
@@ -103,7 +106,7 @@ Status RdmaTensorRequest::land(const TensorMeta& meta, bool window) {
 void RdmaTensorRequest::release_landing() {
   if (window_ && !window_->revoke()) {  // a write may still be under way: keep both
     std::shared_ptr<verbs::MemoryWindow> window = std::move(window_);
-    PoolBuffer landing = landing_;
+    std::shared_ptr<TensorLanding> landing = landing_;
     rendezvous_.quarantine([window, landing] { return window->quiesced(); });
   }
   window_.reset();
@@ -184,11 +187,18 @@ void RdmaTensorRequest::on_inline(const RdmaMessage& message) {
     if (state_ == State::kDone) return;
     rendezvous_.update_meta(key_.key.src, key_.key.name, *message.meta);
     release_landing();
-    auto buffer = rendezvous_.pool().allocate(message.payload_size);
-    if (buffer.ok()) {
+    const TensorMeta& meta = *message.meta;
+    // into the destination only while its caller waits (one who gave up may reuse it)
+    if (caller_ && destination_ && destination_->fits(meta) &&
+        message.payload_size == destination_->nbytes) {
+      if (message.payload_size) {
+        std::memcpy(destination_->data, message.payload, message.payload_size);
+      }
+      value = TensorValue{meta, destination_->data, destination_->keepalive, true};
+    } else if (auto buffer = rendezvous_.pool().allocate(message.payload_size); buffer.ok()) {
       PoolBuffer result = buffer.take();
       if (message.payload_size) std::memcpy(result->data(), message.payload, message.payload_size);
-      value = TensorValue{*message.meta, result->data(), result};
+      value = TensorValue{meta, result->data(), result};
     } else {
       status = buffer.status();
     }
@@ -219,7 +229,7 @@ void RdmaTensorRequest::on_content(std::uint32_t byte_len) {
           status = Status(Code::kInternal, what() + ": the landing is still being written");
         } else {
           window_.reset();
-          value = TensorValue{*meta_, data, landing_};
+          value = TensorValue{*meta_, data, landing_, landing_ && landing_->in_destination()};
           landing_.reset();
         }
       }
@@ -233,7 +243,8 @@ void RdmaTensorRequest::on_read_done() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kReading || !meta_) return;
-    value = TensorValue{*meta_, landing_ ? landing_->data() : nullptr, landing_};
+    value = TensorValue{*meta_, landing_ ? landing_->data() : nullptr, landing_,
+                        landing_ && landing_->in_destination()};
     landing_.reset();
   }
   channel_->send(RdmaMessage{MessageType::kRelease, index_, key_.key.name, key_.step, 0, 0,

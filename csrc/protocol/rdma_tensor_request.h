@@ -1,8 +1,8 @@
 // RdmaTensorRequest: one recv from a peer, from request to result (the receiver side).
 //
 // start() sends TENSOR_REQUEST with the cached meta-data and, for a tensor too large to
-// come inline, a landing allocated for it with a window that lets the peer write exactly
-// there. The peer answers with the tensor inline (small tensors), with a write whose
+// come inline, a landing prepared for it (TensorLanding: the caller's destination or the
+// pool) with a window that lets the peer write exactly there. The peer answers with the tensor inline (small tensors), with a write whose
 // immediate is this request's index, with META_DATA_RESPONSE (first time, or the meta-data
 // changed: the cache is updated, a landing allocated, TENSOR_RE_REQUEST sent; in read
 // mode it carries where to read from), or with ERROR_STATUS. A request stays registered
@@ -20,8 +20,8 @@
 #include "core/status.h"
 #include "protocol/pending_recv.h"
 #include "protocol/rdma_message.h"
-#include "protocol/registered_pool.h"
 #include "protocol/rendezvous_key.h"
+#include "protocol/tensor_landing.h"
 #include "verbs/memory_window.h"
 
 namespace tensorverbs {
@@ -32,8 +32,10 @@ class RdmaRendezvous;
 class RdmaTensorRequest : public PendingRecv,
                           public std::enable_shared_from_this<RdmaTensorRequest> {
  public:
+  // A tensor that fits `destination` lands in it (see TensorLanding).
   RdmaTensorRequest(RdmaRendezvous& rendezvous, std::shared_ptr<RdmaChannel> channel, StepKey key,
-                    std::shared_ptr<RecvCallback> caller);
+                    std::shared_ptr<RecvCallback> caller,
+                    std::optional<RecvDestination> destination = std::nullopt);
   ~RdmaTensorRequest() override;
 
   // Registers with the channel and sends TENSOR_REQUEST; the caller is answered on failure.
@@ -73,7 +75,8 @@ class RdmaTensorRequest : public PendingRecv,
   bool sent_ = false;  // its TENSOR_REQUEST went out (index_ is its index)
   bool cancel_sent_ = false;
   std::optional<TensorMeta> meta_;        // what is expected
-  PoolBuffer landing_;
+  const std::optional<RecvDestination> destination_;
+  std::shared_ptr<TensorLanding> landing_;
   std::unique_ptr<verbs::MemoryWindow> window_;
   std::optional<std::uint32_t> checksum_;  // validation mode
 };

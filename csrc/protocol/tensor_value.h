@@ -14,6 +14,7 @@ struct TensorValue {
   TensorMeta meta;                        // nbytes: raw bytes, or the TensorProto's size
   const std::uint8_t* data = nullptr;     // meta.nbytes bytes
   std::shared_ptr<const void> keepalive;  // holds the memory (a pool allocation, a caller's array)
+  bool borrowed = false;  // the bytes are the receiving caller's own destination (recv into out)
 
   std::size_t size() const { return static_cast<std::size_t>(meta.nbytes); }
 };

@@ -52,6 +52,10 @@ class QueuePair {
   virtual void to_error(std::string_view why) = 0;
   // Why the queue pair failed, or why its last failed completion did; "" if it did not.
   virtual std::string error_detail() const = 0;
+  // Whether the peer reaches memory of ProtectionDomain::allocate_memory faster than other
+  // registered memory (the soft provider on one host: shared memory, where other memory
+  // takes the stream).
+  virtual bool prefers_allocated_memory() const { return false; }
 
   // A window over [addr, addr + length) of `region` (registered with this queue pair's
   // protection domain) that only this queue pair's peer can reach: a type 2 memory window,

@@ -1,4 +1,4 @@
-"""The ``tensorverbs`` command: server, certs, tf-config, demo, info and bench."""
+"""The ``tensorverbs`` command: server, certs, tf-config, demo, info, bench and top."""
 from __future__ import annotations
 
 import argparse
@@ -37,10 +37,12 @@ def _server(args: argparse.Namespace) -> int:
     from .server import Server
 
     server = Server(_load_cluster(args.cluster), args.job, args.task, args.protocol,
-                    startup_grace=args.startup_grace, bind_address=args.bind)
+                    startup_grace=args.startup_grace, bind_address=args.bind,
+                    metrics_port=args.metrics_port)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: server.stop())
-    print(f"{server.task} serving {args.protocol} at {server.target}; Ctrl-C stops", flush=True)
+    metrics = f", metrics at http://{server.metrics_address}/metrics" if server.metrics_address else ""
+    print(f"{server.task} serving {args.protocol} at {server.target}{metrics}; Ctrl-C stops", flush=True)
     while not server.join(timeout=1.0):
         pass
     print(f"{server.task} stopped", flush=True)
@@ -83,6 +85,12 @@ def _bench(args: argparse.Namespace) -> int:
     return importlib.import_module(BENCHMARKS[args.name]).main(args.rest)
 
 
+def _top(args: argparse.Namespace) -> int:
+    from .metrics.top import main
+
+    return main(args.endpoints, args.interval, args.once, args.timeout)
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     p = argparse.ArgumentParser(prog="tensorverbs", description=__doc__)
@@ -98,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--startup-grace", type=float, default=60.0,
                    help="seconds a recv waits for a peer that has not started (default 60)")
     s.add_argument("--bind", help="host:port to listen on (default: the task's address)")
+    s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port "
+                   "(0: a free one; default: TENSORVERBS_METRICS_PORT, else none)")
     s.set_defaults(func=_server)
 
     c = sub.add_parser("certs", help="make a CA and a TLS certificate for every task of a cluster")
@@ -123,6 +133,15 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("name", choices=sorted(BENCHMARKS))
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the benchmark")
     b.set_defaults(func=_bench)
+
+    o = sub.add_parser("top", help="a live table of tasks' metrics: tensors/s, bytes/s, totals, pool use")
+    o.add_argument("endpoints", nargs="+", metavar="HOST:PORT",
+                   help="the tasks' metrics endpoints (or their http:// URLs)")
+    o.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (default 2)")
+    o.add_argument("--timeout", type=float, default=2.0, help="seconds a scrape may take (default 2)")
+    o.add_argument("--once", action="store_true",
+                   help="print one table, its rates over one interval, and exit (1 if an endpoint is down)")
+    o.set_defaults(func=_top)
     return p
 
 

@@ -82,8 +82,19 @@ def tf_config_entry(key: str, environ: Mapping[str, str] | None = None) -> Any:
         raise InvalidArgumentError(f"TF_CONFIG has no valid {key!r}: {exc}") from None
 
 
+def _check_job(job: Any) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9_\-]+", str(job)):
+        raise InvalidArgumentError(f"malformed job name {job!r}")
+
+
+def _check_address(task: TaskName, address: Any) -> None:
+    if not isinstance(address, str) or not re.fullmatch(r".+:\d+", address):
+        raise InvalidArgumentError(f"address of {task} is {address!r}: expected host:port")
+
+
 class ClusterSpec:
-    """Jobs and the addresses (``host:port``) of their tasks."""
+    """Jobs and the addresses (``host:port``) of their tasks. A spec grows, never shrinks:
+    :meth:`add_task` adds a task that joins a running cluster."""
 
     def __init__(self, jobs: Mapping[str, JobSpec]) -> None:
         if isinstance(jobs, ClusterSpec):
@@ -92,13 +103,10 @@ class ClusterSpec:
             raise InvalidArgumentError("a cluster needs at least one job: {job: [host:port, ...]}")
         self._jobs: dict[str, dict[int, str]] = {}
         for job, tasks in jobs.items():
-            if not re.fullmatch(r"[A-Za-z0-9_\-]+", str(job)):
-                raise InvalidArgumentError(f"malformed job name {job!r}")
+            _check_job(job)
             table = _task_table(job, tasks)
             for index, address in table.items():
-                if not isinstance(address, str) or not re.fullmatch(r".+:\d+", address):
-                    raise InvalidArgumentError(
-                        f"address of /job:{job}/task:{index} is {address!r}: expected host:port")
+                _check_address(TaskName(str(job), index), address)
             self._jobs[str(job)] = table
 
     @classmethod
@@ -119,9 +127,25 @@ class ClusterSpec:
         return out
 
     def tasks(self) -> Iterator[TaskName]:
-        for job, table in self._jobs.items():
-            for index in table:
+        for job, table in list(self._jobs.items()):  # copies: a task may join meanwhile
+            for index in list(table):
                 yield TaskName(job, index)
+
+    def add_task(self, job: str, index: int, address: str) -> bool:
+        """Add task ``index`` of ``job`` (a new job or an existing one) at ``address``;
+        False if it is here already at that address, InvalidArgumentError if at another."""
+        _check_job(job)
+        task = TaskName(str(job), int(index))
+        if task.task < 0:
+            raise InvalidArgumentError(f"task index of {task} is negative")
+        _check_address(task, address)
+        known = self._jobs.get(task.job, {}).get(task.task)
+        if known is not None and known != address:
+            raise InvalidArgumentError(f"{task} is at {known} already, not at {address}")
+        if known is None:
+            table = {**self._jobs.get(task.job, {}), task.task: address}
+            self._jobs[task.job] = dict(sorted(table.items()))
+        return known is None
 
     def resolve(self, name: Union[str, TaskName]) -> TaskName:
         """The task called ``name``; InvalidArgumentError naming it if it is not in the cluster."""

@@ -5,6 +5,10 @@ from it is copied to host memory first, and a tensor received for it lands in a 
 proxy buffer that is then copied to the GPU (the seeds' CPU proxy). ``cpu:proxy`` is a
 stand-in for such a device that exists everywhere: plain heap memory the transport
 treats as unreachable, so the proxy path runs (and is tested) on machines without GPUs.
+
+A recv into a caller's tensor (``out=``) lands in :meth:`Device.landing` of it: the
+tensor's own memory on the host, else a host proxy buffer (pinned memory for a GPU) that
+:meth:`Device.store` then copies into the tensor in place.
 """
 from __future__ import annotations
 
@@ -13,7 +17,22 @@ from typing import Any
 
 import numpy as np
 
+from .dlpack import DL_CUDA, DL_CUDA_MANAGED, HOST_TYPES, dlpack_device, host_view, is_tensor
 from .errors import InvalidArgumentError
+
+
+def _describe(array: np.ndarray) -> str:
+    return f"a {array.dtype} array of shape {array.shape} with strides {array.strides}"
+
+
+def checked_out(array: np.ndarray) -> np.ndarray:
+    """``array`` if a tensor can be received into it (C-contiguous and writable), else
+    InvalidArgumentError saying why not."""
+    if not array.flags.c_contiguous:
+        raise InvalidArgumentError(f"out must be C-contiguous, not {_describe(array)}")
+    if not array.flags.writeable:
+        raise InvalidArgumentError(f"out must be writable, not read-only ({_describe(array)})")
+    return array
 
 
 class Device(abc.ABC):
@@ -30,6 +49,15 @@ class Device(abc.ABC):
     def to_host(self, value: Any) -> np.ndarray:
         """A host array holding the contents of ``value``."""
 
+    @abc.abstractmethod
+    def landing(self, out: Any) -> np.ndarray:
+        """The host memory a tensor received into ``out`` (a tensor on this device) lands
+        in; InvalidArgumentError if ``out`` is not C-contiguous and writable."""
+
+    @abc.abstractmethod
+    def store(self, out: Any, landing: np.ndarray) -> None:
+        """Make ``out`` hold the contents of its :meth:`landing`, in place."""
+
     def __repr__(self) -> str:
         return f"<device {self.name}>"
 
@@ -44,6 +72,17 @@ class Host(Device):
 
     def to_host(self, value: Any) -> np.ndarray:
         return np.asarray(value)
+
+    def landing(self, out: Any) -> np.ndarray:
+        if isinstance(out, np.ndarray):
+            return checked_out(out)
+        if is_tensor(out):
+            return checked_out(host_view(out))
+        raise InvalidArgumentError(
+            f"out must be a numpy array or a tensor speaking DLPack, not {type(out).__name__}")
+
+    def store(self, out: Any, landing: np.ndarray) -> None:
+        pass  # the landing is out's own memory
 
 
 class StandInArray(np.ndarray):
@@ -61,9 +100,16 @@ class StandIn(Device):
     def to_host(self, value: Any) -> np.ndarray:
         return np.array(value.view(np.ndarray), copy=True)
 
+    def landing(self, out: Any) -> np.ndarray:
+        return np.empty_like(checked_out(out.view(np.ndarray)))
+
+    def store(self, out: Any, landing: np.ndarray) -> None:
+        np.copyto(out.view(np.ndarray), landing)
+
 
 class Cuda(Device):
-    """A CUDA GPU through torch, without GPUDirect RDMA (so always through the proxy)."""
+    """A CUDA GPU through torch, without GPUDirect RDMA (so always through the proxy):
+    copies between the GPU and pinned host memory run on a stream of their own."""
 
     dma = False
 
@@ -80,7 +126,42 @@ class Cuda(Device):
         return torch.from_numpy(np.ascontiguousarray(array)).to(self.name)
 
     def to_host(self, value: Any) -> np.ndarray:
-        return value.detach().cpu().numpy()
+        import torch
+
+        tensor = value if isinstance(value, torch.Tensor) else torch.from_dlpack(value)
+        pinned = self._pinned_like(tensor)
+        self._copy(pinned, tensor.detach())
+        return host_view(pinned)
+
+    def landing(self, out: Any) -> np.ndarray:
+        if not out.is_contiguous():
+            raise InvalidArgumentError(
+                f"out must be contiguous, not a {out.dtype} tensor of shape {tuple(out.shape)} "
+                f"with strides {out.stride()}")
+        return host_view(self._pinned_like(out))
+
+    def store(self, out: Any, landing: np.ndarray) -> None:
+        import torch
+
+        self._copy(out.detach().view(-1).view(torch.uint8),
+                   torch.from_numpy(landing.reshape(-1).view(np.uint8)))
+
+    @staticmethod
+    def _pinned_like(tensor: Any) -> Any:
+        import torch
+
+        return torch.empty(tuple(tensor.shape), dtype=tensor.dtype, pin_memory=True)
+
+    def _copy(self, dst: Any, src: Any) -> None:
+        """``dst.copy_(src)`` on a stream of this device, after the work queued on its
+        current stream (which produced ``src`` or still reads ``dst``), waited for."""
+        import torch
+
+        stream = torch.cuda.Stream(self.name)
+        stream.wait_stream(torch.cuda.current_stream(self.name))
+        with torch.cuda.stream(stream):
+            dst.copy_(src, non_blocking=True)
+        stream.synchronize()
 
 
 HOST = Host()
@@ -104,20 +185,26 @@ def get_device(name: str | None) -> Device:
 
 
 def device_of(value: Any) -> Device:
-    """The device ``value`` lives on (numpy arrays and CPU torch tensors are on the host)."""
+    """The device ``value`` lives on: the stand-in for its arrays, else where DLPack says
+    (numpy arrays, and whatever speaks no DLPack, are on the host)."""
     if isinstance(value, StandInArray):
         return STAND_IN
-    device = getattr(value, "device", None)
-    if device is not None and getattr(device, "type", "cpu") == "cuda":
-        return Cuda(device.index or 0)
+    if not is_tensor(value):
+        return HOST
+    kind, index = dlpack_device(value)
+    if kind in (DL_CUDA, DL_CUDA_MANAGED):
+        return Cuda(index)
+    if kind not in HOST_TYPES:
+        raise InvalidArgumentError(
+            f"{type(value).__name__} lives on DLPack device type {kind}: tensorverbs moves "
+            "tensors of the host and of CUDA GPUs")
     return HOST
 
 
 def host_array(value: Any) -> tuple[Any, bool]:
-    """(the host array to send for ``value``, whether a device-to-host copy was made)."""
+    """(the host array to send for ``value``, whether a device-to-host copy was made); a
+    host tensor speaking DLPack (torch, ...) is viewed, not copied."""
     device = device_of(value)
     if not device.dma:
         return device.to_host(value), True
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        return value.detach().numpy(), False  # a CPU torch tensor: a view, no copy
-    return value, False
+    return (host_view(value) if is_tensor(value) else value), False

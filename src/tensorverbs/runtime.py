@@ -1,4 +1,5 @@
-"""What the parts of one task share: its identity, local table, counters, loop and peers."""
+"""What the parts of one task share: its identity, local table, counters, recv metrics,
+loop and peers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from .rendezvous.local import LocalTable
 from .stats import Counters
 
 if TYPE_CHECKING:
+    from .metrics.recvs import RecvMetrics
     from .rpc.loop import EventLoopThread
     from .rpc.peers import Peers
     from .verbs.config import RdmaConfig
@@ -30,6 +32,9 @@ class TaskRuntime:
     peers: "Peers"
     rdma_config: "RdmaConfig"
     startup_grace: float
+    recvs: "RecvMetrics"
+    #: how many tasks may join at run time beyond the cluster's (grpc+verbs sizes its core for them)
+    spare_tasks: int = 0
 
     @property
     def host(self) -> str:

@@ -15,10 +15,15 @@ import threading
 from typing import Any, Mapping
 
 import numpy as np
+from prometheus_client import CollectorRegistry
 
 from .cluster import ClusterSpec, TaskName
-from .devices import get_device, host_array
+from .devices import HOST, Device, get_device, host_array
 from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError
+from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
+from .metrics.recvs import RecvMetrics
+from .metrics.stats_collector import StatsCollector
+from .out import Out
 from .rendezvous.deadlines import Deadlines
 from .rendezvous.key import RendezvousKey, check_name
 from .rendezvous.local import LocalTable, Value
@@ -51,7 +56,8 @@ class Server:
     """A task of ``cluster`` running ``protocol``; also a context manager that stops it.
 
     Args:
-        cluster: a ClusterSpec or the dict it is made from.
+        cluster: a ClusterSpec or the dict it is made from (the server keeps a copy, which
+            :meth:`add_task` grows).
         job_name, task_index: which task this is.
         protocol: "grpc" or "grpc+verbs".
         config: verbs configuration (default: from the RDMA_* environment variables).
@@ -63,18 +69,27 @@ class Server:
             leaves the service open).
         tls: the task's certificate, key and job CA for TLS on the control plane
             (default: from the TENSORVERBS_TLS_* variables; none is plaintext).
+        metrics_port: serve Prometheus metrics at ``http://<host>:<port>/metrics`` on the
+            host the gRPC server binds, 0 picking a free port (default:
+            TENSORVERBS_METRICS_PORT; none serves no metrics); see :attr:`metrics_address`.
+        spare_tasks: with "grpc+verbs", how many tasks may join at run time
+            (:meth:`add_task`); "grpc" has no limit.
     """
 
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str, task_index: int,
                  protocol: str = "grpc", *, config: RdmaConfig | None = None,
                  startup_grace: float = 60.0, bind_address: str | None = None,
-                 token: str | None = None, tls: TlsConfig | None = None) -> None:
-        self.cluster = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec(cluster)
+                 token: str | None = None, tls: TlsConfig | None = None,
+                 metrics_port: int | None = None, spare_tasks: int = 0) -> None:
+        self.cluster = ClusterSpec(cluster)
         self._task = self.cluster.resolve(TaskName(job_name, int(task_index)))
         if protocol not in PROTOCOLS:
             raise InvalidArgumentError(
                 f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self.protocol = protocol
+        if int(spare_tasks) < 0:
+            raise InvalidArgumentError(f"spare_tasks is {spare_tasks}: expected 0 or more")
+        metrics_port = port_from_env() if metrics_port is None else check_port(metrics_port, "metrics_port")
         job_token = JobToken.resolve(token)
         tls = tls or TlsConfig.from_env()
         peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls)
@@ -82,10 +97,14 @@ class Server:
         self._stopped = threading.Event()
         self._loop = EventLoopThread(f"tensorverbs-{self._task.job}-{self._task.task}")
         counters = Counters(*COUNTERS)
+        self._metrics = CollectorRegistry()
+        self._metrics.register(StatsCollector(counters.snapshot, self.task, protocol))
+        self._metrics_endpoint: MetricsEndpoint | None = None
         self._rt = TaskRuntime(
             cluster=self.cluster, task=self._task, incarnation=self.incarnation,
             protocol=protocol, table=LocalTable(), counters=counters, loop=self._loop,
-            deadlines=Deadlines(), peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace)
+            deadlines=Deadlines(), peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace,
+            recvs=RecvMetrics(self._metrics, self.task, protocol), spare_tasks=int(spare_tasks))
         module, cls = PROTOCOLS[protocol].split(":")
         self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
         counters.gauge("table_steps", self._rendezvous.table_steps)
@@ -95,6 +114,9 @@ class Server:
             self._rendezvous.start()
             servicer = Servicer(self._rt, self._rendezvous.setup_handler())
             self._grpc = self._loop.submit(start_server(servicer, bind, job_token, tls)).result()
+            if metrics_port is not None:
+                host = bind.rsplit(":", 1)[0].strip("[]")
+                self._metrics_endpoint = MetricsEndpoint(self._metrics, host, metrics_port)
         except BaseException:
             self._shutdown()
             raise
@@ -108,10 +130,28 @@ class Server:
         constructor."""
         return cls(resolver.cluster_spec(), resolver.task_type, resolver.task_id, protocol, **kwargs)
 
+    def add_task(self, job_name: str, task_index: int, address: str) -> None:
+        """Learn a task that joined the cluster at run time, at ``address`` (``host:port``):
+        from now on this server sends to it and receives from it like any other task.
+        Nothing happens if it is known at that address already; InvalidArgumentError if at
+        another. Each task learns the others it exchanges tensors with, in any order.
+        With "grpc+verbs", ResourceExhaustedError past ``spare_tasks`` joined tasks."""
+        self._check_running()
+        task = TaskName(str(job_name), int(task_index))
+        self._rendezvous.add_task(task, address)
+        log.info("%s learned %s at %s", self._task, task, address)
+
     @property
     def task(self) -> str:
         """This task's name, long form: ``/job:worker/replica:0/task:0``."""
         return str(self._task)
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of this task's Prometheus ``/metrics`` endpoint; None when it
+        serves no metrics."""
+        endpoint = self._metrics_endpoint
+        return endpoint.address if endpoint is not None else None
 
     @property
     def target(self) -> str:
@@ -124,8 +164,9 @@ class Server:
     def send(self, name: str, value: Any, to: str, step_id: int = 0, is_dead: bool = False) -> None:
         """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``.
 
-        ``value`` is a numpy array (or anything ``numpy.asarray`` takes), a torch tensor,
-        or an array of the ``cpu:proxy`` stand-in device. Passive: the tensor waits in the
+        ``value`` is a numpy array (or anything ``numpy.asarray`` takes), a torch tensor
+        or any tensor speaking DLPack (``__dlpack__``), or an array of the ``cpu:proxy``
+        stand-in device. Passive: the tensor waits in the
         local table until ``to`` receives it. A non-contiguous array is made contiguous and
         a tensor on a device the transport cannot reach is copied to host memory here;
         otherwise the array itself is sent, so the caller must not modify it until it
@@ -149,7 +190,8 @@ class Server:
         return self._rendezvous.allocate(shape, np.dtype(dtype))
 
     def recv_async(self, name: str, source: str, step_id: int = 0,
-                   timeout: float | None = None, device: str | None = None) -> concurrent.futures.Future:
+                   timeout: float | None = None, device: str | None = None,
+                   out: Any = None) -> concurrent.futures.Future:
         """Start receiving tensor ``name`` sent by ``source`` to this task at ``step_id``.
 
         The future yields a numpy array, or a tensor on ``device`` ("cuda:0", or the
@@ -158,15 +200,27 @@ class Server:
         :func:`tensorverbs.is_dead`. The future raises DeadlineExceededError after
         ``timeout`` seconds, AbortedError when the step is aborted, UnavailableError when
         ``source`` cannot be reached or dies.
+
+        With ``out`` (a numpy array, torch tensor or any tensor speaking DLPack, C-contiguous
+        and writable, on the host or a device) the tensor is written into ``out`` in place
+        and the future yields ``out`` itself. A tensor of another dtype or shape than
+        ``out`` raises InvalidArgumentError and is kept for the next recv of it. If the
+        recv fails, ``out`` may have been written in part.
         """
         return self._rendezvous.recv_async(self._recv_key(name, source), int(step_id), timeout,
-                                           get_device(device))
+                                           *self._into(device, out))
 
     def recv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None,
-             device: str | None = None) -> Any:
+             device: str | None = None, out: Any = None) -> Any:
         """Receive tensor ``name`` from ``source`` (blocking); see :meth:`recv_async`."""
         return self._rendezvous.recv(self._recv_key(name, source), int(step_id), timeout,
-                                     get_device(device))
+                                     *self._into(device, out))
+
+    @staticmethod
+    def _into(device: str | None, out: Any) -> tuple[Device, Out | None]:
+        """(the device a recv delivers to, its ``out``); ``out`` lands on the host and is
+        copied to its device by :class:`Out`."""
+        return (HOST, Out(out, device)) if out is not None else (get_device(device), None)
 
     def _recv_key(self, name: str, source: str) -> RendezvousKey:
         """The key of a recv of ``name`` from ``source`` here (a local recv is counted)."""
@@ -206,6 +260,8 @@ class Server:
 
     def _shutdown(self) -> None:
         self._stopped.set()
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.stop()
         self._rendezvous.stop()
         grpc_server = getattr(self, "_grpc", None)
 

@@ -2,12 +2,14 @@
 // plane would), over the soft provider: the protocol end to end, under the sanitizers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,9 +88,10 @@ class RendezvousPair : public ::testing::TestWithParam<Options> {
     if (ps_) ps_->stop();
   }
 
-  RecvResult recv(std::int64_t step, const std::string& name, double timeout = 60) {
+  RecvResult recv(std::int64_t step, const std::string& name, double timeout = 60,
+                  std::optional<RecvDestination> destination = std::nullopt) {
     auto waiting = std::make_shared<Waiting>();
-    worker_->recv(step, kPs, name, timeout, waiting);
+    worker_->recv(step, kPs, name, timeout, waiting, std::move(destination));
     return waiting->get();
   }
 
@@ -130,6 +133,81 @@ TEST_P(RendezvousPair, ManyThreadsManyTensors) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(good.load(), kThreads * kEach);
+}
+
+// The caller's memory for `count` floats, zeroed.
+RecvDestination zeros(std::size_t count, std::vector<std::int64_t> shape) {
+  auto memory = std::make_shared<std::vector<float>>(count, 0.0f);
+  return RecvDestination{kFloat, std::move(shape), reinterpret_cast<std::uint8_t*>(memory->data()),
+                         count * 4, memory};
+}
+
+std::uint64_t landing_registrations(const RdmaRendezvous& rendezvous) {
+  for (const auto& [name, value] : rendezvous.stats()) {
+    if (name == "landing_registrations") return value;
+  }
+  ADD_FAILURE() << "no landing_registrations counter";
+  return 0;
+}
+
+bool all_zero(const RecvDestination& destination) {
+  const auto* data = destination.data;
+  return std::all_of(data, data + destination.nbytes, [](std::uint8_t b) { return b == 0; });
+}
+
+TEST_P(RendezvousPair, ATensorThatFitsLandsInTheDestination) {
+  // inline, through the pool below kRegisterFrom, registered from it on (over TCP)
+  for (std::size_t count :
+       {std::size_t{100}, std::size_t{5000}, kRegisterFrom / 4, std::size_t{3} << 20}) {
+    const auto shape = std::vector<std::int64_t>{static_cast<std::int64_t>(count)};
+    const RecvDestination destination = zeros(count, shape);
+    const TensorValue sent = floats(count, 0.5f);
+    const std::uint64_t registrations = landing_registrations(*worker_);
+    ASSERT_TRUE(ps_->send(9, kWorker, "into", sent).ok());
+    RecvResult got = recv(9, "into", 60, destination);
+    ASSERT_TRUE(got.status.ok()) << got.status.message();
+    EXPECT_TRUE(same(got.value, sent)) << count;
+    // on one host the soft provider writes the pool's shared memory directly: no registration
+    const bool registered = count * 4 >= kRegisterFrom && GetParam().same_host == "no";
+    const bool lands = count * 4 <= kMaxTailBytes || registered;  // else the caller copies
+    EXPECT_EQ(got.value.data == destination.data, lands) << count;
+    EXPECT_EQ(got.value.borrowed, lands) << count;
+    EXPECT_EQ(landing_registrations(*worker_) - registrations, registered ? 1u : 0u) << count;
+  }
+}
+
+TEST_P(RendezvousPair, AnotherTensorLandsInThePoolAndLeavesTheDestinationAlone) {
+  for (std::size_t count : {std::size_t{100}, std::size_t{3} << 20}) {
+    // as expected first (the meta-data is cached), then a longer one of the same name
+    const auto shape = std::vector<std::int64_t>{static_cast<std::int64_t>(count)};
+    ASSERT_TRUE(ps_->send(10, kWorker, "other", floats(count, 1.0f)).ok());
+    ASSERT_TRUE(recv(10, "other", 60, zeros(count, shape)).status.ok());
+    const RecvDestination destination = zeros(count, shape);
+    const TensorValue sent = floats(count + 1, 2.0f);
+    ASSERT_TRUE(ps_->send(11, kWorker, "other", sent).ok());
+    RecvResult got = recv(11, "other", 60, destination);
+    ASSERT_TRUE(got.status.ok()) << got.status.message();
+    EXPECT_TRUE(same(got.value, sent)) << count;
+    EXPECT_NE(got.value.data, destination.data);
+    EXPECT_FALSE(got.value.borrowed);
+    EXPECT_TRUE(all_zero(destination)) << count;
+  }
+}
+
+TEST_P(RendezvousPair, ATensorKeptForTheNextRecvIsACopyOfABorrowedOne) {
+  const std::size_t count = 100;  // inline: lands in the destination in every mode
+  const RecvDestination destination = zeros(count, {static_cast<std::int64_t>(count)});
+  const TensorValue sent = floats(count, 4.0f);
+  ASSERT_TRUE(ps_->send(12, kWorker, "again", sent).ok());
+  RecvResult got = recv(12, "again", 60, destination);
+  ASSERT_TRUE(got.status.ok()) << got.status.message();
+  ASSERT_TRUE(got.value.borrowed);
+  worker_->keep_late(StepKey{12, RendezvousKey{kPs, kWorker, "again"}}, std::move(got.value));
+  std::memset(destination.data, 0, destination.nbytes);  // the first caller reuses its memory
+  RecvResult next = recv(12, "again");
+  ASSERT_TRUE(next.status.ok()) << next.status.message();
+  EXPECT_TRUE(same(next.value, sent));
+  EXPECT_NE(next.value.data, destination.data);
 }
 
 TEST_P(RendezvousPair, ATimedOutRecvLeavesItsTensorForTheNext) {

@@ -148,6 +148,11 @@ Status SoftQueuePair::connect(std::string_view remote_endpoint) {
   return ok_status();
 }
 
+bool SoftQueuePair::prefers_allocated_memory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer_ != nullptr;
+}
+
 Status SoftQueuePair::adopt_peer_fds_locked(std::vector<UniqueFd>& fds) {
   auto peer = context_->peer_memory(std::move(fds[0]), std::move(fds[1]));
   if (!peer.ok()) return peer.status();

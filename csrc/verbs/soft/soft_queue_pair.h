@@ -68,6 +68,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   Status post_recv(const RecvWr* wrs, std::size_t count) override;
   void to_error(std::string_view why) override;
   std::string error_detail() const override;
+  // True once connected on one host (shared memory).
+  bool prefers_allocated_memory() const override;
 
   // -- from the context --
   // A peer dialed in (listener thread): takes the connection, or answers why not.

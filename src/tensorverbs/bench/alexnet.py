@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 from rich.markup import escape
 
+from ..errors import TensorverbsError
 from ..local_cluster import cluster_spec
 from . import report
 from .contenders import Contender, by_name
@@ -65,20 +66,26 @@ class Cluster:
         for peer in self.peers:
             peer.post("run", first, count)
         ps = self.ps.result(progress=lambda _: advance())
-        workers = [peer.result() for peer in self.peers[1:]]
-        for i, record in enumerate(ps):
-            each = [w[i] for w in workers]
-            compute = max(r["compute"] for r in each) + record["update"]
-            if self.verify:  # what each side sent is what the other received
-                record["verified"] = all(
-                    w["received"] == record["sent"] and w["sent"] == got
-                    for w, got in zip(each, record["received"]))
-            self.steps.append({**record, "compute": compute,
-                               "communication": max(0.0, record["seconds"] - compute),
-                               "workers": each})
+        self.steps += join_steps(ps, [peer.result() for peer in self.peers[1:]], self.verify)
 
     def close(self) -> None:
         close_all(self.peers)
+
+
+def join_steps(ps: list[dict], workers: list[list[dict]], verify: bool) -> list[dict]:
+    """Each step's record: the ps's joined with the workers' (``workers[w][i]``: worker w's
+    record of the i-th step)."""
+    steps = []
+    for i, record in enumerate(ps):
+        each = [w[i] for w in workers]
+        compute = max(r["compute"] for r in each) + record["update"]
+        if verify:  # what each side sent is what the other received
+            record["verified"] = all(
+                w["received"] == record["sent"] and w["sent"] == got
+                for w, got in zip(each, record["received"]))
+        steps.append({**record, "compute": compute,
+                      "communication": max(0.0, record["seconds"] - compute), "workers": each})
+    return steps
 
 
 def summarize(name: str, workers: int, batch: int, steps: list[dict], warmup: int) -> dict:
@@ -99,15 +106,24 @@ def summarize(name: str, workers: int, batch: int, steps: list[dict], warmup: in
 
 def train(contenders: list[Contender], worker_counts: list[int], steps: int, warmup: int,
           rounds: int, batch: int, compute: bool, shapes: list | None = None,
-          verify: bool = False) -> list[dict]:
+          verify: bool = False, launcher: str = "local") -> list[dict]:
     """Every protocol at every worker count; one summary per (protocol, workers).
-    ``shapes``/``verify``: see :class:`ParameterServer`."""
+    ``shapes``/``verify``: see :class:`ParameterServer`. ``launcher="ray"`` runs each
+    cluster's steps at once as Ray actors (:mod:`.alexnet_ray`; no turns, no ``rounds``)."""
     total = len(worker_counts) * len(contenders) * (steps + warmup)
     runs = []
     with report.progress() as bar:
         task = bar.add_task("training steps", total=total)
         for n in worker_counts:
             bar.update(task, description=f"{n} worker{'s' * (n > 1)}")
+            if launcher == "ray":
+                from .alexnet_ray import run_on_ray
+
+                for c in contenders:
+                    records = run_on_ray(c, n, compute, batch, warmup + steps, shapes, verify)
+                    bar.advance(task, warmup + steps)
+                    runs.append(summarize(c.name, n, batch, records, warmup))
+                continue
             clusters = []
             try:
                 for c in contenders:
@@ -205,6 +221,9 @@ def parser() -> argparse.ArgumentParser:
                         "auto: torch when installed (default)")
     p.add_argument("--protocols", default=",".join(PROTOCOLS),
                    help=f"comma-separated (default {','.join(PROTOCOLS)}; also 'grpc+verbs tcp')")
+    p.add_argument("--launcher", choices=("local", "ray"), default="local",
+                   help="local: each task a child process (default); ray: each task a Ray actor "
+                        "(tensorverbs.ray.run_cluster on the Ray cluster ray.init() finds or starts)")
     p.add_argument("--verify", action="store_true",
                    help="check every step's tensors on both sides (CRC-32; slows the steps)")
     p.add_argument("--json", default="alexnet.json", help="where the results go (default alexnet.json)")
@@ -239,14 +258,14 @@ def main(argv: list[str] | None = None) -> int:
                          f"each way per worker and step), compute {'torch' if compute else 'none'}")
     try:
         runs = train(contenders, counts, args.steps, args.warmup, args.rounds, args.batch, compute,
-                     verify=args.verify)
-    except PeerError as exc:
+                     verify=args.verify, launcher=args.launcher)
+    except (PeerError, TensorverbsError) as exc:
         report.console.print(f"[red]the benchmark failed[/]: {escape(str(exc))}")
         return 1
     settings = {"workers": args.workers, "worker_counts": counts, "steps": args.steps,
                 "warmup": args.warmup, "rounds": args.rounds, "batch": args.batch,
                 "compute": "torch" if compute else "none", "parameters": PARAMETERS,
-                "learning_rate": LEARNING_RATE, "verify": args.verify}
+                "learning_rate": LEARNING_RATE, "verify": args.verify, "launcher": args.launcher}
     result = {"benchmark": "alexnet", "settings": settings, "runs": runs, "goals": goals(runs, compute)}
     show(result)
     plotted = report.save(result, ["alexnet", *argv], args.json, args.plot, plot)

@@ -36,15 +36,18 @@ def checksum(arrays: list[np.ndarray]) -> int:
 
 class _Task:
     """What the ps and the workers share: the server, the tensors' names and the step
-    loop's bookkeeping. ``shapes`` (default AlexNet's) are the tensors moved without
-    ``compute``; ``verify`` adds each step's CRC-32 of what went each way to its record."""
+    loop's bookkeeping. ``cluster`` is the cluster spec, or the task's server where a
+    launcher started it (``tensorverbs.ray.run_cluster``). ``shapes`` (default AlexNet's) are
+    the tensors moved without ``compute``; ``verify`` adds each step's CRC-32 of what went
+    each way to its record."""
 
-    def __init__(self, cluster: dict, job: str, index: int, protocol: str, compute: bool,
+    def __init__(self, cluster: Any, job: str, index: int, protocol: str, compute: bool,
                  workers: int, shapes: list | None, verify: bool) -> None:
         from ..server import Server
         from ..verbs import RdmaConfig
 
-        self.server = Server(cluster, job, index, protocol, config=RdmaConfig.from_env())
+        self.server = cluster if isinstance(cluster, Server) else Server(
+            cluster, job, index, protocol, config=RdmaConfig.from_env())
         self.compute, self.workers, self.verify = compute, workers, verify
         self.shapes = [(name, tuple(shape)) for name, shape in (shapes or PARAMETER_SHAPES)]
         if compute:
@@ -53,9 +56,11 @@ class _Task:
             torch.set_num_threads(_threads(workers))
             torch.manual_seed(0)
 
-    def recv_all(self, prefix: str, source: str, step: int) -> list[Any]:
-        futures = [self.server.recv_async(prefix + name, source, step, TIMEOUT)
-                   for name, _ in self.shapes]
+    def recv_all(self, prefix: str, source: str, step: int, outs: list[Any] | None = None) -> list[Any]:
+        """Every tensor of the step from ``source`` (each into its ``outs`` if given)."""
+        outs = outs or [None] * len(self.shapes)
+        futures = [self.server.recv_async(prefix + name, source, step, TIMEOUT, out=out)
+                   for (name, _), out in zip(self.shapes, outs)]
         return [f.result() for f in futures]
 
     def send_all(self, prefix: str, arrays: list[np.ndarray], to: str, step: int) -> None:
@@ -114,7 +119,8 @@ class ParameterServer(_Task):
 
 
 class Worker(_Task):
-    """Each step: receive the weights, compute gradients on a random batch, send them."""
+    """Each step: receive the weights (straight into the model's parameters), compute
+    gradients on a random batch, send them."""
 
     def __init__(self, cluster: dict, index: int, protocol: str, compute: bool, workers: int,
                  batch: int, shapes: list | None = None, verify: bool = False) -> None:
@@ -127,11 +133,14 @@ class Worker(_Task):
 
             self.model = alexnet()
             self.params = list(self.model.parameters())
+            self.weights = self.params  # each step's weights are received into them
+            self.views = [p.detach().numpy() for p in self.params]
             self.images = torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE)
             self.labels = torch.randint(0, CLASSES, (batch,))
         else:
             rng = np.random.default_rng(1 + index)
             self.grads = [rng.standard_normal(shape, dtype=np.float32) for _, shape in self.shapes]
+            self.weights = self.views = [np.empty(shape, np.float32) for _, shape in self.shapes]
 
     def run(self, first: int, count: int) -> list[dict]:
         """Steps ``first``.. ``first + count - 1``; per step the seconds spent receiving
@@ -139,11 +148,10 @@ class Worker(_Task):
         records = []
         for step in range(first, first + count):
             start = time.perf_counter()
-            weights = self.recv_all("w/", PS, step)
+            self.recv_all("w/", PS, step, self.weights)
             received = time.perf_counter()
-            record = {"step": step, "received": checksum(weights)} if self.verify else {"step": step}
-            grads = self._gradients(weights) if self.compute else self.grads
-            del weights
+            record = {"step": step, "received": checksum(self.views)} if self.verify else {"step": step}
+            grads = self._gradients() if self.compute else self.grads
             computed = time.perf_counter()
             self.send_all("g/", grads, PS, step)
             self.server.cleanup_step(step - 1)  # the ps took that step's gradients
@@ -154,12 +162,9 @@ class Worker(_Task):
                             "send": sent - computed})
         return records
 
-    def _gradients(self, weights: list[np.ndarray]) -> list[np.ndarray]:
-        import torch
+    def _gradients(self) -> list[np.ndarray]:
         import torch.nn.functional as F
 
-        for param, w in zip(self.params, weights):
-            param.data = torch.from_numpy(w)  # the received buffer itself, no copy
         self.model.zero_grad(set_to_none=False)  # the gradient buffers are reused
         F.cross_entropy(self.model(self.images), self.labels).backward()
         return [p.grad.numpy() for p in self.params]

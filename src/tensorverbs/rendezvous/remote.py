@@ -3,7 +3,8 @@
 Each protocol ("grpc", "grpc+verbs") subclasses :class:`RemoteRendezvous` and implements
 :meth:`~RemoteRendezvous.recv_from_remote`. What every protocol needs is done here once:
 deadlines, aborting a step's pending recvs, the caller cancelling its future, turning a
-received value into what the caller gets, and the counters of received tensors.
+received value into what the caller gets, and the counters and metrics of received
+tensors.
 
 A tensor that arrives for a recv whose caller already gave up (its deadline passed just
 as the tensor was sent) is not lost: it is kept and handed to the next recv of the same
@@ -16,6 +17,7 @@ import collections
 import concurrent.futures
 import functools
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Hashable
@@ -24,12 +26,14 @@ import numpy as np
 
 from ..devices import HOST, Device
 from ..errors import AbortedError, CancelledError, DeadlineExceededError, TensorverbsError, as_error
-from ..tensor import mark_dead
+from ..out import Out
+from ..tensor import dtype_enum, mark_dead
 from .deadlines import Deadline
 from .key import RendezvousKey
 from .local import Value
 
 if TYPE_CHECKING:
+    from ..cluster import TaskName
     from ..runtime import TaskRuntime
 
 
@@ -46,6 +50,11 @@ def settle(fut: concurrent.futures.Future, error: BaseException | None = None,
         return False
 
 
+def describe_recv(key: RendezvousKey, step_id: int) -> str:
+    """A recv, for messages: "recv of 'w' from /job:ps/replica:0/task:0 at step 3"."""
+    return f"recv of {key.name!r} from {key.src} at step {step_id}"
+
+
 @dataclass(eq=False)
 class RecvCall:
     """One recv: what it asks for and the future its caller holds."""
@@ -55,10 +64,12 @@ class RecvCall:
     device: Device = HOST
     timeout: float | None = None
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    started: float = field(default_factory=time.monotonic)
+    out: Out | None = None
 
     @property
     def what(self) -> str:
-        return f"recv of {self.key.name!r} from {self.key.src} at step {self.step_id}"
+        return describe_recv(self.key, self.step_id)
 
     @property
     def match(self) -> Hashable:
@@ -103,6 +114,11 @@ class RemoteRendezvous(abc.ABC):
         protocol needs no set-up beyond gRPC."""
         return None
 
+    def add_task(self, task: TaskName, address: str) -> None:
+        """Learn ``task``, which joined the cluster at run time at ``address``: the cluster
+        grows (InvalidArgumentError if it has the task at another address)."""
+        self.rt.cluster.add_task(task.job, task.task, address)
+
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array that this protocol sends without preparing it first."""
         return np.empty(shape, dtype)
@@ -120,9 +136,9 @@ class RemoteRendezvous(abc.ABC):
         return self.rt.table.steps()
 
     def recv(self, key: RendezvousKey, step_id: int, timeout: float | None,
-             device: Device = HOST) -> Any:
+             device: Device = HOST, out: Out | None = None) -> Any:
         """Receive (blocking); see :meth:`recv_async`."""
-        return self.recv_async(key, step_id, timeout, device).result()
+        return self.recv_async(key, step_id, timeout, device, out).result()
 
     def stop(self) -> None:
         """Fail every pending recv and release the protocol's resources."""
@@ -135,10 +151,10 @@ class RemoteRendezvous(abc.ABC):
                 op.cancel()
 
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
-                   device: Device = HOST) -> concurrent.futures.Future:
-        """Start a recv; the future yields the tensor (on ``device``) or raises a
-        TensorverbsError."""
-        call = RecvCall(key, step_id, device, timeout)
+                   device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
+        """Start a recv; the future yields the tensor (on ``device``, or ``out`` filled
+        with it) or raises a TensorverbsError."""
+        call = RecvCall(key, step_id, device, timeout, out=out)
         fut = call.future
         with self._lock:  # against a concurrent abort_step of this step, or stop
             if self._stopped:
@@ -193,11 +209,15 @@ class RemoteRendezvous(abc.ABC):
         crossed the network) counts it as received from a peer. If the caller gave up, the
         value goes to another recv of the same key and step in flight (whose own request
         is then withdrawn), else back to the local table (a local value) or aside for the
-        next recv (a remote one): it is never dropped."""
+        next recv (a remote one): it is never dropped. So does a value the caller's
+        ``out`` refuses."""
         if nbytes is not None:
             self.rt.counters.add("tensors_received")
             self.rt.counters.add("bytes_received", nbytes)
+            self.rt.recvs.observe(str(call.key.src), nbytes, time.monotonic() - call.started)
         while not self._deliver(call, value):
+            if call.out is not None and value.array is call.out.landing:
+                value = Value(value.array.copy(), value.is_dead)  # that caller may reuse out
             with self._lock:
                 other = next(((c, op) for c, op in self._ops.values()
                               if c.match == call.match and not c.future.done()), None)
@@ -211,9 +231,12 @@ class RemoteRendezvous(abc.ABC):
             op.cancel()
 
     def _deliver(self, call: RecvCall, value: Value) -> bool:
-        """Settle ``call`` with ``value``; False if its caller already gave up."""
+        """Settle ``call`` with ``value``; False if its caller already gave up or refuses
+        the tensor (its ``out`` is of another dtype or shape: InvalidArgumentError)."""
         if call.future.done():
             return False
+        if call.out is not None:
+            return self._fill(call, value)
         result = mark_dead(value.array) if value.is_dead else value.array
         if call.device is not HOST:
             try:
@@ -221,6 +244,22 @@ class RemoteRendezvous(abc.ABC):
             except Exception as exc:  # the tensor arrived; the copy to its device failed
                 settle(call.future, as_error(exc, f"{call.what}: copying to {call.device.name}"))
                 return True
+            self.rt.counters.add("proxy_copies")
+        return settle(call.future, None, result)
+
+    def _fill(self, call: RecvCall, value: Value) -> bool:
+        """:meth:`_deliver` into ``call.out``."""
+        out, array = call.out, value.array
+        dtype = dtype_enum(array.dtype)
+        if not out.fits(dtype, array.shape):
+            settle(call.future, out.refusal(call.what, dtype, array.shape))
+            return False
+        try:
+            result = out.fill(array, value.is_dead)
+        except Exception as exc:  # the tensor arrived; the copy into out failed
+            settle(call.future, as_error(exc, f"{call.what}: writing into out"))
+            return True
+        if not out.device.dma:
             self.rt.counters.add("proxy_copies")
         return settle(call.future, None, result)
 

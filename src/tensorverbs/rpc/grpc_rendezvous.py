@@ -81,7 +81,7 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
             op.requested = True
             await rpc.write(request)
             value, nbytes = await read_tensor(rpc, self.rt.rdma_config.max_tensor_bytes,
-                                              lambda: setattr(op, "streaming", True))
+                                              lambda: setattr(op, "streaming", True), call.out)
             await rpc.write(pb.RecvTensorRequest(received=True))  # the sender may forget it
             await rpc.done_writing()
             asyncio.ensure_future(_ended(rpc))

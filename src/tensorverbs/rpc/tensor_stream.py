@@ -6,12 +6,13 @@ following one is a ``chunk`` field
 or a serialized TensorProto for non-DMAable tensors). Chunk messages are framed by hand,
 wire-compatible with the generated class, so the sender copies each byte once (into the
 message gRPC sends) and the receiver copies it once (from the received message into the
-preallocated result). The receiver allocates only what it accepts: a tensor announced
-above its limit fails the recv before any allocation.
+preallocated result, or the caller's ``out`` when the tensor fits it). The receiver
+allocates only what it accepts: a tensor announced above its limit fails the recv before
+any allocation.
 """
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from ..tensor import (
 )
 from . import tensor_pb2
 from . import tensorverbs_pb2 as pb
+
+if TYPE_CHECKING:
+    from ..out import Out
 
 CHUNK_BYTES = 1 << 20
 #: payloads up to this size travel inside the first message (one message per tensor)
@@ -105,11 +109,13 @@ def _chunk(message: bytes) -> tuple[int, int]:
 
 
 async def read_tensor(messages: AsyncIterator[bytes], limit: int,
-                      started: Callable[[], None] = lambda: None) -> tuple[Value, int]:
+                      started: Callable[[], None] = lambda: None,
+                      out: "Out | None" = None) -> tuple[Value, int]:
     """(the value carried by a RecvTensor response stream, its payload bytes), read up to
     its last byte (the stream itself goes on until the receiver confirms); ``started`` is
     called when the first message is in. A payload announced above ``limit`` bytes
-    raises ResourceExhaustedError before anything is allocated for it."""
+    raises ResourceExhaustedError before anything is allocated for it. A tensor that fits
+    ``out`` is read straight into its landing."""
     it = messages.__aiter__()
     try:
         first = await it.__anext__()
@@ -124,6 +130,9 @@ async def read_tensor(messages: AsyncIterator[bytes], limit: int,
     if is_proto:
         raw = np.empty(meta.nbytes, np.uint8)
         result = None
+    elif out is not None and out.fits(meta.dtype, meta.shape):
+        result = out.landing
+        raw = raw_bytes(result)
     else:
         result = np.empty(meta.shape, numpy_dtype(meta.dtype))
         raw = raw_bytes(result)

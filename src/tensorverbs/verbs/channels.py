@@ -6,10 +6,12 @@ core make its side of the channel and calls the peer's GetRemoteAddress with its
 description; the peer connects its side to ours and answers with its own description,
 which we connect to. Both sides may do this at once; the exchange is idempotent. The call
 retries through the peer's start-up like any first call to it and ends in
-UnavailableError naming the peer. Once connected, the peer's liveness is watched through
-the standard gRPC health service: a peer that dies fails its channel at once. With a job
-token, only the job's tasks reach the set-up (:mod:`tensorverbs.rpc.auth`): nobody else can
-replace a channel or learn its incarnation.
+UnavailableError naming the peer. A task that joined at run time (``Server.add_task``) may
+ask before this task has learned it: while this task has room for joining tasks, the
+set-up waits for it up to the start-up grace period. Once connected, the peer's liveness
+is watched through the standard gRPC health service: a peer that dies fails its channel
+at once. With a job token, only the job's tasks reach the set-up
+(:mod:`tensorverbs.rpc.auth`): nobody else can replace a channel or learn its incarnation.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from ..rpc.options import SERVICE
 if TYPE_CHECKING:
     from .. import _core
     from ..runtime import TaskRuntime
+    from .task_ids import TaskIds
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,7 @@ log = logging.getLogger(__name__)
 class VerbsChannels:
     """Sets up and watches the channels of one task's native rendezvous ``core``."""
 
-    def __init__(self, rt: "TaskRuntime", core: "_core.Rendezvous", ids: dict[TaskName, int]) -> None:
+    def __init__(self, rt: "TaskRuntime", core: "_core.Rendezvous", ids: "TaskIds") -> None:
         self.rt, self.core, self.ids = rt, core, ids
         self._setups: dict[TaskName, asyncio.Future] = {}
         self._watches: dict[tuple[TaskName, int], asyncio.Future] = {}
@@ -78,8 +81,9 @@ class VerbsChannels:
     # -- the peer starts ------------------------------------------------------------------
     def handle_setup(self, request: pb.GetRemoteAddressRequest) -> pb.GetRemoteAddressResponse:
         """GetRemoteAddress (in a gRPC worker thread): connect our side to the caller's."""
-        peer = self.rt.cluster.resolve(parse_task(request.host_name))
-        pid, offered = self.ids[peer], request.channel.provider_info
+        peer = parse_task(request.host_name)
+        # a task that joined at run time may call before this task has learned it
+        pid, offered = self.ids.wait_for(peer, self.rt.startup_grace), request.channel.provider_info
         mine = self.core.channel(pid, request.incarnation, offered)
         self.core.connect(pid, request.incarnation, offered)
         self.rt.loop.call_soon(self._watch, peer, request.incarnation)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import functools
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -22,11 +23,14 @@ from ..devices import HOST, Device
 from ..errors import Code, TensorverbsError, UnavailableError, as_error, from_code
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
-from ..rendezvous.remote import PendingRecv, RecvCall, RemoteRendezvous, settle
+from ..out import Out
+from ..rendezvous.remote import PendingRecv, RecvCall, RemoteRendezvous, describe_recv, settle
 from ..tensor import DT_STRING, decode_proto, dtype_enum, encode_proto, mark_dead, numpy_dtype
 from .channels import VerbsChannels
+from .task_ids import TaskIds
 
 if TYPE_CHECKING:
+    from ..cluster import TaskName
     from ..runtime import TaskRuntime
 
 
@@ -71,18 +75,17 @@ class VerbsRendezvous(RemoteRendezvous):
 
     def __init__(self, runtime: "TaskRuntime") -> None:
         super().__init__(runtime)
-        tasks = list(runtime.cluster.tasks())
-        self.ids = {task: i for i, task in enumerate(tasks)}
-        self._names = [str(task) for task in tasks]
+        self.ids = TaskIds(runtime.cluster.tasks(), runtime.spare_tasks)
+        self._names = self.ids.names
         self.task_id = self.ids[runtime.task]
+        self._joining = threading.Lock()
         self.core: _core.Rendezvous | None = None
         self.channels: VerbsChannels | None = None
-        self._settlers: dict[Device, Callable[..., bool]] = {}
 
     def start(self) -> None:
         cfg = self.rt.rdma_config
         self.core = _core.Rendezvous(
-            self.task_id, self._names, cfg.to_core(), self.rt.host, cfg.rendezvous == "read",
+            self.task_id, self.ids.core_names, cfg.to_core(), self.rt.host, cfg.rendezvous == "read",
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self.rt.counters.source(self.core.stats)
@@ -90,6 +93,14 @@ class VerbsRendezvous(RemoteRendezvous):
     def setup_handler(self):
         """GetRemoteAddress is answered by the channels' set-up."""
         return self.channels.handle_setup
+
+    def add_task(self, task: "TaskName", address: str) -> None:
+        """The cluster grows and ``task`` takes a spare id of the core (ResourceExhaustedError
+        when none is left)."""
+        with self._joining:
+            self.ids.check_room(task)  # before the cluster grows
+            super().add_task(task, address)
+            self.ids.add(task)
 
     # -- this task's tensors ----------------------------------------------------------------
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
@@ -119,28 +130,36 @@ class VerbsRendezvous(RemoteRendezvous):
         return src if src == self.task_id or self.core.ready(src) else None
 
     def recv(self, key: RendezvousKey, step_id: int, timeout: float | None,
-             device: Device = HOST) -> Any:
+             device: Device = HOST, out: Out | None = None) -> Any:
         src = self._direct(key)
         if src is None or self.core is None:
-            return super().recv(key, step_id, timeout, device)
+            return super().recv(key, step_id, timeout, device, out)
+        started = time.monotonic()
         code, message, dtype, shape, is_dead, payload = self.core.recv(
-            step_id, src, key.name, _timeout(timeout))
+            step_id, src, key.name, _timeout(timeout), out and out.destination)
         if code:
-            raise from_code(code, message)
-        return self._value(dtype, shape, is_dead, payload, device)
+            raise from_code(code, self.ids.named(message))
+        if out is not None and not out.fits(dtype, shape):
+            self.core.give_back(step_id, src, key.name, dtype, shape, is_dead, payload)
+            raise out.refusal(describe_recv(key, step_id), dtype, shape)
+        self._received(src, payload, started)
+        return self._value(dtype, shape, is_dead, payload, device, out)
 
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
-                   device: Device = HOST) -> concurrent.futures.Future:
+                   device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
         src = self._direct(key)
         if src is None:
-            return super().recv_async(key, step_id, timeout, device)
+            return super().recv_async(key, step_id, timeout, device, out)
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        self._start(fut, src, key.name, step_id, _timeout(timeout), device)
+        what = describe_recv(key, step_id) if out is not None else ""
+        self._start(fut, src, key.name, step_id, _timeout(timeout), device, out, what)
         return fut
 
     def _start(self, fut: concurrent.futures.Future, src: int, name: str, step_id: int,
-               timeout: float, device: Device) -> "_core.RecvHandle":
-        handle = self.core.recv_async(step_id, src, name, timeout, fut, self._settler(device))
+               timeout: float, device: Device, out: Out | None, what: str) -> "_core.RecvHandle":
+        handle = self.core.recv_async(step_id, src, name, timeout, fut,
+                                      self._settler(device, src, time.monotonic(), out, what),
+                                      out and out.destination)
         fut.add_done_callback(functools.partial(_give_up_if_cancelled, handle))
         return handle
 
@@ -159,47 +178,67 @@ class VerbsRendezvous(RemoteRendezvous):
             return
         timeout = call.timeout
         left = -1.0 if timeout is None else max(0.0, timeout - (time.monotonic() - began))
-        op.handle = self.core.recv_async(call.step_id, self.ids[call.key.src], call.key.name, left,
-                                         call.future, self._settler(call.device))
+        src = self.ids[call.key.src]
+        op.handle = self.core.recv_async(
+            call.step_id, src, call.key.name, left, call.future,
+            self._settler(call.device, src, call.started, call.out, call.what),
+            call.out and call.out.destination)
 
-    def _settler(self, device: Device) -> Callable[..., bool]:
-        settler = self._settlers.get(device)
-        if settler is None:
-            settler = self._settlers[device] = functools.partial(self._settle, device)
-        return settler
+    def _settler(self, device: Device, src: int, started: float, out: Out | None = None,
+                 what: str = "") -> Callable[..., bool]:
+        """What settles the future of a recv from ``src`` started at ``started`` (into
+        ``out``, described by ``what``, if given)."""
+        return functools.partial(self._settle, device, src, started, out, what)
 
-    def _settle(self, device: Device, fut: concurrent.futures.Future, code: int, message: str,
-                dtype: int, shape: tuple, is_dead: bool, payload: Any) -> bool:
+    def _settle(self, device: Device, src: int, started: float, out: Out | None, what: str,
+                fut: concurrent.futures.Future, code: int, message: str, dtype: int,
+                shape: tuple, is_dead: bool, payload: Any) -> bool:
         """Settle ``fut`` with a recv's answer (in the core's settler thread); False if it
-        was cancelled already (a tensor then goes back to the core)."""
+        was cancelled already or ``out`` refuses the tensor (which then goes back to the
+        core for the next recv)."""
         if fut.done():
             return False
         if code:
-            settle(fut, from_code(code, message))
+            settle(fut, from_code(code, self.ids.named(message)))
             return True
+        if out is not None and not out.fits(dtype, shape):
+            settle(fut, out.refusal(what, dtype, shape))
+            return False
+        self._received(src, payload, started)
         try:
-            value = self._value(dtype, shape, is_dead, payload, device)
+            value = self._value(dtype, shape, is_dead, payload, device, out)
         except TensorverbsError as exc:
             settle(fut, exc)
             return True
         return settle(fut, None, value)
 
-    def _value(self, dtype: int, shape: tuple, is_dead: bool, payload: Any, device: Device) -> Any:
-        """The received tensor as ``device`` holds it; a TensorverbsError if it cannot be
-        made (e.g. no memory for the copy to the device)."""
+    def _received(self, src: int, payload: Any, started: float) -> None:
+        """Observe a tensor from ``src`` delivered to its recv (the core counts it in
+        stats() as it arrives; a local recv is neither counted nor observed)."""
+        if src != self.task_id:
+            self.rt.recvs.observe(self._names[src], memoryview(payload).nbytes, time.monotonic() - started)
+
+    def _value(self, dtype: int, shape: tuple, is_dead: bool, payload: Any, device: Device,
+               out: Out | None = None) -> Any:
+        """The received tensor as ``device`` holds it, or ``out`` holding it; a
+        TensorverbsError if it cannot be made (e.g. no memory for the copy to the device)."""
         try:
-            return self._make_value(dtype, shape, is_dead, payload, device)
+            return self._make_value(dtype, shape, is_dead, payload, device, out)
         except Exception as exc:
-            raise as_error(exc, f"making the received tensor for {device.name}") from exc
+            raise as_error(exc, f"making the received tensor for {(out.device if out else device).name}") from exc
 
     def _make_value(self, dtype: int, shape: tuple, is_dead: bool, payload: Any,
-                    device: Device) -> Any:
+                    device: Device, out: Out | None) -> Any:
         if dtype == DT_STRING:
             array = decode_proto(payload)
         elif isinstance(payload, np.ndarray):
             array = payload  # this task's own tensor, received locally
         else:
             array = np.frombuffer(payload, numpy_dtype(dtype)).reshape(shape)
+        if out is not None:  # a tensor that fits: in out already, or copied there now
+            if not out.device.dma:
+                self.rt.counters.add("proxy_copies")
+            return out.fill(array, is_dead)
         if device is not HOST:
             self.rt.counters.add("proxy_copies")
             return device.from_host(array)

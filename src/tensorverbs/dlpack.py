@@ -1,0 +1,58 @@
+"""Tensors of other libraries as numpy arrays, through DLPack, without copies.
+
+Anything with ``__dlpack__`` (numpy, torch, JAX, CuPy, ...) is accepted where tensorverbs
+takes a tensor. :func:`host_view` is the numpy array sharing a host tensor's memory;
+:func:`dlpack_device` says where a tensor lives. Received arrays are numpy arrays, which
+export DLPack themselves: ``torch.from_dlpack(x)`` shares their memory.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+#: DLPack's device types (DLDeviceType) tensorverbs tells apart
+DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED = 1, 2, 3, 13
+#: device types whose memory the host reads and writes directly
+HOST_TYPES = (DL_CPU, DL_CUDA_HOST)
+
+
+def is_tensor(value: Any) -> bool:
+    """Whether ``value`` speaks DLPack (and is not already a numpy array)."""
+    return hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray)
+
+
+def dlpack_device(value: Any) -> tuple[int, int]:
+    """(DLPack device type, device index) of a tensor speaking DLPack."""
+    try:
+        kind, index = value.__dlpack_device__()
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"{type(value).__name__} has __dlpack__ but no usable __dlpack_device__: {exc}") from None
+    return int(kind), int(index)
+
+
+def host_view(value: Any) -> np.ndarray:
+    """The numpy array sharing the memory of ``value``, a host tensor speaking DLPack.
+
+    A torch tensor that requires grad is viewed through ``detach()`` (same memory), and a
+    bfloat16 one (a type DLPack's numpy importer lacks) as ml_dtypes' bfloat16.
+    """
+    if getattr(value, "requires_grad", False):
+        value = value.detach()
+    if _is_torch_bfloat16(value):
+        import torch
+
+        return np.from_dlpack(value.view(torch.int16)).view(ml_dtypes.bfloat16)
+    try:
+        return np.from_dlpack(value)
+    except (BufferError, RuntimeError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"cannot view {type(value).__name__} through DLPack: {exc}") from None
+
+
+def _is_torch_bfloat16(value: Any) -> bool:
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and type(dtype).__module__ == "torch" and str(dtype) == "torch.bfloat16"

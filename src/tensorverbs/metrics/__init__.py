@@ -1,0 +1,1 @@
+"""Prometheus metrics of a running Server, and the `tensorverbs top` view of a cluster."""

@@ -1,0 +1,32 @@
+"""A Prometheus collector that reads a server's ``stats()`` when it is scraped."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+#: the stats() entries that are levels, not counts -> their gauges' names
+GAUGES = {
+    "table_steps": "tensorverbs_table_steps",
+    "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
+    "registered_bytes": "tensorverbs_pool_registered_bytes",
+}
+
+
+class StatsCollector(Collector):
+    """Every entry of ``stats()`` at scrape time, labelled by task and protocol: a counter
+    as ``tensorverbs_<name>_total``, a level as its gauge of :data:`GAUGES`."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, int]], task: str, protocol: str) -> None:
+        self._stats = stats
+        self._labels = [task, protocol]
+
+    def collect(self) -> Iterator[Metric]:
+        for stat, value in sorted(self._stats().items()):
+            help_text = f"Server.stats()[{stat!r}]"
+            family = (GaugeMetricFamily(GAUGES[stat], help_text, labels=("task", "protocol"))
+                      if stat in GAUGES else
+                      CounterMetricFamily(f"tensorverbs_{stat}", help_text, labels=("task", "protocol")))
+            family.add_metric(self._labels, value)
+            yield family

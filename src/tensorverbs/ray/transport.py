@@ -1,0 +1,213 @@
+"""tensorverbs as a Ray Direct Transport: torch tensors an actor method returns move to
+the actors that take them as arguments through the actors' tensorverbs servers.
+
+Every actor's server is task 0 of job ``actor-<actor id>``. Ray orchestrates a transfer
+in three places. On the owner of the object (usually the driver),
+:meth:`TensorverbsTransport.get_communicator_metadata` names the destination actor. On
+the source, :meth:`~TensorverbsTransport.send_multiple_tensors` learns the destination's
+server (``Server.add_task``; the first time, it asks the destination for its address in
+the concurrency group Ray keeps for aborts, the one that never waits for a transfer) and
+offers each tensor to it (``send``, passive). On the destination, :meth:`~TensorverbsTransport.recv_multiple_tensors`
+learns the source from the object's metadata and receives the tensors (``recv``). The
+bytes travel as they are; Ray's metadata gives them back their shape and dtype. One
+transfer is one tensorverbs step, derived from the object and the destination, so
+:meth:`~TensorverbsTransport.abort_transport` fails exactly its pending recvs.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+import ray
+import torch
+from ray.exceptions import GetTimeoutError, RayError
+from ray.experimental import (
+    CommunicatorMetadata, TensorTransportManager, TensorTransportMetadata, register_tensor_transport,
+)
+
+from ..cluster import parse_task
+from ..errors import (
+    DeadlineExceededError, InvalidArgumentError, UnavailableError, UnimplementedError,
+)
+from ..server import PROTOCOLS, Server
+from .actor_server import ActorServer, task_of
+
+
+@dataclass
+class TensorverbsTransportMetadata(TensorTransportMetadata):
+    """The object's tensors (shapes, dtypes) and where its source's server is."""
+
+    obj_id: str = ""
+    source: str = ""    # the source's task name
+    address: str = ""   # its host:port
+
+
+@dataclass
+class TensorverbsCommunicatorMetadata(CommunicatorMetadata):
+    """The destination of one transfer: its actor id and handle."""
+
+    destination_actor: str = ""
+    destination: Any = None
+
+
+def _step(obj_id: str, destination_actor: str) -> int:
+    """The tensorverbs step of the transfer of ``obj_id`` to ``destination_actor``."""
+    digest = hashlib.blake2b(f"{obj_id}/{destination_actor}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def _bytes(tensor: torch.Tensor) -> Any:
+    """The tensor's bytes as a numpy array (a view of a contiguous tensor)."""
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def _tensor(array: Any, shape: Any, dtype: torch.dtype) -> torch.Tensor:
+    """The tensor of ``shape`` and ``dtype`` whose bytes ``array`` holds (no copy)."""
+    return torch.from_numpy(array).view(dtype).reshape(shape)
+
+
+def _manager(transport: str) -> "TensorverbsTransport":
+    from ray.experimental.rdt.util import get_tensor_transport_manager
+
+    return get_tensor_transport_manager(transport)
+
+
+def _endpoint(actor: Any, transport: str) -> tuple[str, str]:
+    """On an actor, through ``__ray_call__``: its server's (task name, host:port)."""
+    return _manager(transport).server.endpoint()
+
+
+
+class TensorverbsTransport(TensorTransportManager):
+    """A two-sided Ray tensor transport over tensorverbs; :func:`register_transport` makes
+    one per name with its settings (the class attributes below)."""
+
+    name = "TENSORVERBS"
+    protocol = "grpc+verbs"
+    spare_tasks = 64
+    timeout = 60.0
+
+    def __init__(self) -> None:
+        self.server = ActorServer(self.protocol, self.spare_tasks)
+        self._lock = threading.Lock()
+        self._steps: dict[str, set[int]] = {}  # the source's: object id -> its transfers' steps
+
+    def tensor_transport_backend(self) -> str:
+        return self.name
+
+    @staticmethod
+    def is_one_sided() -> bool:
+        return False
+
+    @staticmethod
+    def can_abort_transport() -> bool:
+        return True
+
+    def actor_has_tensor_transport(self, actor: "ray.actor.ActorHandle") -> bool:
+        return True  # every actor can start a server; asking would block the caller
+
+    def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: List[torch.Tensor]
+                                          ) -> TensorverbsTransportMetadata:
+        task, address = self.server.endpoint()
+        return TensorverbsTransportMetadata(
+            tensor_meta=[(t.shape, t.dtype) for t in rdt_object],
+            tensor_device=rdt_object[0].device.type if rdt_object else None,
+            obj_id=obj_id, source=task, address=address)
+
+    def get_communicator_metadata(self, src_actor: "ray.actor.ActorHandle",
+                                  dst_actor: "ray.actor.ActorHandle",
+                                  backend: Optional[str] = None) -> TensorverbsCommunicatorMetadata:
+        return TensorverbsCommunicatorMetadata(destination_actor=dst_actor._actor_id.hex(),
+                                               destination=dst_actor)
+
+    def send_multiple_tensors(self, tensors: List[torch.Tensor],
+                              tensor_transport_metadata: TensorverbsTransportMetadata,
+                              communicator_metadata: TensorverbsCommunicatorMetadata) -> None:
+        comm = communicator_metadata
+        server = self._knowing(comm)
+        obj_id = tensor_transport_metadata.obj_id
+        step = _step(obj_id, comm.destination_actor)
+        with self._lock:
+            self._steps.setdefault(obj_id, set()).add(step)
+        for i, tensor in enumerate(tensors):
+            server.send(str(i), _bytes(tensor), to=task_of(comm.destination_actor), step_id=step)
+
+    def _knowing(self, comm: TensorverbsCommunicatorMetadata) -> Server:
+        """This actor's server, once it knows the destination's."""
+        server = self.server.get()
+        if task_of(comm.destination_actor) in map(str, server.cluster.tasks()):
+            return server
+        # not "_ray_system": there the destination may be waiting for a send queued here
+        call = comm.destination.__ray_call__.options(concurrency_group="_ray_system_error")
+        try:
+            endpoint = ray.get(call.remote(_endpoint, self.name), timeout=self.timeout)
+        except GetTimeoutError:
+            raise DeadlineExceededError(
+                f"actor {comm.destination_actor} did not tell its {self.name} server's address "
+                f"within {self.timeout:g} s") from None
+        except RayError as exc:
+            raise UnavailableError(
+                f"actor {comm.destination_actor} could not tell its {self.name} server's address: "
+                f"{exc}") from None
+        return self.learn(*endpoint)
+
+    def learn(self, task: str, address: str) -> Server:
+        """This actor's server, having learned ``task`` at ``address``."""
+        server = self.server.get()
+        name = parse_task(task)
+        server.add_task(name.job, name.task, address)
+        return server
+
+    def recv_multiple_tensors(self, obj_id: str,
+                              tensor_transport_metadata: TensorverbsTransportMetadata,
+                              communicator_metadata: TensorverbsCommunicatorMetadata,
+                              target_buffers: Optional[List[Any]] = None) -> List[torch.Tensor]:
+        if target_buffers:
+            raise UnimplementedError(f"the {self.name} transport does not receive into given buffers")
+        meta = tensor_transport_metadata
+        server = self.learn(meta.source, meta.address)
+        step = _step(obj_id, communicator_metadata.destination_actor)
+        try:
+            futures = [server.recv_async(str(i), meta.source, step, self.timeout)
+                       for i in range(len(meta.tensor_meta))]
+            return [_tensor(f.result(), shape, dtype) for f, (shape, dtype) in zip(futures, meta.tensor_meta)]
+        except BaseException as exc:
+            server.abort_step(step, f"receiving object {obj_id} failed: {exc}")  # the other recvs
+            raise
+        finally:
+            server.cleanup_step(step)
+
+    def garbage_collect(self, obj_id: str, tensor_transport_meta: TensorverbsTransportMetadata,
+                        tensors: List[torch.Tensor]) -> None:
+        with self._lock:
+            steps = self._steps.pop(obj_id, ())
+        for step in steps:
+            self.server.get().cleanup_step(step)
+
+    def abort_transport(self, obj_id: str, communicator_metadata: TensorverbsCommunicatorMetadata) -> None:
+        step = _step(obj_id, communicator_metadata.destination_actor)
+        self.server.get().abort_step(step, f"Ray aborted the transfer of object {obj_id}")
+
+
+def register_transport(name: str = "TENSORVERBS", protocol: str = "grpc+verbs", *,
+                       spare_tasks: int = 64, timeout: float = 60.0) -> str:
+    """Register a Ray tensor transport called ``name`` that moves CPU torch tensors
+    between actors through tensorverbs ``protocol``; returns the name as Ray keeps it
+    (upper case). Call it in the driver before creating the actors, which need
+    ``@ray.remote(enable_tensor_transport=True)``; then
+    ``@ray.method(tensor_transport=name)`` on a method sends what it returns that way.
+
+    Args:
+        spare_tasks: how many other actors each actor may exchange tensors with
+            ("grpc+verbs"; see ``Server(spare_tasks=...)``).
+        timeout: seconds a transfer may take before its recv fails.
+    """
+    if protocol not in PROTOCOLS:
+        raise InvalidArgumentError(f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    name = name.upper()
+    settings = {"name": name, "protocol": protocol, "spare_tasks": int(spare_tasks), "timeout": float(timeout)}
+    transport = type(f"TensorverbsTransport_{name}", (TensorverbsTransport,), settings)
+    register_tensor_transport(name, ["cpu"], transport, torch.Tensor)
+    return name

@@ -1,0 +1,86 @@
+"""The native core's ids of a task's peers, with room for tasks that join at run time.
+
+The core (``tensorverbs._core.Rendezvous``) knows its peers as ids into a list of names
+fixed when it starts. A cluster that grows needs spare ids: the list ends with
+``spare`` placeholders, and a task that joins (:meth:`TaskIds.add`) takes the next one.
+The core names a peer by its placeholder in its messages; :meth:`TaskIds.named` puts the
+task's name back.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterable
+
+from ..cluster import TaskName
+from ..errors import InvalidArgumentError, ResourceExhaustedError
+
+
+def _placeholder(slot: int) -> str:
+    return f"<task joining at run time #{slot}>"
+
+
+class TaskIds:
+    """``{task: core id}`` of the cluster's ``tasks``, then ``spare`` ids for tasks that join."""
+
+    def __init__(self, tasks: Iterable[TaskName], spare: int) -> None:
+        tasks = list(tasks)
+        self._ids = {task: i for i, task in enumerate(tasks)}
+        #: the core's names, by id (a placeholder until a task takes a spare id)
+        self.core_names = [str(task) for task in tasks] + [_placeholder(s) for s in range(spare)]
+        #: the tasks' names, by id
+        self.names = list(self.core_names)
+        self.spare_total = spare
+        self._joined = threading.Condition()
+
+    def __getitem__(self, task: TaskName) -> int:
+        return self._ids[task]
+
+    def __contains__(self, task: TaskName) -> bool:
+        return task in self._ids
+
+    @property
+    def spare(self) -> int:
+        """How many more tasks may join."""
+        return len(self.core_names) - len(self._ids)
+
+    def check_room(self, task: TaskName) -> None:
+        """ResourceExhaustedError unless ``task`` has an id or can get one."""
+        if task not in self._ids and not self.spare:
+            raise ResourceExhaustedError(
+                f"{task} cannot join: no room is left for tasks joining at run time "
+                f"({self.spare_total} spare; Server(spare_tasks=...) sets how many)")
+
+    def add(self, task: TaskName) -> None:
+        """Give ``task`` the next spare id (nothing if it has one); ResourceExhaustedError
+        when none is left."""
+        with self._joined:
+            self.check_room(task)
+            if task in self._ids:
+                return
+            slot = len(self._ids)
+            self._ids[task] = slot
+            self.names[slot] = str(task)
+            self._joined.notify_all()
+
+    def wait_for(self, task: TaskName, timeout: float) -> int:
+        """The id of ``task``, waiting up to ``timeout`` seconds for it to join while there
+        is room; InvalidArgumentError naming it if it does not."""
+        deadline = time.monotonic() + timeout
+        with self._joined:
+            while task not in self._ids and self.spare:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._joined.wait(left)
+            if task not in self._ids:
+                waited = f" (waited {timeout:g} s for it to join)" if self.spare else ""
+                raise InvalidArgumentError(f"task {task} is not in the cluster{waited}")
+            return self._ids[task]
+
+    def named(self, message: str) -> str:
+        """``message`` of the core with each placeholder replaced by its task's name."""
+        for core_name, name in zip(self.core_names, self.names):
+            if core_name != name:
+                message = message.replace(core_name, name)
+        return message

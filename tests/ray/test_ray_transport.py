@@ -1,0 +1,111 @@
+"""tensorverbs as a Ray Direct Transport: torch tensors from one actor's method reach
+another actor through the actors' tensorverbs servers, and an aborted transfer fails
+its pending recvs."""
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="the Ray integration needs ray (pip install 'tensorverbs[ray]')")
+torch = pytest.importorskip("torch", reason="the Ray integration moves torch tensors")
+
+import tensorverbs as tv  # noqa: E402
+from tensorverbs.local_cluster import pattern  # noqa: E402
+from tensorverbs.ray import register_transport  # noqa: E402
+from tensorverbs.ray.transport import (  # noqa: E402
+    TensorverbsCommunicatorMetadata, TensorverbsTransportMetadata,
+)
+
+BIG = 64 << 20
+#: the transports registered for this module, by protocol
+NAMES = {"grpc+verbs": "TENSORVERBS", "grpc": "TENSORVERBS_GRPC"}
+
+
+def _tensors(seed: int, nbytes: int = BIG) -> list:
+    """A float32 matrix of ``nbytes`` and a small bfloat16 vector, from ``seed``."""
+    big = torch.from_numpy(pattern(nbytes, seed)).view(torch.float32).reshape(64, -1)
+    small = torch.from_numpy(pattern(6, seed + 1)).view(torch.bfloat16)
+    return [big, small]
+
+
+def _manager(name: str):
+    from ray.experimental.rdt.util import get_tensor_transport_manager
+
+    return get_tensor_transport_manager(name)
+
+
+@ray.remote(enable_tensor_transport=True)
+class Actor:
+    def make(self, seed: int, nbytes: int = BIG) -> list:
+        return _tensors(seed, nbytes)
+
+    def check(self, tensors: list, seed: int, nbytes: int = BIG) -> bool:
+        """Whether ``tensors`` (received through the transport) are what ``make`` made."""
+        return all(got.dtype == want.dtype and got.shape == want.shape
+                   and np.array_equal(got.view(torch.uint8).numpy(), want.view(torch.uint8).numpy())
+                   for got, want in zip(tensors, _tensors(seed, nbytes), strict=True))
+
+    def bytes_received(self, name: str) -> int:
+        return _manager(name).server.get().stats()["bytes_received"]
+
+    def endpoint(self, name: str) -> tuple[str, str]:
+        return _manager(name).server.endpoint()
+
+    def abort_a_pending_recv(self, name: str, source: tuple[str, str]) -> str:
+        """Receive an object ``source`` never sends and abort the transfer as Ray does:
+        the error the recv raised."""
+        manager = _manager(name)
+        task, address = source
+        meta = TensorverbsTransportMetadata(tensor_meta=[((4,), torch.float32)], tensor_device="cpu",
+                                            obj_id="never-sent", source=task, address=address)
+        comm = TensorverbsCommunicatorMetadata(destination_actor=ray.get_runtime_context().get_actor_id())
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            recv = pool.submit(manager.recv_multiple_tensors, "never-sent", meta, comm)
+            manager.abort_transport("never-sent", comm)
+            try:
+                recv.result(timeout=60)
+            except tv.TensorverbsError as exc:
+                return repr(exc)
+        return "the recv succeeded"
+
+
+@pytest.fixture(scope="module")
+def transports(ray_cluster):
+    """Both protocols' transports, registered before the actors are made."""
+    for protocol, name in NAMES.items():
+        register_transport(name, protocol)
+    return NAMES
+
+
+@pytest.mark.parametrize("protocol", list(NAMES))
+def test_an_actors_tensors_reach_another_actor(transports, protocol):
+    name = transports[protocol]
+    source, destination = Actor.remote(), Actor.remote()
+    tensors = source.make.options(tensor_transport=name).remote(seed=3)
+    assert ray.get(destination.check.remote(tensors, 3), timeout=240)
+    assert ray.get(destination.bytes_received.remote(name)) >= BIG  # through tensorverbs
+    assert ray.get(destination.check.remote(tensors, 3), timeout=240)  # the same object again
+
+
+@pytest.mark.parametrize("protocol", list(NAMES))
+def test_an_aborted_transfer_fails_its_recv(transports, protocol):
+    name = transports[protocol]
+    source, destination = Actor.remote(), Actor.remote()
+    # a first transfer has Ray register the transport in both actors
+    assert ray.get(destination.check.remote(source.make.options(tensor_transport=name).remote(1, 4096), 1, 4096))
+    error = ray.get(destination.abort_a_pending_recv.remote(name, ray.get(source.endpoint.remote(name))),
+                    timeout=120)
+    assert error.startswith("AbortedError") and "Ray aborted the transfer of object never-sent" in error
+
+
+def test_a_source_that_dies_fails_the_transfer(transports):
+    name = transports["grpc+verbs"]
+    source, destination = Actor.remote(), Actor.remote()
+    tensors = source.make.options(tensor_transport=name).remote(seed=5)
+    assert ray.wait([tensors], fetch_local=False, timeout=120)[0]  # made
+    ray.kill(source)
+    # Ray sees the send fail and aborts the transfer: the recv fails, it does not wait on
+    with pytest.raises((tv.AbortedError, tv.UnavailableError)):
+        ray.get(destination.check.remote(tensors, 5), timeout=180)

@@ -1,0 +1,53 @@
+"""Tasks that join a running cluster (Server.add_task): each side learns the other in
+either order, then they exchange tensors like tasks of the cluster they started with."""
+from __future__ import annotations
+
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.local_cluster import TaskProcess, free_port, pattern, same
+from tensorverbs.verbs.config import RdmaConfig
+
+from variants import VARIANTS
+
+HOST = "127.0.0.1"
+PS, WORKER = "/job:ps/task:0", "/job:worker/task:0"
+
+
+def _addresses() -> tuple[str, str]:
+    first = free_port(HOST)
+    return f"{HOST}:{first}", f"{HOST}:{free_port(HOST, [first])}"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_task_joins_a_running_cluster(variant):
+    protocol, env = VARIANTS[variant]
+    ps_address, worker_address = _addresses()
+    # the ps starts alone; the worker, in another process, starts knowing the ps
+    with tv.Server({"ps": [ps_address]}, "ps", 0, protocol, config=RdmaConfig.from_env(env),
+                   spare_tasks=1) as ps:
+        worker = TaskProcess({"ps": [ps_address], "worker": [worker_address]}, "worker", 0,
+                             protocol, env)
+        try:
+            # the worker asks before the ps has learned it: the request waits, it is not refused
+            with pytest.raises((tv.DeadlineExceededError, tv.UnavailableError), match="within 2 s|after 2 s"):
+                worker.recv("w", PS, 1, 2)  # step 1, timeout 2 s
+            ps.add_task("worker", 0, worker_address)
+            ps.send("w", pattern(3 << 20, 1), to=WORKER, step_id=1)
+            assert worker.recv_pattern("w", PS, 1, 3 << 20, 1, timeout=60)
+            worker.send_pattern("g", PS, 1, 4096, 2)
+            assert same(ps.recv("g", WORKER, 1, timeout=60), pattern(4096, 2))
+            ps.add_task("worker", 0, worker_address)  # known at that address: nothing happens
+            with pytest.raises(tv.InvalidArgumentError, match=f"at {worker_address} already"):
+                ps.add_task("worker", 0, f"{HOST}:1")
+        finally:
+            worker.stop()
+
+
+def test_grpc_verbs_has_room_for_spare_tasks_only():
+    ps_address, _ = _addresses()
+    with tv.Server({"ps": [ps_address]}, "ps", 0, "grpc+verbs") as ps:
+        with pytest.raises(tv.ResourceExhaustedError, match=r"/job:worker/replica:0/task:0 cannot join.*spare_tasks"):
+            ps.add_task("worker", 0, f"{HOST}:1")
+        with pytest.raises(tv.InvalidArgumentError, match="not in the cluster"):
+            ps.send("w", pattern(16, 0), to=WORKER)  # the failed join left the cluster as it was
