@@ -269,6 +269,42 @@ TEST_P(RendezvousPair, ATensorForAGivenUpRecvGoesToTheNextOneAlreadyWaiting) {
   EXPECT_TRUE(same(next.value, again));
 }
 
+// A parameter-server exchange, both ways at once: each step the ps offers the weights and
+// asks for the gradients while the worker asks for the weights, then offers its gradients.
+// Large tensors (writes) and small ones (inline) interleave, messages outrun the credits.
+TEST_P(RendezvousPair, AParameterServerExchangeBothWaysAtOnce) {
+  const std::vector<std::size_t> floats_of = {23232, 64, 307200, 192, 663552, 384, 884736, 256,
+                                              589824, 256, 1179648, 512, 262144, 512, 51200, 100};
+  constexpr int kSteps = 6;
+  auto exchange = [&](RdmaRendezvous& self, std::int32_t peer, bool ps) {
+    for (int step = 0; step < kSteps; ++step) {
+      const float out_seed = static_cast<float>(step * 100 + (ps ? 0 : 50));
+      const float in_seed = static_cast<float>(step * 100 + (ps ? 50 : 0));
+      std::vector<std::shared_ptr<Waiting>> waiting;
+      auto offer = [&] {
+        for (std::size_t i = 0; i < floats_of.size(); ++i) {
+          ASSERT_TRUE(self.send(step, peer, "t" + std::to_string(i),
+                                floats(floats_of[i], out_seed + static_cast<float>(i))).ok());
+        }
+      };
+      if (ps) offer();
+      for (std::size_t i = 0; i < floats_of.size(); ++i) {
+        waiting.push_back(std::make_shared<Waiting>());
+        self.recv(step, peer, "t" + std::to_string(i), 20, waiting.back());
+      }
+      for (std::size_t i = 0; i < floats_of.size(); ++i) {
+        RecvResult got = waiting[i]->get();
+        ASSERT_TRUE(got.status.ok()) << (ps ? "ps: " : "worker: ") << got.status.message();
+        ASSERT_TRUE(same(got.value, floats(floats_of[i], in_seed + static_cast<float>(i))));
+      }
+      if (!ps) offer();
+    }
+  };
+  std::thread worker([&] { exchange(*worker_, kPs, false); });
+  exchange(*ps_, kWorker, true);
+  worker.join();
+}
+
 TEST_P(RendezvousPair, AbortFailsPendingRecvsOnBothSides) {
   auto waiting = std::make_shared<Waiting>();
   worker_->recv(5, kPs, "never", 60, waiting);
