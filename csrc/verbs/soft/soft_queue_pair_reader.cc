@@ -43,6 +43,7 @@ void SoftQueuePair::read_frames_locked() {
   while (stream_ && state_.load() == QpState::kRts) {
     if (!rx_.active) {
       if (stream_->buffered() < kFrameHeaderBytes) {
+        if (budget == 0) return;  // the rest is in the socket: the next pass takes it
         std::string why;
         const Stream::Io io = stream_->fill(&why);
         if (io == Stream::Io::kAgain) return;
@@ -66,8 +67,11 @@ void SoftQueuePair::read_frames_locked() {
     const std::uint32_t read = before - rx_.left;
     if (rx_.active && rx_.left == 0) finish_frame_locked();
     if (!progress) return;
-    if (read >= budget) return;  // level-triggered: the rest comes in the next pass
-    budget -= read;
+    // Level-triggered epoll brings the next pass for what the socket still holds, but not
+    // for frames the stream has buffered already: those are taken now, budget or not (else
+    // they would wait for the peer's next bytes, which may never come).
+    budget = read >= budget ? 0 : budget - read;
+    if (budget == 0 && stream_->buffered() == 0) return;
   }
 }
 
