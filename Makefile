@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 # torch is optional (AlexNet compute, torch contenders, GPU tensors); TORCH= skips it.
 # Pinned: an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
-# Ray is optional too (tensorverbs.ray and its tests in tests/ray); RAY= skips it.
+# Ray is optional too (tensorverbs.ray and its tests in tests/on_ray); RAY= skips it.
 RAY ?= ray==2.60.0
 # pyproject.toml's build-system.requires, installed into .venv so that a reinstall rebuilds
 # only what changed in build/ (no build isolation); ninja for the CMake presets too
