@@ -32,6 +32,11 @@ def candidates(ephemeral_range: str = EPHEMERAL_RANGE) -> range:
     return range(LOWEST, 65536)
 
 
+def host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def free_port(host: str = "127.0.0.1", taken: Collection[int] = ()) -> int:
     """A TCP port of ``host`` that nothing uses now and not in ``taken``, outside the
     ephemeral range (:func:`candidates`). InvalidArgumentError if ``host`` cannot be listened

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, start_http_server
 
 from ..errors import InvalidArgumentError, UnavailableError
+from ..ports import host_port
 
 #: the environment variable that turns the endpoint on (0 picks a free port)
 PORT_VARIABLE = "TENSORVERBS_METRICS_PORT"
@@ -38,16 +39,12 @@ class MetricsEndpoint:
         try:
             self._httpd, self._thread = start_http_server(port, host, registry)
         except OSError as exc:
-            raise UnavailableError(f"cannot serve metrics on {_join(host, port)}: {exc}") from None
+            raise UnavailableError(f"cannot serve metrics on {host_port(host, port)}: {exc}") from None
         #: host:port it listens on (the port chosen when 0 was asked for)
-        self.address = _join(host, self._httpd.server_port)
+        self.address = host_port(host, self._httpd.server_port)
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
-
-
-def _join(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

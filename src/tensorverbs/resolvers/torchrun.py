@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from ..cluster import ClusterSpec
 from ..errors import DeadlineExceededError, FailedPreconditionError, UnavailableError
-from ..ports import free_port
+from ..ports import free_port, host_port
 from .base import (
     ClusterResolver, cluster_of_ranks, environment, jobs_by_rank, natural, read_var, task_of_rank,
 )
@@ -64,7 +64,7 @@ class TorchrunClusterResolver(ClusterResolver):
             import torch.distributed as dist
         except ImportError as exc:
             raise FailedPreconditionError(f"TorchrunClusterResolver needs torch: {exc}") from None
-        master = _join(*self._master)
+        master = host_port(*self._master)
         host = self._host or _route_address(*self._master)
         where = f"torch.distributed's store at {master} (MASTER_ADDR, MASTER_PORT)"
         try:
@@ -75,7 +75,7 @@ class TorchrunClusterResolver(ClusterResolver):
                 f"{where} was not up with all {self._size} ranks within "
                 f"{self._timeout.total_seconds():g} s: {exc}") from None
         store = dist.PrefixStore(self._prefix, store)
-        store.set(f"address/{self._rank}", _join(host, free_port(host)))
+        store.set(f"address/{self._rank}", host_port(host, free_port(host)))
         self._wait(store, "address", f"publish an address in {where}")
         addresses = [store.get(f"address/{r}").decode() for r in range(self._size)]
         store.set(f"read/{self._rank}", "")
@@ -93,11 +93,6 @@ class TorchrunClusterResolver(ClusterResolver):
             raise DeadlineExceededError(
                 f"rank(s) {', '.join(missing)} of {self._size} did not {what} within "
                 f"{self._timeout.total_seconds():g} s") from None
-
-
-def _join(host: str, port: int) -> str:
-    """``host:port``, an IPv6 address in brackets."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _route_address(host: str, port: int) -> str:
