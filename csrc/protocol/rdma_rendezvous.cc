@@ -194,12 +194,7 @@ std::optional<TensorValue> RdmaRendezvous::track(const std::shared_ptr<PendingRe
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopped_) {
-      if (auto it = late_.find(recv->key()); it != late_.end()) {
-        TensorValue value = std::move(it->second.front());
-        it->second.pop_front();
-        if (it->second.empty()) late_.erase(it);
-        return value;
-      }
+      if (auto late = take_late_locked(recv->key())) return late;
       recvs_[recv.get()] = Tracked{next_order_++, recv};
       return std::nullopt;
     }
@@ -221,9 +216,7 @@ void RdmaRendezvous::abort_step(std::int64_t step, const Status& why) {
     for (auto& [ptr, tracked] : recvs_) {
       if (auto recv = tracked.recv.lock(); recv && recv->step() == step) aborted.push_back(std::move(recv));
     }
-    for (auto it = late_.begin(); it != late_.end();) {
-      it = it->first.step == step ? late_.erase(it) : std::next(it);
-    }
+    drop_late_locked(step);
   }
   for (auto& recv : aborted) recv->give_up(why);
 }
@@ -231,9 +224,7 @@ void RdmaRendezvous::abort_step(std::int64_t step, const Status& why) {
 void RdmaRendezvous::cleanup_step(std::int64_t step) {
   table_.cleanup_step(step);
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = late_.begin(); it != late_.end();) {
-    it = it->first.step == step ? late_.erase(it) : std::next(it);
-  }
+  drop_late_locked(step);
 }
 
 void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
@@ -276,12 +267,22 @@ void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
 
 std::optional<TensorValue> RdmaRendezvous::take_late(const StepKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
+  return take_late_locked(key);
+}
+
+std::optional<TensorValue> RdmaRendezvous::take_late_locked(const StepKey& key) {
   auto it = late_.find(key);
   if (it == late_.end()) return std::nullopt;
   TensorValue value = std::move(it->second.front());
   it->second.pop_front();
   if (it->second.empty()) late_.erase(it);
   return value;
+}
+
+void RdmaRendezvous::drop_late_locked(std::int64_t step) {
+  for (auto it = late_.begin(); it != late_.end();) {
+    it = it->first.step == step ? late_.erase(it) : std::next(it);
+  }
 }
 
 void RdmaRendezvous::on_tensor_request(const std::shared_ptr<RdmaChannel>& channel,

@@ -109,6 +109,8 @@ class RdmaRendezvous final : public ChannelOwner {
   explicit RdmaRendezvous(RendezvousSettings settings) : settings_(std::move(settings)) {}
   std::shared_ptr<RdmaChannel> find_channel(std::int32_t peer) const;
   std::optional<TensorValue> take_late(const StepKey& key);
+  std::optional<TensorValue> take_late_locked(const StepKey& key);  // under mu_
+  void drop_late_locked(std::int64_t step);                          // under mu_
   bool check_quarantine();
   // Tracks `recv` (for aborts, stop and late tensors), unless a late tensor of its key is
   // there: then that tensor, untracked.
