@@ -7,8 +7,9 @@ namespace tensorverbs {
 
 namespace {
 
-// tensor.py's table (numpy's dtype for each DataType number); strings are numpy objects.
-constexpr std::array<DataType, 16> kDataTypes{{
+// tensor.py's table (numpy's dtype for each DataType number); strings are numpy objects, and
+// DT_VARIANT is opaque bytes (a shared tensor's descriptor: tensorverbs.ipc).
+constexpr std::array<DataType, 17> kDataTypes{{
     {1, "float32", 4},
     {2, "float64", 8},
     {3, "int32", 4},
@@ -23,6 +24,7 @@ constexpr std::array<DataType, 16> kDataTypes{{
     {17, "uint16", 2},
     {18, "complex128", 16},
     {19, "float16", 2},
+    {21, "variant", 1},
     {22, "uint32", 4},
     {23, "uint64", 8},
 }};

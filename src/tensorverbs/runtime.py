@@ -11,6 +11,7 @@ from .rendezvous.local import LocalTable
 from .stats import Counters
 
 if TYPE_CHECKING:
+    from .ipc.shared_tensors import SharedTensors
     from .metrics.recvs import RecvMetrics
     from .rpc.loop import EventLoopThread
     from .rpc.peers import Peers
@@ -35,6 +36,8 @@ class TaskRuntime:
     recvs: "RecvMetrics"
     #: how many tasks may join at run time beyond the cluster's (grpc+verbs sizes its core for them)
     spare_tasks: int = 0
+    #: this task's tensors passed by handle (set once the runtime exists)
+    shared: "SharedTensors | None" = None
 
     @property
     def host(self) -> str:

@@ -18,8 +18,9 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from .cluster import ClusterSpec, TaskName
-from .devices import HOST, Device, get_device, host_array
+from .devices import HOST, Device, device_of, get_device, host_array
 from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError
+from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
 from .metrics.recvs import RecvMetrics
 from .metrics.stats_collector import StatsCollector
@@ -49,7 +50,7 @@ PROTOCOLS = {
 
 #: counters every server reports, whatever its protocol
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
-            "bytes_received", "proxy_copies")
+            "bytes_received", "proxy_copies", "ipc_sent", "ipc_received")
 
 
 class Server:
@@ -74,13 +75,18 @@ class Server:
             TENSORVERBS_METRICS_PORT; none serves no metrics); see :attr:`metrics_address`.
         spare_tasks: with "grpc+verbs", how many tasks may join at run time
             (:meth:`add_task`); "grpc" has no limit.
+        device_ipc: pass tensors to tasks of this host that see their device by handle
+            (CUDA IPC) instead of through host proxies: None (default:
+            TENSORVERBS_DEVICE_IPC, else auto) shares CUDA tensors, True also the
+            ``cpu:proxy`` stand-in's, False nothing.
     """
 
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str, task_index: int,
                  protocol: str = "grpc", *, config: RdmaConfig | None = None,
                  startup_grace: float = 60.0, bind_address: str | None = None,
                  token: str | None = None, tls: TlsConfig | None = None,
-                 metrics_port: int | None = None, spare_tasks: int = 0) -> None:
+                 metrics_port: int | None = None, spare_tasks: int = 0,
+                 device_ipc: bool | None = None) -> None:
         self.cluster = ClusterSpec(cluster)
         self._task = self.cluster.resolve(TaskName(job_name, int(task_index)))
         if protocol not in PROTOCOLS:
@@ -90,6 +96,7 @@ class Server:
         if int(spare_tasks) < 0:
             raise InvalidArgumentError(f"spare_tasks is {spare_tasks}: expected 0 or more")
         metrics_port = port_from_env() if metrics_port is None else check_port(metrics_port, "metrics_port")
+        device_ipc = device_ipc_mode(device_ipc)
         job_token = JobToken.resolve(token)
         tls = tls or TlsConfig.from_env()
         peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls)
@@ -105,6 +112,8 @@ class Server:
             protocol=protocol, table=LocalTable(), counters=counters, loop=self._loop,
             deadlines=Deadlines(), peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace,
             recvs=RecvMetrics(self._metrics, self.task, protocol), spare_tasks=int(spare_tasks))
+        self._rt.shared = SharedTensors(self._rt, device_ipc)
+        counters.gauge("ipc_exports", self._rt.shared.exports)
         module, cls = PROTOCOLS[protocol].split(":")
         self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
         counters.gauge("table_steps", self._rendezvous.table_steps)
@@ -174,6 +183,15 @@ class Server:
         """
         self._check_running()
         key = RendezvousKey(self._task, self.incarnation, self.cluster.resolve(to), check_name(name))
+        shared = self._rt.shared.offer(int(step_id), key, value, device_of(value)) if not is_dead else None
+        if shared is not None:  # passed by handle to a task of this host
+            try:
+                self._rendezvous.send(int(step_id), key, shared)
+            except BaseException:
+                self._rt.shared.withdraw(shared)
+                raise
+            self._rt.counters.add("sends")
+            return
         array, copied = host_array(value)
         if copied:
             self._rt.counters.add("proxy_copies")
@@ -216,11 +234,17 @@ class Server:
         return self._rendezvous.recv(self._recv_key(name, source), int(step_id), timeout,
                                      *self._into(device, out))
 
-    @staticmethod
-    def _into(device: str | None, out: Any) -> tuple[Device, Out | None]:
+    def _into(self, device: str | None, out: Any) -> tuple[Device, Out | None]:
         """(the device a recv delivers to, its ``out``); ``out`` lands on the host and is
-        copied to its device by :class:`Out`."""
-        return (HOST, Out(out, device)) if out is not None else (get_device(device), None)
+        copied to its device by :class:`Out`. The host learns that this task sees the
+        device."""
+        if out is not None:
+            into = Out(out, device)
+            self._rt.shared.note(into.device)
+            return HOST, into
+        target = get_device(device)
+        self._rt.shared.note(target)
+        return target, None
 
     def _recv_key(self, name: str, source: str) -> RendezvousKey:
         """The key of a recv of ``name`` from ``source`` here (a local recv is counted)."""
@@ -234,10 +258,12 @@ class Server:
         """Make every pending and later send/recv of ``step_id`` raise AbortedError."""
         message = f"step {step_id} was aborted" + (f": {reason}" if reason else "")
         self._rendezvous.abort_step(int(step_id), AbortedError(message))
+        self._rt.shared.drop_step(int(step_id))
 
     def cleanup_step(self, step_id: int) -> None:
         """Forget ``step_id``'s tensors and state (including an abort)."""
         self._rendezvous.cleanup_step(int(step_id))
+        self._rt.shared.drop_step(int(step_id))
 
     def pending(self) -> tuple[int, int]:
         """(tensors sent and waiting for their recv, recvs of this task's tensors waiting for
@@ -263,6 +289,8 @@ class Server:
         if self._metrics_endpoint is not None:
             self._metrics_endpoint.stop()
         self._rendezvous.stop()
+        if self._rt.shared is not None:
+            self._rt.shared.close()
         grpc_server = getattr(self, "_grpc", None)
 
         async def close() -> None:

@@ -19,6 +19,10 @@ from .errors import InvalidArgumentError
 from .rpc import tensor_pb2
 
 DT_STRING = tensor_pb2.DT_STRING
+#: opaque bytes: what travels in place of a tensor passed by handle (:mod:`tensorverbs.ipc`)
+DT_VARIANT = tensor_pb2.DT_VARIANT
+#: the numpy dtype of DT_VARIANT bytes, distinct from every dtype a caller sends
+VARIANT_DTYPE = np.dtype([("tensorverbs_variant", np.uint8)])
 
 _NUMERIC: dict[np.dtype, int] = {
     np.dtype(np.float32): tensor_pb2.DT_FLOAT,
@@ -39,6 +43,7 @@ _NUMERIC: dict[np.dtype, int] = {
 }
 _BY_ENUM: dict[int, np.dtype] = {v: k for k, v in _NUMERIC.items()}
 _BY_ENUM[DT_STRING] = np.dtype(object)
+_BY_ENUM[DT_VARIANT] = VARIANT_DTYPE
 
 #: the largest rank a tensor may have (the RDMA message layout reserves room for this many)
 MAX_RANK = 32
@@ -49,6 +54,8 @@ def dtype_enum(dtype: np.dtype) -> int:
     dtype = np.dtype(dtype)
     if dtype.kind in "OSU":
         return DT_STRING
+    if dtype == VARIANT_DTYPE:
+        return DT_VARIANT
     try:
         return _NUMERIC[dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype]
     except KeyError:
@@ -106,7 +113,8 @@ def prepare(value: Any) -> np.ndarray:
         out = np.empty(array.shape, dtype=object)
         out.reshape(-1)[:] = flat if flat else []
         return out
-    dtype_enum(array.dtype)
+    if dtype_enum(array.dtype) == DT_VARIANT:
+        raise InvalidArgumentError(f"dtype {array.dtype} is not supported")
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("="))
     return array if array.flags.c_contiguous else array.copy(order="C")

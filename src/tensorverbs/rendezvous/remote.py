@@ -26,6 +26,7 @@ import numpy as np
 
 from ..devices import HOST, Device
 from ..errors import AbortedError, CancelledError, DeadlineExceededError, TensorverbsError, as_error
+from ..ipc.descriptor import is_descriptor
 from ..out import Out
 from ..tensor import dtype_enum, mark_dead
 from .deadlines import Deadline
@@ -238,28 +239,37 @@ class RemoteRendezvous(abc.ABC):
         if call.out is not None:
             return self._fill(call, value)
         result = mark_dead(value.array) if value.is_dead else value.array
-        if call.device is not HOST:
+        shared = is_descriptor(value.array)
+        if shared or call.device is not HOST:
             try:
-                result = call.device.from_host(value.array)
+                result = (self.rt.shared.deliver(value.array, call.key.src, call.device) if shared
+                          else call.device.from_host(value.array))
             except Exception as exc:  # the tensor arrived; the copy to its device failed
                 settle(call.future, as_error(exc, f"{call.what}: copying to {call.device.name}"))
                 return True
-            self.rt.counters.add("proxy_copies")
+            if not shared:
+                self.rt.counters.add("proxy_copies")
         return settle(call.future, None, result)
 
     def _fill(self, call: RecvCall, value: Value) -> bool:
         """:meth:`_deliver` into ``call.out``."""
         out, array = call.out, value.array
-        dtype = dtype_enum(array.dtype)
-        if not out.fits(dtype, array.shape):
-            settle(call.future, out.refusal(call.what, dtype, array.shape))
+        shared = is_descriptor(array)
+        try:
+            dtype, shape = self.rt.shared.meta(dtype_enum(array.dtype), array.shape, array)
+        except TensorverbsError as exc:  # a malformed descriptor
+            settle(call.future, exc)
+            return True
+        if not out.fits(dtype, shape):
+            settle(call.future, out.refusal(call.what, dtype, shape))
             return False
         try:
-            result = out.fill(array, value.is_dead)
+            result = (self.rt.shared.deliver(array, call.key.src, HOST, out) if shared
+                      else out.fill(array, value.is_dead))
         except Exception as exc:  # the tensor arrived; the copy into out failed
             settle(call.future, as_error(exc, f"{call.what}: writing into out"))
             return True
-        if not out.device.dma:
+        if not out.device.dma and not shared:
             self.rt.counters.add("proxy_copies")
         return settle(call.future, None, result)
 

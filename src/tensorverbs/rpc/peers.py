@@ -58,6 +58,10 @@ class Peer:
             method("CancelRecvTensor"),
             request_serializer=pb.CancelRecvTensorRequest.SerializeToString,
             response_deserializer=pb.CancelRecvTensorResponse.FromString), token)
+        self.release_shared_tensor = authorize(self.channel.unary_unary(
+            method("ReleaseSharedTensor"),
+            request_serializer=pb.ReleaseSharedTensorRequest.SerializeToString,
+            response_deserializer=pb.ReleaseSharedTensorResponse.FromString), token)
         self.status: pb.GetStatusResponse | None = None
         self._handshake: asyncio.Future | None = None
 

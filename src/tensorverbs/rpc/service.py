@@ -1,4 +1,5 @@
-"""The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor and grpc.health.v1.
+"""The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor,
+ReleaseSharedTensor and grpc.health.v1.
 
 RecvTensor is the sender side of the "grpc" data path: it matches the request against
 the local table (waiting if the tensor is not sent yet) and streams the tensor back.
@@ -138,6 +139,12 @@ class Servicer:
             withdraw()
         return pb.CancelRecvTensorResponse()
 
+    async def release_shared_tensor(self, request: pb.ReleaseSharedTensorRequest,
+                                    context) -> pb.ReleaseSharedTensorResponse:
+        if self.rt.shared is not None:
+            self.rt.shared.release(request.incarnation, request.export_id)
+        return pb.ReleaseSharedTensorResponse()
+
     def check_request(self, src, incarnation: int) -> TensorverbsError | None:
         """Why a request for a tensor of ``src`` at ``incarnation`` cannot be served here."""
         if src != self.rt.task:
@@ -163,6 +170,10 @@ class Servicer:
             "CancelRecvTensor": grpc.unary_unary_rpc_method_handler(
                 self.cancel_recv_tensor, request_deserializer=pb.CancelRecvTensorRequest.FromString,
                 response_serializer=pb.CancelRecvTensorResponse.SerializeToString),
+            "ReleaseSharedTensor": grpc.unary_unary_rpc_method_handler(
+                self.release_shared_tensor,
+                request_deserializer=pb.ReleaseSharedTensorRequest.FromString,
+                response_serializer=pb.ReleaseSharedTensorResponse.SerializeToString),
         })
 
 

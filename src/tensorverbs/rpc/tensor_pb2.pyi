@@ -24,6 +24,7 @@ class DataType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DT_UINT16: _ClassVar[DataType]
     DT_COMPLEX128: _ClassVar[DataType]
     DT_HALF: _ClassVar[DataType]
+    DT_VARIANT: _ClassVar[DataType]
     DT_UINT32: _ClassVar[DataType]
     DT_UINT64: _ClassVar[DataType]
 DT_INVALID: DataType
@@ -41,6 +42,7 @@ DT_BFLOAT16: DataType
 DT_UINT16: DataType
 DT_COMPLEX128: DataType
 DT_HALF: DataType
+DT_VARIANT: DataType
 DT_UINT32: DataType
 DT_UINT64: DataType
 

@@ -99,6 +99,18 @@ class CancelRecvTensorResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ReleaseSharedTensorRequest(_message.Message):
+    __slots__ = ("incarnation", "export_id")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    incarnation: int
+    export_id: int
+    def __init__(self, incarnation: _Optional[int] = ..., export_id: _Optional[int] = ...) -> None: ...
+
+class ReleaseSharedTensorResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ErrorStatus(_message.Message):
     __slots__ = ("code", "message")
     CODE_FIELD_NUMBER: _ClassVar[int]

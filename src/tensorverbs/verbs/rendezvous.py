@@ -25,7 +25,7 @@ from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
 from ..out import Out
 from ..rendezvous.remote import PendingRecv, RecvCall, RemoteRendezvous, describe_recv, settle
-from ..tensor import DT_STRING, decode_proto, dtype_enum, encode_proto, mark_dead, numpy_dtype
+from ..tensor import DT_STRING, DT_VARIANT, decode_proto, dtype_enum, encode_proto, mark_dead, numpy_dtype
 from .channels import VerbsChannels
 from .task_ids import TaskIds
 
@@ -139,11 +139,13 @@ class VerbsRendezvous(RemoteRendezvous):
             step_id, src, key.name, _timeout(timeout), out and out.destination)
         if code:
             raise from_code(code, self.ids.named(message))
-        if out is not None and not out.fits(dtype, shape):
-            self.core.give_back(step_id, src, key.name, dtype, shape, is_dead, payload)
-            raise out.refusal(describe_recv(key, step_id), dtype, shape)
+        if out is not None:
+            meta = self.rt.shared.meta(dtype, shape, payload)
+            if not out.fits(*meta):
+                self.core.give_back(step_id, src, key.name, dtype, shape, is_dead, payload)
+                raise out.refusal(describe_recv(key, step_id), *meta)
         self._received(src, payload, started)
-        return self._value(dtype, shape, is_dead, payload, device, out)
+        return self._value(src, dtype, shape, is_dead, payload, device, out)
 
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
                    device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
@@ -201,12 +203,18 @@ class VerbsRendezvous(RemoteRendezvous):
         if code:
             settle(fut, from_code(code, self.ids.named(message)))
             return True
-        if out is not None and not out.fits(dtype, shape):
-            settle(fut, out.refusal(what, dtype, shape))
-            return False
+        if out is not None:
+            try:
+                meta = self.rt.shared.meta(dtype, shape, payload)
+            except TensorverbsError as exc:  # a malformed descriptor
+                settle(fut, exc)
+                return True
+            if not out.fits(*meta):
+                settle(fut, out.refusal(what, *meta))
+                return False
         self._received(src, payload, started)
         try:
-            value = self._value(dtype, shape, is_dead, payload, device, out)
+            value = self._value(src, dtype, shape, is_dead, payload, device, out)
         except TensorverbsError as exc:
             settle(fut, exc)
             return True
@@ -218,11 +226,13 @@ class VerbsRendezvous(RemoteRendezvous):
         if src != self.task_id:
             self.rt.recvs.observe(self._names[src], memoryview(payload).nbytes, time.monotonic() - started)
 
-    def _value(self, dtype: int, shape: tuple, is_dead: bool, payload: Any, device: Device,
-               out: Out | None = None) -> Any:
-        """The received tensor as ``device`` holds it, or ``out`` holding it; a
-        TensorverbsError if it cannot be made (e.g. no memory for the copy to the device)."""
+    def _value(self, src: int, dtype: int, shape: tuple, is_dead: bool, payload: Any,
+               device: Device, out: Out | None = None) -> Any:
+        """The received tensor (from ``src``) as ``device`` holds it, or ``out`` holding it;
+        a TensorverbsError if it cannot be made (e.g. no memory for the copy to the device)."""
         try:
+            if dtype == DT_VARIANT:  # a tensor passed by handle
+                return self.rt.shared.deliver(payload, self.rt.cluster.resolve(self._names[src]), device, out)
             return self._make_value(dtype, shape, is_dead, payload, device, out)
         except Exception as exc:
             raise as_error(exc, f"making the received tensor for {(out.device if out else device).name}") from exc

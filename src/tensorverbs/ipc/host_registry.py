@@ -1,0 +1,103 @@
+"""HostRegistry: which tasks of this host see which devices.
+
+A sender passes a tensor by handle only to a task of its own host that sees the tensor's
+device. Each task with device IPC on writes, in a directory of the host's shared memory
+(private to the user), a file named after its address listing the devices it sees; a
+sender reads its destination's file. So "same host" means what CUDA IPC needs: the same
+shared memory, whatever the network addresses say. A file whose process is gone is
+ignored. A task that has not said yet which devices it sees (it has not used one) gets
+tensors through host proxies, as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import stat
+import tempfile
+import threading
+
+from ..errors import FailedPreconditionError
+
+
+def _base() -> pathlib.Path:
+    shm = pathlib.Path("/dev/shm")
+    root = shm if shm.is_dir() and os.access(shm, os.W_OK) else pathlib.Path(tempfile.gettempdir())
+    return root / f"tensorverbs-ipc-{os.getuid()}"
+
+
+def private_directory(path: pathlib.Path | None = None) -> pathlib.Path:
+    """The user's own directory for device IPC (made on first use, mode 0700);
+    FailedPreconditionError if it exists and is not a directory of this user's alone."""
+    path = path or _base()
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise FailedPreconditionError(f"cannot make {path} for device IPC: {exc}") from None
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise FailedPreconditionError(
+            f"{path} is not a directory of this user's alone: device IPC is off")
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class HostRegistry:
+    """The tasks of this host that said which devices they see."""
+
+    def __init__(self, directory: pathlib.Path | None = None) -> None:
+        self.directory = private_directory(directory)
+        self._mine: dict[str, set[str]] = {}  # address -> devices, as written
+        self._writing = threading.Lock()
+        # address -> (mtime, pid, devices) as last read
+        self._seen: dict[str, tuple[int, int, frozenset[str]]] = {}
+
+    def _file(self, address: str) -> pathlib.Path:
+        return self.directory / ("task-" + hashlib.sha256(address.encode()).hexdigest()[:32])
+
+    def register(self, address: str, devices: set[str]) -> None:
+        """Say that the task at ``address`` (this process) sees ``devices`` too."""
+        known = self._mine.get(address, set())
+        if devices <= known:
+            return
+        with self._writing:
+            known = self._mine.setdefault(address, set())
+            known |= devices
+            path = self._file(address)
+            scratch = path.with_name(path.name + f".{os.getpid()}")
+            scratch.write_text(json.dumps({"pid": os.getpid(), "devices": sorted(known)}))
+            os.replace(scratch, path)
+
+    def sees(self, address: str, device: str) -> bool:
+        """Whether the task at ``address`` runs on this host and sees ``device``."""
+        path = self._file(address)
+        try:
+            mtime = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return False
+        cached = self._seen.get(address)
+        if cached is None or cached[0] != mtime:
+            try:
+                entry = json.loads(path.read_text())
+                pid, devices = int(entry["pid"]), frozenset(map(str, entry["devices"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                return False
+            cached = self._seen[address] = (mtime, pid, devices)
+        return device in cached[2] and _alive(cached[1])
+
+    def unregister(self) -> None:
+        """Remove what this process registered."""
+        with self._writing:
+            for address in self._mine:
+                self._file(address).unlink(missing_ok=True)
+            self._mine.clear()

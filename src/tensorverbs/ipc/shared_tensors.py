@@ -1,0 +1,192 @@
+"""SharedTensors: one task's tensors passed by handle to tasks of its host.
+
+A send of a GPU tensor to a task of the same host that sees that GPU (it said so in the
+:class:`HostRegistry`) exports a copy of it (CUDA IPC) and sends its descriptor, DT_VARIANT
+bytes under the tensor's rendezvous key, through the task's protocol. The receiver's recv
+gets the descriptor, opens the handle, copies the tensor to where the recv wants it (a new
+tensor on its GPU, its ``out``, the host) and sends ReleaseSharedTensor, upon which the
+sender frees its copy. A step cleaned up or aborted, or the server stopping, frees the
+exports of it that no receiver released.
+
+``device_ipc``: True shares every device that can be (the ``cpu:proxy`` stand-in too),
+None (the default) CUDA GPUs, False nothing: every tensor then goes through host proxies.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..devices import Cuda, Device, StandIn
+from ..errors import FailedPreconditionError, InvalidArgumentError, as_error
+from ..rendezvous.local import Value
+from ..rpc import tensorverbs_pb2 as pb
+from ..tensor import DT_VARIANT
+from .cuda_ipc import CudaIpc
+from .descriptor import SharedTensorDescriptor
+from .device_ipc import DeviceIpc, Export
+from .host_registry import HostRegistry
+from .stand_in_ipc import StandInIpc
+
+if TYPE_CHECKING:
+    from ..cluster import TaskName
+    from ..out import Out
+    from ..rendezvous.key import RendezvousKey
+    from ..runtime import TaskRuntime
+
+log = logging.getLogger(__name__)
+
+#: how long a receiver's ReleaseSharedTensor may take (the sender frees at its step's end otherwise)
+RELEASE_TIMEOUT = 30.0
+_MODES = {"auto": None, "1": True, "yes": True, "on": True, "true": True,
+          "0": False, "no": False, "off": False, "false": False}
+
+
+def device_ipc_mode(value: bool | None) -> bool | None:
+    """``value``, or TENSORVERBS_DEVICE_IPC (auto, 1/yes/on, 0/no/off) when it is None."""
+    if value is not None:
+        return bool(value)
+    text = os.environ.get("TENSORVERBS_DEVICE_IPC", "auto").strip().lower() or "auto"
+    if text not in _MODES:
+        raise InvalidArgumentError(f"TENSORVERBS_DEVICE_IPC={text!r} is not valid: expected auto, 1 or 0")
+    return _MODES[text]
+
+
+class SharedTensors:
+    """The exports of one task (as a sender) and the opening of its peers' (as a receiver)."""
+
+    def __init__(self, rt: "TaskRuntime", mode: bool | None) -> None:
+        self.rt = rt
+        self._address = rt.cluster.address(rt.task)
+        self._exports: dict[int, tuple[int, DeviceIpc, Export]] = {}  # id -> (step, ipc, export)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._ipcs: dict[type, DeviceIpc] = {}
+        self.registry: HostRegistry | None = None
+        if mode is False:
+            return
+        try:
+            self.registry = HostRegistry()
+        except FailedPreconditionError as exc:
+            log.warning("%s: %s", rt.task, exc.message)
+            return
+        self._ipcs[Cuda] = CudaIpc()
+        if mode:
+            self._ipcs[StandIn] = StandInIpc(self.registry.directory)
+            self.note(StandIn())
+
+    def _ipc(self, device: Device) -> DeviceIpc | None:
+        return self._ipcs.get(type(device))
+
+    def note(self, device: Device) -> None:
+        """This task uses ``device``: tell the host which devices of its kind it sees."""
+        ipc = self._ipc(device)
+        if ipc is not None:
+            self.registry.register(self._address, ipc.visible())
+
+    # -- sending -----------------------------------------------------------------------------
+    def offer(self, step_id: int, key: "RendezvousKey", value: Any, device: Device) -> Value | None:
+        """The descriptor to send in place of ``value`` (a tensor on ``device``), or None
+        when it goes the usual way (the destination is not on this host or does not see
+        the device, the device cannot share, or exporting failed: logged)."""
+        ipc = self._ipc(device)
+        if ipc is None or key.dst == self.rt.task:
+            return None
+        self.note(device)
+        device_id = ipc.device_id(device)
+        if not self.registry.sees(self.rt.cluster.address(key.dst), device_id):
+            return None
+        try:
+            export = ipc.export(value, device)
+        except Exception as exc:  # the host proxy still works
+            log.warning("%s: cannot share %r by handle, sending it through a host proxy: %s",
+                        self.rt.task, key.name, exc)
+            return None
+        with self._lock:
+            export_id = next(self._ids)
+            self._exports[export_id] = (step_id, ipc, export)
+        self.rt.counters.add("ipc_sent")
+        return Value(SharedTensorDescriptor(ipc.kind, export.dtype, export.shape, self.rt.incarnation,
+                                            export_id, device_id, export.blobs, export.ints).encode())
+
+    def withdraw(self, offered: Value) -> None:
+        """Free the export behind a descriptor :meth:`offer` made that was not sent."""
+        descriptor = SharedTensorDescriptor.decode(offered.array)
+        with self._lock:
+            entry = self._exports.pop(descriptor.export_id, None)
+        if entry is not None:
+            entry[1].release(entry[2], consumed=False)
+
+    def release(self, incarnation: int, export_id: int) -> None:
+        """A receiver copied export ``export_id`` out: free it (nothing if unknown)."""
+        if incarnation != self.rt.incarnation:
+            return
+        with self._lock:
+            entry = self._exports.pop(export_id, None)
+        if entry is not None:
+            entry[1].release(entry[2], consumed=True)
+
+    def drop_step(self, step_id: int | None = None) -> None:
+        """Free the exports of ``step_id`` (of every step if None) no receiver released."""
+        with self._lock:
+            ids = [i for i, (step, _, _) in self._exports.items() if step_id in (None, step)]
+            dropped = [self._exports.pop(i) for i in ids]
+        for _, ipc, export in dropped:
+            try:
+                ipc.release(export, consumed=False)
+            except Exception as exc:  # freeing must not fail the cleanup of the step
+                log.warning("%s: freeing a shared tensor: %s", self.rt.task, exc)
+
+    def exports(self) -> int:
+        """Tensors exported and not released yet."""
+        return len(self._exports)
+
+    def close(self) -> None:
+        """Free every export and leave the host registry."""
+        self.drop_step(None)
+        if self.registry is not None:
+            self.registry.unregister()
+
+    # -- receiving ---------------------------------------------------------------------------
+    @staticmethod
+    def meta(dtype: int, shape: tuple[int, ...], payload: Any) -> tuple[int, tuple[int, ...]]:
+        """(DataType, shape) of a received tensor: the shared tensor's for a descriptor
+        (DataLossError if malformed), else as given."""
+        if dtype != DT_VARIANT:
+            return dtype, tuple(shape)
+        descriptor = SharedTensorDescriptor.decode(payload)
+        return descriptor.dtype, descriptor.shape
+
+    def deliver(self, payload: Any, src: "TaskName", device: Device, out: "Out | None" = None) -> Any:
+        """The tensor a descriptor from ``src`` shares, copied to ``device`` (or into
+        ``out``, which fits it, returning ``out``'s target); the sender is then told to
+        free it, whatever happened."""
+        descriptor = SharedTensorDescriptor.decode(payload)
+        try:
+            ipc = next((i for i in self._ipcs.values() if i.kind == descriptor.kind), None)
+            if ipc is None:
+                raise FailedPreconditionError(
+                    f"{src} passed a tensor by handle (kind {descriptor.kind}), which this task "
+                    "does not open (device IPC is off)")
+            opened = ipc.open(descriptor)
+            if out is not None:
+                ipc.fill(opened, out)
+                result = out.target
+            else:
+                result = ipc.value(opened, device)
+            del opened
+        finally:
+            self.rt.loop.submit(self._release(src, descriptor))
+        self.rt.counters.add("ipc_received")
+        return result
+
+    async def _release(self, src: "TaskName", descriptor: SharedTensorDescriptor) -> None:
+        request = pb.ReleaseSharedTensorRequest(incarnation=descriptor.incarnation,
+                                                export_id=descriptor.export_id)
+        try:
+            await self.rt.peers.peer(src).release_shared_tensor(request, timeout=RELEASE_TIMEOUT)
+        except Exception as exc:  # the sender frees it when its step ends
+            log.warning("%s: releasing a shared tensor of %s: %s", self.rt.task, src,
+                        as_error(exc, "ReleaseSharedTensor").message)

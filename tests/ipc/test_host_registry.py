@@ -1,0 +1,101 @@
+"""HostRegistry: which tasks of this host see which devices; and the stand-in's handles,
+which name files of the registry's directory and nothing else."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.devices import STAND_IN
+from tensorverbs.ipc.descriptor import STAND_IN as KIND, SharedTensorDescriptor
+from tensorverbs.ipc.host_registry import HostRegistry, private_directory
+from tensorverbs.ipc.stand_in_ipc import StandInIpc
+from tensorverbs.ipc.shared_tensors import device_ipc_mode
+
+
+@pytest.fixture
+def registry(tmp_path):
+    reg = HostRegistry(tmp_path / "ipc")
+    yield reg
+    reg.unregister()
+
+
+def test_a_task_sees_what_it_registered(registry):
+    assert not registry.sees("127.0.0.1:1000", "GPU-a")
+    registry.register("127.0.0.1:1000", {"GPU-a"})
+    registry.register("127.0.0.1:1000", {"GPU-b"})
+    assert registry.sees("127.0.0.1:1000", "GPU-a") and registry.sees("127.0.0.1:1000", "GPU-b")
+    assert not registry.sees("127.0.0.1:1000", "GPU-c") and not registry.sees("127.0.0.1:1001", "GPU-a")
+    other = HostRegistry(registry.directory)  # another process of the host reads the same
+    assert other.sees("127.0.0.1:1000", "GPU-a")
+    registry.unregister()
+    assert not other.sees("127.0.0.1:1000", "GPU-a")
+
+
+def test_the_file_of_a_dead_process_is_ignored(registry):
+    registry.register("127.0.0.1:1000", {"GPU-a"})
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    path = registry._file("127.0.0.1:1000")
+    path.write_text(json.dumps({"pid": int(dead.stdout), "devices": ["GPU-a"]}))
+    os.utime(path, ns=(1, 1))  # a new mtime: read again
+    assert not HostRegistry(registry.directory).sees("127.0.0.1:1000", "GPU-a")
+
+
+@pytest.mark.parametrize("content", ["", "{", "[]", '{"pid": "x", "devices": []}', '{"devices": []}'])
+def test_a_malformed_file_is_ignored(registry, content):
+    registry._file("127.0.0.1:1000").write_text(content)
+    assert not registry.sees("127.0.0.1:1000", "GPU-a")
+
+
+def test_a_directory_others_can_write_is_refused(tmp_path):
+    shared = tmp_path / "open"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(tv.FailedPreconditionError, match="not a directory of this user's alone"):
+        private_directory(shared)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    with pytest.raises(tv.FailedPreconditionError):
+        private_directory(link)
+
+
+@pytest.mark.parametrize("blob", [b"../../etc/passwd", b"tensor-" + b"0" * 31, b"/tmp/x", b"tensor-" + b"g" * 32])
+def test_a_stand_in_handle_names_only_its_own_files(tmp_path, blob):
+    ipc = StandInIpc(tmp_path)
+    descriptor = SharedTensorDescriptor(KIND, 1, (4,), 1, 1, "cpu:proxy", (blob,))
+    with pytest.raises(tv.DataLossError, match="valid file name"):
+        ipc.open(descriptor)
+
+
+def test_a_stand_in_export_is_read_back_and_checked(tmp_path):
+    ipc = StandInIpc(tmp_path)
+    array = np.arange(12, dtype=np.int32).reshape(3, 4)
+    export = ipc.export(STAND_IN.from_host(array), STAND_IN)
+    descriptor = SharedTensorDescriptor(KIND, export.dtype, export.shape, 1, 1, "cpu:proxy", export.blobs)
+    assert np.array_equal(ipc.open(descriptor), array)
+    bigger = SharedTensorDescriptor(KIND, export.dtype, (4, 4), 1, 1, "cpu:proxy", export.blobs)
+    with pytest.raises(tv.DataLossError, match="has 48 bytes, its descriptor says 64"):
+        ipc.open(bigger)
+    ipc.release(export, consumed=True)
+    with pytest.raises(tv.NotFoundError, match="is gone"):
+        ipc.open(descriptor)
+
+
+@pytest.mark.parametrize("text, mode", [("", None), ("auto", None), ("1", True), ("yes", True),
+                                        ("0", False), ("off", False)])
+def test_device_ipc_mode_from_the_environment(monkeypatch, text, mode):
+    monkeypatch.setenv("TENSORVERBS_DEVICE_IPC", text)
+    assert device_ipc_mode(None) is mode
+    assert device_ipc_mode(False) is False
+
+
+def test_a_bad_device_ipc_setting_is_named(monkeypatch):
+    monkeypatch.setenv("TENSORVERBS_DEVICE_IPC", "maybe")
+    with pytest.raises(tv.InvalidArgumentError, match="TENSORVERBS_DEVICE_IPC='maybe'"):
+        device_ipc_mode(None)

@@ -1,0 +1,176 @@
+"""Tensors passed by handle between two tasks of one host, on every protocol variant.
+
+The ``cpu:proxy`` stand-in runs the protocol of CUDA IPC (export, descriptor, open, copy
+out, release) where no GPU exists; the CUDA tests run where torch sees a GPU."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.devices import STAND_IN, StandInArray
+from tensorverbs.ipc.descriptor import STAND_IN as KIND, SharedTensorDescriptor
+from tensorverbs.ipc.host_registry import HostRegistry
+from tensorverbs.local_cluster import cluster_spec, pattern, same
+from tensorverbs.rendezvous.key import RendezvousKey
+from tensorverbs.rendezvous.local import Value
+from variants import VARIANTS, start_pair
+
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def ipc_pair(variant):
+    """The two tasks of ``pair``, both sharing the stand-in device."""
+    protocol, env = VARIANTS[variant]
+    p = start_pair(protocol, env, device_ipc=True)
+    yield p
+    p.worker.stop()
+    p.ps.stop()
+
+
+def stand_in(nbytes: int, seed: int) -> StandInArray:
+    return STAND_IN.from_host(pattern(nbytes, seed, "float32"))
+
+
+def released(server) -> bool:
+    """Whether every tensor ``server`` exported was released (waits for the receivers'
+    ReleaseSharedTensor, which follows their recv; fails after TIMEOUT)."""
+    deadline = time.monotonic() + TIMEOUT
+    while server.stats()["ipc_exports"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server.stats()["ipc_exports"] == 0
+
+
+@pytest.mark.parametrize("nbytes", [4, 1 << 20], ids=["4B", "1MiB"])
+def test_a_stand_in_tensor_is_passed_by_handle(ipc_pair, step, nbytes):
+    w0, p0 = ipc_pair.worker.stats(), ipc_pair.ps.stats()
+    ipc_pair.worker.send("x", stand_in(nbytes, 1), to=ipc_pair.PS, step_id=step)
+    got = ipc_pair.ps.recv("x", ipc_pair.WORKER, step, timeout=TIMEOUT, device="cpu:proxy")
+    assert isinstance(got, StandInArray) and same(got.view(np.ndarray), pattern(nbytes, 1, "float32"))
+    w1, p1 = ipc_pair.worker.stats(), ipc_pair.ps.stats()
+    assert (w1["ipc_sent"] - w0["ipc_sent"], p1["ipc_received"] - p0["ipc_received"]) == (1, 1)
+    # no host proxy on either side
+    assert (w1["proxy_copies"], p1["proxy_copies"]) == (w0["proxy_copies"], p0["proxy_copies"])
+    assert released(ipc_pair.worker)
+
+
+def test_the_sender_may_change_its_tensor_once_sent(ipc_pair, step):
+    tensor = stand_in(4096, 2)
+    ipc_pair.worker.send("x", tensor, to=ipc_pair.PS, step_id=step)
+    tensor[:] = -1
+    got = ipc_pair.ps.recv("x", ipc_pair.WORKER, step, timeout=TIMEOUT, device="cpu:proxy")
+    assert same(got.view(np.ndarray), pattern(4096, 2, "float32"))
+
+
+def test_received_by_handle_asynchronously_on_the_host(ipc_pair, step):
+    before = ipc_pair.worker.stats()["ipc_received"]
+    ipc_pair.ps.send("y", stand_in(1 << 16, 3), to=ipc_pair.WORKER, step_id=step)
+    got = ipc_pair.worker.recv_async("y", ipc_pair.PS, step, timeout=TIMEOUT).result(TIMEOUT)
+    assert type(got) is np.ndarray and same(got, pattern(1 << 16, 3, "float32"))
+    assert ipc_pair.worker.stats()["ipc_received"] == before + 1
+    assert released(ipc_pair.ps)
+
+
+@pytest.mark.parametrize("on", ["host", "cpu:proxy"])
+def test_received_by_handle_into_out(ipc_pair, step, on):
+    nbytes = 1 << 18
+    out = np.zeros(nbytes // 4, np.float32)
+    out = STAND_IN.from_host(out) if on == "cpu:proxy" else out
+    ipc_pair.ps.send("z", stand_in(nbytes, 4), to=ipc_pair.WORKER, step_id=step)
+    assert ipc_pair.worker.recv("z", ipc_pair.PS, step, timeout=TIMEOUT, out=out) is out
+    assert same(np.asarray(out.view(np.ndarray)), pattern(nbytes, 4, "float32"))
+    assert released(ipc_pair.ps)
+
+
+def test_an_out_that_does_not_fit_refuses_and_the_tensor_is_kept(ipc_pair, step):
+    ipc_pair.ps.send("w", stand_in(64, 5), to=ipc_pair.WORKER, step_id=step)
+    with pytest.raises(tv.InvalidArgumentError, match=r"out expects float32 \(3,\), the sender sent float32 \(16,\)"):
+        ipc_pair.worker.recv("w", ipc_pair.PS, step, timeout=TIMEOUT, out=np.zeros(3, np.float32))
+    out = np.zeros(16, np.float32)
+    assert ipc_pair.worker.recv_async("w", ipc_pair.PS, step, timeout=TIMEOUT, out=out).result(TIMEOUT) is out
+    assert same(out, pattern(64, 5, "float32"))
+    assert released(ipc_pair.ps)
+
+
+@pytest.mark.parametrize("end", ["cleanup_step", "abort_step"])
+def test_the_end_of_a_step_frees_what_was_not_received(ipc_pair, step, end):
+    before = ipc_pair.worker.stats()["ipc_exports"]
+    ipc_pair.worker.send("never", stand_in(4096, 6), to=ipc_pair.PS, step_id=step)
+    assert ipc_pair.worker.stats()["ipc_exports"] == before + 1
+    getattr(ipc_pair.worker, end)(step)
+    assert ipc_pair.worker.stats()["ipc_exports"] == before
+
+
+def test_a_malformed_descriptor_fails_the_recv(ipc_pair, step):
+    worker = ipc_pair.worker
+    key = RendezvousKey(worker.cluster.resolve(ipc_pair.WORKER), worker.incarnation,
+                        worker.cluster.resolve(ipc_pair.PS), "bad")
+    good = SharedTensorDescriptor(KIND, 1, (4,), worker.incarnation, 1 << 40, "cpu:proxy", (b"../x",))
+    worker._rendezvous.send(step, key, Value(good.encode()))
+    with pytest.raises(tv.DataLossError, match="valid file name"):
+        ipc_pair.ps.recv("bad", ipc_pair.WORKER, step, timeout=TIMEOUT, device="cpu:proxy")
+    worker._rendezvous.send(step, key, Value(good.encode()[:-3]))
+    with pytest.raises(tv.DataLossError, match="cut short"):
+        ipc_pair.ps.recv("bad", ipc_pair.WORKER, step, timeout=TIMEOUT)
+
+
+def test_a_task_that_does_not_share_gets_host_proxies(variant, step):
+    protocol, env = VARIANTS[variant]
+    p = start_pair(protocol, env)  # the worker shares CUDA only; the ps likewise
+    try:
+        before = p.worker.stats()
+        p.worker.send("x", stand_in(4096, 7), to=p.PS, step_id=step)
+        got = p.ps.recv("x", p.WORKER, step, timeout=TIMEOUT, device="cpu:proxy")
+        assert same(got.view(np.ndarray), pattern(4096, 7, "float32"))
+        after = p.worker.stats()
+        assert after["ipc_sent"] == before["ipc_sent"] and after["proxy_copies"] == before["proxy_copies"] + 1
+    finally:
+        p.worker.stop()
+        p.ps.stop()
+
+
+def test_a_stopped_task_leaves_the_host_registry():
+    cluster = cluster_spec({"worker": 1})
+    address = cluster["worker"][0]
+    server = tv.Server(cluster, "worker", 0, device_ipc=True)
+    registry = HostRegistry()
+    assert registry.sees(address, "cpu:proxy")
+    server.stop()
+    assert not registry.sees(address, "cpu:proxy")
+
+
+def _cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU here")
+    return torch
+
+
+def test_cuda_tensor_by_cuda_ipc(pair, step):
+    torch = _cuda()
+    tensor = torch.arange(1 << 20, dtype=torch.float32, device="cuda:0")
+    # the ps uses the GPU first, so that the host knows it sees it
+    warm = torch.zeros(4, device="cuda:0")
+    pair.worker.send("warm", warm, to=pair.PS, step_id=step)
+    assert np.array_equal(pair.ps.recv("warm", pair.WORKER, step, timeout=TIMEOUT, device="cuda:0").cpu().numpy(),
+                          np.zeros(4, np.float32))
+    before = pair.worker.stats()["ipc_sent"]
+    pair.worker.send("gpu", tensor, to=pair.PS, step_id=step)
+    back = pair.ps.recv("gpu", pair.WORKER, step, timeout=TIMEOUT, device="cuda:0")
+    assert back.device.type == "cuda" and torch.equal(back.cpu(), tensor.cpu())
+    assert pair.worker.stats()["ipc_sent"] == before + 1
+    assert released(pair.worker)
+
+
+def test_cuda_out_by_cuda_ipc(pair, step):
+    torch = _cuda()
+    out = torch.zeros(1 << 18, device="cuda:0")
+    pair.ps.send("gpu-warm", pattern(16, 1, "float32"), to=pair.WORKER, step_id=step)
+    pair.worker.recv("gpu-warm", pair.PS, step, timeout=TIMEOUT, out=torch.zeros(4, device="cuda:0"))
+    pair.ps.call("run", "cuda_peer:send_cuda_pattern", "gpu", pair.WORKER, step, 1 << 20, 9)
+    assert pair.worker.recv("gpu", pair.PS, step, timeout=TIMEOUT, out=out) is out
+    assert np.array_equal(out.cpu().numpy(), pattern(1 << 20, 9, "float32"))
+    assert pair.worker.stats()["ipc_received"] >= 1
