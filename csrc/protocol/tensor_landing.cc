@@ -10,15 +10,18 @@ Result<std::shared_ptr<TensorLanding>> TensorLanding::prepare(const TensorMeta& 
                                                               ProtocolCounters& counters) {
   std::shared_ptr<TensorLanding> landing(new TensorLanding());
   const auto size = static_cast<std::size_t>(meta.nbytes);
-  if (destination && destination->fits(meta) && size >= kRegisterFrom && !prefers_pool) {
+  const bool fits = destination && destination->fits(meta) && size > 0;
+  const verbs::MemoryRegion* pooled = fits ? pool.region_of(destination->data, size) : nullptr;
+  if (pooled) {  // registered already, and as reachable as the pool is
+    landing->land_in(*destination, *pooled);
+    return landing;
+  }
+  if (fits && size >= kRegisterFrom && !prefers_pool) {
     auto registered = pd.register_memory(destination->data, size,
                                          verbs::kLocalWrite | verbs::kRemoteWrite);
     if (registered.ok()) {  // else (memory the device cannot register) through the pool
-      landing->destination_ = destination->keepalive;
       landing->registration_ = registered.take();
-      landing->region_ = landing->registration_.get();
-      landing->data_ = destination->data;
-      landing->size_ = size;
+      landing->land_in(*destination, *landing->registration_);
       counters.add(counters.landing_registrations);
       return landing;
     }
@@ -30,6 +33,13 @@ Result<std::shared_ptr<TensorLanding>> TensorLanding::prepare(const TensorMeta& 
   landing->data_ = landing->pooled_->data();
   landing->size_ = size;
   return landing;
+}
+
+void TensorLanding::land_in(const RecvDestination& destination, const verbs::MemoryRegion& region) {
+  destination_ = destination.keepalive;
+  region_ = &region;
+  data_ = destination.data;
+  size_ = static_cast<std::size_t>(destination.nbytes);
 }
 
 TensorLanding::~TensorLanding() = default;

@@ -1,9 +1,11 @@
 // TensorLanding: where the bytes of a tensor from a peer land (TensorSource's counterpart on
 // the receiving side). A recv may name a destination, memory of its caller meant to hold
-// the tensor (Python's recv(out=...)). A tensor that fits the destination and is at least
-// kRegisterFrom bytes lands in it, registered for the transfer, unless the peer reaches
-// the pool faster than other memory (the soft provider on one host writes the pool's
-// shared memory itself, other memory only over its stream). Anything else (no
+// the tensor (Python's recv(out=...)). A tensor that fits a destination inside the pool
+// (Python's server.allocate) lands there as it is, at any size. One that fits another
+// destination and is at least kRegisterFrom bytes lands in it, registered for the
+// transfer, unless the peer reaches the pool faster than other memory (the soft provider
+// on one host writes the pool's shared memory itself, other memory only over its
+// stream). Anything else (no
 // destination, another tensor than expected, a small one, memory that cannot be
 // registered) lands in the registered pool, and the caller copies what it needs. This is
 // the one place that decides where a received tensor's bytes land.
@@ -45,8 +47,8 @@ struct RecvDestination {
 class TensorLanding {
  public:
   // Registered memory for a tensor of `meta` (at least one byte): in `destination` when it
-  // fits, the tensor is large enough and the peer does not `prefers_pool`, else a pool
-  // allocation.
+  // fits and either lies in `pool` or is large enough for a peer that does not
+  // `prefers_pool`, else a pool allocation.
   static Result<std::shared_ptr<TensorLanding>> prepare(const TensorMeta& meta,
                                                         const RecvDestination* destination,
                                                         bool prefers_pool, RegisteredPool& pool,
@@ -59,16 +61,18 @@ class TensorLanding {
   std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
   const verbs::MemoryRegion& region() const { return *region_; }
-  // Whether the bytes land in the caller's destination (else in the pool).
-  bool in_destination() const { return registration_ != nullptr; }
+  // Whether the bytes land in the caller's destination (else in a pool allocation).
+  bool in_destination() const { return destination_ != nullptr; }
 
  private:
   TensorLanding() = default;
+  void land_in(const RecvDestination& destination, const verbs::MemoryRegion& region);
   std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
   const verbs::MemoryRegion* region_ = nullptr;
   PoolBuffer pooled_;
-  std::shared_ptr<const void> destination_;           // outlives the registration of it
+  std::shared_ptr<const void> destination_;           // outlives the registration of it (set
+                                                      // when landing in the destination)
   std::unique_ptr<verbs::MemoryRegion> registration_;
 };
 

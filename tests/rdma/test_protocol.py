@@ -172,6 +172,18 @@ def test_allocated_arrays_are_sent_without_registration_or_copy(vpair, step):
         assert after[name] == before[name], name
 
 
+@pytest.mark.parametrize("nbytes", [1 << 10, 64 << 10, 4 << 20], ids=["1KiB", "64KiB", "4MiB"])
+def test_arrays_allocated_in_registered_memory_are_received_into_as_they_are(vpair, step, nbytes):
+    """out= in server.allocate() memory: the tensor lands there at any size, without a
+    registration (the peer reaches the pool already)."""
+    out = vpair.worker.allocate((nbytes // 4,), np.float32)
+    before = vpair.worker.stats()["landing_registrations"]
+    vpair.ps.send_pattern("into-pool", vpair.WORKER, step, nbytes, 3, "float32")
+    assert vpair.worker.recv("into-pool", vpair.PS, step, timeout=30, out=out) is out
+    assert same(out, pattern(nbytes, 3, "float32"))
+    assert vpair.worker.stats()["landing_registrations"] == before
+
+
 def test_pool_limit_errors_reach_the_caller_and_lose_nothing(step):
     """A pool too small for a tensor: on the receiver the recv fails with
     ResourceExhaustedError; on the sender (a tensor it must stage into a pool that is full)

@@ -176,6 +176,28 @@ TEST_P(RendezvousPair, ATensorThatFitsLandsInTheDestination) {
   }
 }
 
+TEST_P(RendezvousPair, ATensorThatFitsADestinationInThePoolLandsThereAtAnySize) {
+  // memory of the pool (Python's server.allocate): the peer reaches it as it is, so the
+  // tensor lands there without a registration and without the caller's copy, in every mode
+  for (std::size_t count : {std::size_t{5000}, std::size_t{3} << 20}) {
+    auto buffer = worker_->allocate(count * 4);
+    ASSERT_TRUE(buffer.ok()) << buffer.status().message();
+    PoolBuffer memory = buffer.take();
+    std::memset(memory->data(), 0, count * 4);
+    const RecvDestination destination{kFloat, {static_cast<std::int64_t>(count)}, memory->data(),
+                                      count * 4, memory};
+    const TensorValue sent = floats(count, 3.0f);
+    const std::uint64_t registrations = landing_registrations(*worker_);
+    ASSERT_TRUE(ps_->send(13, kWorker, "pooled", sent).ok());
+    RecvResult got = recv(13, "pooled", 60, destination);
+    ASSERT_TRUE(got.status.ok()) << got.status.message();
+    EXPECT_TRUE(same(got.value, sent)) << count;
+    EXPECT_EQ(got.value.data, destination.data) << count;
+    EXPECT_TRUE(got.value.borrowed) << count;
+    EXPECT_EQ(landing_registrations(*worker_), registrations) << count;
+  }
+}
+
 TEST_P(RendezvousPair, AnotherTensorLandsInThePoolAndLeavesTheDestinationAlone) {
   for (std::size_t count : {std::size_t{100}, std::size_t{3} << 20}) {
     // as expected first (the meta-data is cached), then a longer one of the same name
