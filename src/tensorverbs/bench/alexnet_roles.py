@@ -56,6 +56,20 @@ class _Task:
             torch.set_num_threads(_threads(workers))
             torch.manual_seed(0)
 
+    def registered(self, array: np.ndarray) -> np.ndarray:
+        """A copy of ``array`` in the memory the protocol sends from and receives into
+        directly (``Server.allocate``: registered memory with grpc+verbs)."""
+        placed = self.server.allocate(array.shape, array.dtype)
+        placed[...] = array
+        return placed
+
+    def register_parameters(self, params: list[Any]) -> None:
+        """Move each torch parameter's data into :meth:`registered` memory."""
+        import torch
+
+        for param in params:
+            param.data = torch.from_numpy(self.registered(param.detach().numpy()))
+
     def recv_all(self, prefix: str, source: str, step: int, outs: list[Any] | None = None) -> list[Any]:
         """Every tensor of the step from ``source`` (each into its ``outs`` if given)."""
         outs = outs or [None] * len(self.shapes)
@@ -80,11 +94,14 @@ class ParameterServer(_Task):
         if compute:
             from .model import alexnet
 
-            self.params = [p.detach() for p in alexnet().parameters()]
+            params = list(alexnet().parameters())
+            self.register_parameters(params)
+            self.params = [p.detach() for p in params]
             self.weights = [p.numpy() for p in self.params]
         else:
             rng = np.random.default_rng(0)
-            self.weights = [rng.standard_normal(shape, dtype=np.float32) for _, shape in self.shapes]
+            self.weights = [self.registered(rng.standard_normal(shape, dtype=np.float32))
+                            for _, shape in self.shapes]
 
     def run(self, first: int, count: int) -> list[dict]:
         """Steps ``first``.. ``first + count - 1``; per step its seconds, and of those the
@@ -119,8 +136,9 @@ class ParameterServer(_Task):
 
 
 class Worker(_Task):
-    """Each step: receive the weights (straight into the model's parameters), compute
-    gradients on a random batch, send them."""
+    """Each step: receive the weights (straight into the model's parameters, which live
+    in registered memory, as do their gradients), compute gradients on a random batch,
+    send them."""
 
     def __init__(self, cluster: dict, index: int, protocol: str, compute: bool, workers: int,
                  batch: int, shapes: list | None = None, verify: bool = False) -> None:
@@ -133,14 +151,18 @@ class Worker(_Task):
 
             self.model = alexnet()
             self.params = list(self.model.parameters())
+            self.register_parameters(self.params)
+            for param in self.params:  # the gradients are sent from registered memory too
+                param.grad = torch.from_numpy(self.registered(np.zeros(tuple(param.shape), np.float32)))
             self.weights = self.params  # each step's weights are received into them
             self.views = [p.detach().numpy() for p in self.params]
             self.images = torch.randn(batch, 3, IMAGE_SIZE, IMAGE_SIZE)
             self.labels = torch.randint(0, CLASSES, (batch,))
         else:
             rng = np.random.default_rng(1 + index)
-            self.grads = [rng.standard_normal(shape, dtype=np.float32) for _, shape in self.shapes]
-            self.weights = self.views = [np.empty(shape, np.float32) for _, shape in self.shapes]
+            self.grads = [self.registered(rng.standard_normal(shape, dtype=np.float32))
+                          for _, shape in self.shapes]
+            self.weights = self.views = [self.server.allocate(shape, np.float32) for _, shape in self.shapes]
 
     def run(self, first: int, count: int) -> list[dict]:
         """Steps ``first``.. ``first + count - 1``; per step the seconds spent receiving
