@@ -104,7 +104,7 @@ class RemoteRendezvous(abc.ABC):
         # future holds (its done callbacks, deadline timers) refers back to the call: a
         # result is freed as soon as the caller drops it and its future
         self._ops: dict[concurrent.futures.Future, tuple[RecvCall, PendingRecv]] = {}
-        self._late: dict[Hashable, collections.deque[tuple[Value, int]]] = {}
+        self._late: dict[Hashable, collections.deque[Value]] = {}
         self._stopped = False
 
     def start(self) -> None:
@@ -182,10 +182,10 @@ class RemoteRendezvous(abc.ABC):
             return None
         late = self._late.get(call.match)
         if late:
-            value, nbytes = late.popleft()
+            value = late.popleft()
             if not late:
                 del self._late[call.match]
-            self.complete(call, value, nbytes)
+            self.complete(call, value)  # counted as received when it arrived
             return None
         return self.recv_from_remote(call)
 
@@ -226,7 +226,7 @@ class RemoteRendezvous(abc.ABC):
                     if call.key.src == self.rt.task:
                         self.rt.table.requeue(call.step_id, call.key, value)
                     elif self.rt.table.aborted(call.step_id) is None:
-                        self._late.setdefault(call.match, collections.deque()).append((value, nbytes))
+                        self._late.setdefault(call.match, collections.deque()).append(value)
                     return
             call, op = other
             op.cancel()
