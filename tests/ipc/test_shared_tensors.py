@@ -142,6 +142,15 @@ def test_a_stopped_task_leaves_the_host_registry():
     assert not registry.sees(address, "cpu:proxy")
 
 
+def test_a_task_that_cannot_start_leaves_the_entry_of_the_one_at_its_address():
+    cluster = cluster_spec({"worker": 1})
+    address = cluster["worker"][0]
+    with tv.Server(cluster, "worker", 0, device_ipc=True):
+        with pytest.raises(tv.UnavailableError, match="cannot listen"):
+            tv.Server(cluster, "worker", 0, device_ipc=True)  # the port is taken
+        assert HostRegistry().sees(address, "cpu:proxy")
+
+
 def _cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
