@@ -123,6 +123,7 @@ class Server:
             self._rendezvous.start()
             servicer = Servicer(self._rt, self._rendezvous.setup_handler())
             self._grpc = self._loop.submit(start_server(servicer, bind, job_token, tls)).result()
+            self._rt.shared.start()  # the address is this task's now
             if metrics_port is not None:
                 host = bind.rsplit(":", 1)[0].strip("[]")
                 self._metrics_endpoint = MetricsEndpoint(self._metrics, host, metrics_port)

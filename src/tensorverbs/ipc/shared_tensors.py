@@ -75,6 +75,11 @@ class SharedTensors:
         self._ipcs[Cuda] = CudaIpc()
         if mode:
             self._ipcs[StandIn] = StandInIpc(self.registry.directory)
+
+    def start(self) -> None:
+        """The task serves its address now: say that it sees the stand-in, if shared
+        (which every process of the host does; a GPU is noted when first used)."""
+        if StandIn in self._ipcs:
             self.note(StandIn())
 
     def _ipc(self, device: Device) -> DeviceIpc | None:
