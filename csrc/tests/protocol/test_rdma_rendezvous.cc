@@ -71,6 +71,7 @@ class RendezvousPair : public ::testing::TestWithParam<Options> {
       settings.validate = GetParam().validate;
       settings.slots = 4;  // few slots: credits run out and come back
       settings.pool_block = 8 << 20;
+      if (pool_limit_) settings.pool_limit = pool_limit_;
       auto opened = RdmaRendezvous::open(settings);
       ASSERT_TRUE(opened.ok()) << opened.status().message();
       (task == kPs ? ps_ : worker_) = opened.take();
@@ -96,6 +97,16 @@ class RendezvousPair : public ::testing::TestWithParam<Options> {
   }
 
   std::unique_ptr<RdmaRendezvous> ps_, worker_;
+  std::size_t pool_limit_ = 0;  // 0: the default
+};
+
+// Tasks whose pools hold 16 MiB at most.
+class SmallPoolPair : public RendezvousPair {
+ protected:
+  void SetUp() override {
+    pool_limit_ = 16 << 20;
+    RendezvousPair::SetUp();
+  }
 };
 
 TEST_P(RendezvousPair, MovesSmallAndLargeTensorsInEitherOrder) {
@@ -232,6 +243,28 @@ TEST_P(RendezvousPair, ATensorKeptForTheNextRecvIsACopyOfABorrowedOne) {
   EXPECT_NE(next.value.data, destination.data);
 }
 
+TEST_P(SmallPoolPair, ABorrowedTensorKeptWhileThePoolIsFullIsNotLost) {
+  const std::size_t count = 100;  // inline: lands in the destination in every mode
+  const RecvDestination destination = zeros(count, {static_cast<std::int64_t>(count)});
+  const TensorValue sent = floats(count, 5.0f);
+  ASSERT_TRUE(ps_->send(14, kWorker, "full", sent).ok());
+  RecvResult got = recv(14, "full", 60, destination);
+  ASSERT_TRUE(got.status.ok()) << got.status.message();
+  ASSERT_TRUE(got.value.borrowed);
+  std::vector<PoolBuffer> hog;  // every byte of the worker's pool
+  for (const std::size_t size : {std::size_t{1} << 20, std::size_t{1} << 14, std::size_t{64}}) {
+    for (auto taken = worker_->allocate(size); taken.ok(); taken = worker_->allocate(size)) {
+      hog.push_back(taken.take());
+    }
+  }
+  worker_->keep_late(StepKey{14, RendezvousKey{kPs, kWorker, "full"}}, std::move(got.value));
+  std::memset(destination.data, 0, destination.nbytes);  // the first caller reuses its memory
+  hog.clear();
+  RecvResult next = recv(14, "full", 5);
+  ASSERT_TRUE(next.status.ok()) << next.status.message();
+  EXPECT_TRUE(same(next.value, sent));
+}
+
 TEST_P(RendezvousPair, ATimedOutRecvLeavesItsTensorForTheNext) {
   RecvResult timed_out = recv(4, "slow", 0.05);
   EXPECT_EQ(timed_out.status.code(), Code::kDeadlineExceeded);
@@ -365,6 +398,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, RendezvousPair,
                          ::testing::Values(Options{}, Options{true, false, "auto"},
                                            Options{false, true, "auto"}, Options{false, false, "no"}),
                          mode_name);
+INSTANTIATE_TEST_SUITE_P(Modes, SmallPoolPair,
+                         ::testing::Values(Options{}, Options{false, false, "no"}), mode_name);
 
 }  // namespace
 }  // namespace tensorverbs
