@@ -227,6 +227,23 @@ void RdmaRendezvous::cleanup_step(std::int64_t step) {
   drop_late_locked(step);
 }
 
+std::optional<TensorValue> RdmaRendezvous::copy_of(const TensorValue& value) {
+  std::shared_ptr<const void> keepalive;
+  std::uint8_t* data = nullptr;
+  if (auto pooled = pool_->allocate(value.size()); pooled.ok()) {
+    PoolBuffer buffer = pooled.take();
+    data = buffer->data();
+    keepalive = std::move(buffer);
+  } else {  // the pool is full: the heap holds it (it only goes to a local recv)
+    std::shared_ptr<std::uint8_t[]> heap(new (std::nothrow) std::uint8_t[std::max<std::size_t>(value.size(), 1)]);
+    if (!heap) return std::nullopt;
+    data = heap.get();
+    keepalive = std::move(heap);
+  }
+  if (value.size()) std::memcpy(data, value.data, value.size());
+  return TensorValue{value.meta, data, std::move(keepalive)};
+}
+
 void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
   if (key.key.src == task()) {
     table_.requeue(key.step, key.key, std::move(value));
@@ -234,11 +251,9 @@ void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
   }
   if (table_.aborted(key.step)) return;
   if (value.borrowed) {  // its caller may reuse that memory: the next recv gets a copy
-    auto copy = pool_->allocate(value.size());
-    if (!copy.ok()) return;
-    PoolBuffer buffer = copy.take();
-    if (value.size()) std::memcpy(buffer->data(), value.data, value.size());
-    value = TensorValue{value.meta, buffer->data(), buffer};
+    std::optional<TensorValue> copy = copy_of(value);
+    if (!copy) return;  // no memory left anywhere to keep it in
+    value = std::move(*copy);
   }
   std::vector<const PendingRecv*> declined;
   for (;;) {

@@ -95,7 +95,7 @@ class RdmaRendezvous final : public ChannelOwner {
   void quarantine(std::function<bool()> quiesced);
   // A tensor whose caller gave up as it arrived (or refused it): handed to the next recv of
   // its key and step; this task's own tensor goes back to the table. Bytes borrowed from a
-  // caller's destination are copied into the pool first (dropped if the pool is exhausted).
+  // caller's destination are copied first: into the pool, or the heap when the pool is full.
   void keep_late(const StepKey& key, TensorValue value);
   void forget(const PendingRecv* recv);
 
@@ -108,6 +108,8 @@ class RdmaRendezvous final : public ChannelOwner {
  private:
   explicit RdmaRendezvous(RendezvousSettings settings) : settings_(std::move(settings)) {}
   std::shared_ptr<RdmaChannel> find_channel(std::int32_t peer) const;
+  // A copy of `value` this rendezvous owns (nothing only when no memory is left at all).
+  std::optional<TensorValue> copy_of(const TensorValue& value);
   std::optional<TensorValue> take_late(const StepKey& key);
   std::optional<TensorValue> take_late_locked(const StepKey& key);  // under mu_
   void drop_late_locked(std::int64_t step);                          // under mu_
