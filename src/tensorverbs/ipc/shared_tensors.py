@@ -88,8 +88,12 @@ class SharedTensors:
     def note(self, device: Device) -> None:
         """This task uses ``device``: tell the host which devices of its kind it sees."""
         ipc = self._ipc(device)
-        if ipc is not None:
+        if ipc is None:
+            return
+        try:
             self.registry.register(self._address, ipc.visible())
+        except OSError as exc:  # then peers send it their tensors through host proxies
+            log.warning("%s: cannot write to the host registry: %s", self.rt.task, exc)
 
     # -- sending -----------------------------------------------------------------------------
     def offer(self, step_id: int, key: "RendezvousKey", value: Any, device: Device) -> Value | None:
@@ -183,9 +187,17 @@ class SharedTensors:
                 result = ipc.value(opened, device)
             del opened
         finally:
-            self.rt.loop.submit(self._release(src, descriptor))
+            self._tell_sender(src, descriptor)
         self.rt.counters.add("ipc_received")
         return result
+
+    def _tell_sender(self, src: "TaskName", descriptor: SharedTensorDescriptor) -> None:
+        """Send ReleaseSharedTensor to ``src`` (on the event loop, not waiting for it)."""
+        release = self._release(src, descriptor)
+        try:
+            self.rt.loop.submit(release)
+        except RuntimeError:  # this server is stopping: the sender frees it when its step ends
+            release.close()
 
     async def _release(self, src: "TaskName", descriptor: SharedTensorDescriptor) -> None:
         request = pb.ReleaseSharedTensorRequest(incarnation=descriptor.incarnation,
