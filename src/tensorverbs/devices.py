@@ -201,10 +201,10 @@ def device_of(value: Any) -> Device:
     return HOST
 
 
-def host_array(value: Any) -> tuple[Any, bool]:
-    """(the host array to send for ``value``, whether a device-to-host copy was made); a
-    host tensor speaking DLPack (torch, ...) is viewed, not copied."""
-    device = device_of(value)
+def host_array(value: Any, device: Device) -> tuple[Any, bool]:
+    """(the host array to send for ``value``, a tensor on ``device``, and whether a
+    device-to-host copy was made); a host tensor speaking DLPack (torch, ...) is viewed, not
+    copied."""
     if not device.dma:
         return device.to_host(value), True
     return (host_view(value) if is_tensor(value) else value), False

@@ -184,19 +184,20 @@ class Server:
         """
         self._check_running()
         key = RendezvousKey(self._task, self.incarnation, self.cluster.resolve(to), check_name(name))
-        shared = self._rt.shared.offer(int(step_id), key, value, device_of(value)) if not is_dead else None
+        step, device = int(step_id), device_of(value)
+        shared = self._rt.shared.offer(step, key, value, device) if not is_dead else None
         if shared is not None:  # passed by handle to a task of this host
             try:
-                self._rendezvous.send(int(step_id), key, shared)
+                self._rendezvous.send(step, key, shared)
             except BaseException:
                 self._rt.shared.withdraw(shared)
                 raise
             self._rt.counters.add("sends")
             return
-        array, copied = host_array(value)
+        array, copied = host_array(value, device)
         if copied:
             self._rt.counters.add("proxy_copies")
-        self._rendezvous.send(int(step_id), key, Value(prepare(array), bool(is_dead)))
+        self._rendezvous.send(step, key, Value(prepare(array), bool(is_dead)))
         self._rt.counters.add("sends")
 
     def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:

@@ -64,6 +64,7 @@ class SharedTensors:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._ipcs: dict[type, DeviceIpc] = {}
+        self._noted: set[type] = set()  # kinds of device the host knows this task sees
         self.registry: HostRegistry | None = None
         if mode is False:
             return
@@ -88,10 +89,11 @@ class SharedTensors:
     def note(self, device: Device) -> None:
         """This task uses ``device``: tell the host which devices of its kind it sees."""
         ipc = self._ipc(device)
-        if ipc is None:
+        if ipc is None or type(device) in self._noted:
             return
         try:
             self.registry.register(self._address, ipc.visible())
+            self._noted.add(type(device))
         except OSError as exc:  # then peers send it their tensors through host proxies
             log.warning("%s: cannot write to the host registry: %s", self.rt.task, exc)
 
