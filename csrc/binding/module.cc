@@ -13,6 +13,7 @@
 #include "binding/py_ref.h"
 #include "binding/recv_callbacks.h"
 #include "binding/rendezvous_binding.h"
+#include "binding/send_binding.h"
 #include "binding/verbs_binding.h"
 #include "core/build_info.h"
 #include "protocol/channel_description.h"
@@ -164,6 +165,7 @@ NB_MODULE(_core, m) {
       "bytes"_a, "A channel description as a dict, or None if the bytes are not one.");
   tensorverbs::binding::bind_byte_view(m);
   tensorverbs::binding::bind_rendezvous(m);
+  tensorverbs::binding::bind_send_completion(m);
   tensorverbs::binding::bind_verbs(m);
   m.def(
       "shutdown",

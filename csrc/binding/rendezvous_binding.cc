@@ -18,6 +18,7 @@
 #include "binding/status_error.h"
 #include "binding/recv_callbacks.h"
 #include "protocol/rdma_rendezvous.h"
+#include "protocol/send_completion.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -134,8 +135,10 @@ class Rendezvous {
   }
 
   void send(std::int64_t step, std::int32_t dst, std::string name, std::int32_t dtype,
-            std::vector<std::int64_t> shape, bool is_dead, nb::handle data) {
+            std::vector<std::int64_t> shape, bool is_dead, nb::handle data,
+            std::shared_ptr<SendTicket> ticket) {
     TensorValue value = to_value(dtype, std::move(shape), is_dead, data);
+    value.ticket = std::move(ticket);
     Status status;
     {
       nb::gil_scoped_release release;
@@ -228,7 +231,9 @@ void bind_rendezvous(nb::module_& m) {
       .def("ready", [](const Rendezvous& r, std::int32_t peer) { return r.rv_->ready(peer); },
            "peer"_a, "Whether the channel to `peer` is connected and working.")
       .def("send", &Rendezvous::send, "step"_a, "dst"_a, "name"_a, "dtype"_a, "shape"_a,
-           "is_dead"_a, "data"_a, "Offer a tensor: `data` exports its bytes (buffer protocol).")
+           "is_dead"_a, "data"_a, "ticket"_a.none() = nb::none(),
+           "Offer a tensor: `data` exports its bytes (buffer protocol); `ticket` (a "
+           "SendTicket) is told when the receiver has it.")
       .def("recv", &Rendezvous::recv, "step"_a, "src"_a, "name"_a, "timeout"_a,
            "destination"_a = nb::none(),
            "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). "

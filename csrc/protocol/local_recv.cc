@@ -18,6 +18,7 @@ void LocalRecv::on_value(Status status, TensorValue value) {
     caller.swap(caller_);
   }
   if (caller) {
+    if (value.ticket) value.ticket->deliver();  // this task received its own tensor
     caller->complete(RecvResult{std::move(status), std::move(value)});
   } else if (status.ok()) {
     table_.requeue(key_.step, key_.key, std::move(value));  // its caller gave up just before

@@ -7,6 +7,16 @@ namespace tensorverbs {
 
 namespace {
 
+// Fails the sends of `items`, whose values the table drops.
+void fail_sends(const std::unordered_map<StepKey, std::deque<TensorValue>, StepKeyHash>& items,
+                const Status& why) {
+  for (const auto& [key, queue] : items) {
+    for (const TensorValue& value : queue) {
+      if (value.ticket) value.ticket->fail(why);
+    }
+  }
+}
+
 template <typename T>
 std::optional<T> pop_front(std::unordered_map<StepKey, std::deque<T>, StepKeyHash>& queues,
                            const StepKey& key) {
@@ -95,16 +105,18 @@ bool LocalTable::withdraw(const Waiter& waiter) {
 
 void LocalTable::abort_step(std::int64_t step, const Status& why) {
   std::vector<Pending> failed;
+  std::unordered_map<StepKey, std::deque<TensorValue>, StepKeyHash> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Step& state = steps_[step];
     state.aborted = why;
-    state.items.clear();
+    dropped.swap(state.items);
     for (auto& [key, queue] : state.waiters) {
       for (Pending& waiter : queue) failed.push_back(std::move(waiter));
     }
     state.waiters.clear();
   }
+  fail_sends(dropped, why);
   for (Pending& waiter : failed) waiter.callback(why, TensorValue{});
 }
 
@@ -125,6 +137,7 @@ void LocalTable::cleanup_step(std::int64_t step) {
     steps_.erase(it);
   }
   const Status why(Code::kAborted, "step " + std::to_string(step) + " was cleaned up");
+  fail_sends(removed.items, Status(why.code(), why.message() + " before its receiver took it"));
   for (auto& [key, queue] : removed.waiters) {
     for (Pending& waiter : queue) waiter.callback(why, TensorValue{});
   }

@@ -3,7 +3,8 @@
 //
 // A send puts its value in the table unless a recv already waits for it; a recv takes the
 // value if it is there and waits otherwise; first in, first out per key. Aborting a step
-// fails its waiting recvs and refuses its later sends and recvs until it is cleaned up. A
+// fails its waiting recvs and refuses its later sends and recvs until it is cleaned up; the
+// sends it drops (aborted or cleaned up) have their completions failed with the reason. A
 // step's state is dropped as soon as it holds nothing (no value, no recv, no abort).
 // Callbacks run outside the lock, in the thread that completed the match. Thread-safe.
 #pragma once

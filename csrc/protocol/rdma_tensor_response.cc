@@ -195,6 +195,8 @@ void RdmaTensorResponse::finish(std::unique_lock<std::mutex>& lock, bool deliver
   if (!delivered && value_) {
     count(-1);
     back = std::move(value_);
+  } else if (value_ && value_->ticket) {
+    value_->ticket->deliver();
   }
   value_.reset();
   std::shared_ptr<TensorSource> source = std::move(source_);

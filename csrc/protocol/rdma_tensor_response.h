@@ -9,7 +9,7 @@
 // ERROR_STATUS. The tensor counts as sent when it is handed to the transport; if the
 // requester cancels, or the channel fails, before it was delivered (the write completed,
 // the inline message was taken, the RELEASE came), it goes back to the table, uncounted:
-// nothing is lost. Thread-safe.
+// nothing is lost. Delivered, its send's completion is settled. Thread-safe.
 #pragma once
 
 #include <cstdint>

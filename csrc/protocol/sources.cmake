@@ -14,6 +14,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/rdma_tensor_request.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_tensor_response.cc"
   "${CMAKE_CURRENT_LIST_DIR}/registered_pool.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/send_completion.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_landing.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_meta.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_source.cc"

@@ -1,11 +1,12 @@
 // TensorValue: a tensor as the protocol holds it (what a send offers, what a recv gets):
-// meta-data, bytes, and whatever keeps the bytes alive.
+// meta-data, bytes, whatever keeps the bytes alive, and (a send's) its completion ticket.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "protocol/send_completion.h"
 #include "protocol/tensor_meta.h"
 
 namespace tensorverbs {
@@ -15,6 +16,7 @@ struct TensorValue {
   const std::uint8_t* data = nullptr;     // meta.nbytes bytes
   std::shared_ptr<const void> keepalive;  // holds the memory (a pool allocation, a caller's array)
   bool borrowed = false;  // the bytes are the receiving caller's own destination (recv into out)
+  std::shared_ptr<SendTicket> ticket = nullptr;  // a send's: told when the receiver has it (may be empty)
 
   std::size_t size() const { return static_cast<std::size_t>(meta.nbytes); }
 };

@@ -143,7 +143,9 @@ def _task_main(conn, cluster, job: str, index: int, protocol: str, env: dict, ne
             break
         try:
             fn = commands.get(method) or getattr(server, method)
-            conn.send(fn(*args, **kw))
+            result = fn(*args, **kw)
+            # a send's handle stays in this process (the parent may call flush)
+            conn.send(None if isinstance(result, tv.SendHandle) else result)
         except BaseException as exc:  # sent back and raised in the test
             conn.send(_Raised(exc))
 

@@ -19,12 +19,13 @@ from prometheus_client import CollectorRegistry
 
 from .cluster import ClusterSpec, TaskName
 from .devices import HOST, Device, device_of, get_device, host_array
-from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError
+from .errors import AbortedError, Code, FailedPreconditionError, InvalidArgumentError
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
 from .metrics.recvs import RecvMetrics
 from .metrics.stats_collector import StatsCollector
 from .out import Out
+from .rendezvous.completion import SendHandle, Sends
 from .rendezvous.deadlines import Deadlines
 from .rendezvous.key import RendezvousKey, check_name
 from .rendezvous.local import LocalTable, Value
@@ -102,6 +103,7 @@ class Server:
         peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls)
         self.incarnation = secrets.randbits(64) or 1
         self._stopped = threading.Event()
+        self._sends = Sends()
         self._loop = EventLoopThread(f"tensorverbs-{self._task.job}-{self._task.task}")
         counters = Counters(*COUNTERS)
         self._metrics = CollectorRegistry()
@@ -171,7 +173,8 @@ class Server:
         if self._stopped.is_set():
             raise FailedPreconditionError(f"server of {self._task} is stopped")
 
-    def send(self, name: str, value: Any, to: str, step_id: int = 0, is_dead: bool = False) -> None:
+    def send(self, name: str, value: Any, to: str, step_id: int = 0,
+             is_dead: bool = False) -> SendHandle:
         """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``.
 
         ``value`` is a numpy array (or anything ``numpy.asarray`` takes), a torch tensor
@@ -181,24 +184,37 @@ class Server:
         a tensor on a device the transport cannot reach is copied to host memory here;
         otherwise the array itself is sent, so the caller must not modify it until it
         has been received.
+
+        Returns a :class:`SendHandle` that completes when ``to`` has the tensor (it fails
+        with AbortedError if the step is aborted or cleaned up first); :meth:`flush`
+        waits for all of them.
         """
         self._check_running()
         key = RendezvousKey(self._task, self.incarnation, self.cluster.resolve(to), check_name(name))
         step, device = int(step_id), device_of(value)
+        ticket = self._sends.open(f"{key.name!r} to {key.dst} at step {step}")
         shared = self._rt.shared.offer(step, key, value, device) if not is_dead else None
         if shared is not None:  # passed by handle to a task of this host
+            shared.ticket = ticket
             try:
                 self._rendezvous.send(step, key, shared)
             except BaseException:
                 self._rt.shared.withdraw(shared)
                 raise
-            self._rt.counters.add("sends")
-            return
-        array, copied = host_array(value, device)
-        if copied:
-            self._rt.counters.add("proxy_copies")
-        self._rendezvous.send(step, key, Value(prepare(array), bool(is_dead)))
+        else:
+            array, copied = host_array(value, device)
+            if copied:
+                self._rt.counters.add("proxy_copies")
+            self._rendezvous.send(step, key, Value(prepare(array), bool(is_dead), ticket))
         self._rt.counters.add("sends")
+        return SendHandle(ticket.completion)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until the receiver of every tensor this task has sent has it (or the send
+        failed: its :class:`SendHandle` tells); DeadlineExceededError naming the sends
+        still waiting if ``timeout`` seconds pass first. Call it before a process that
+        sent tensors exits, or they are lost with it."""
+        self._sends.flush(timeout)
 
     def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
         """An uninitialised array in the memory this server's protocol sends from directly:
@@ -291,6 +307,7 @@ class Server:
         if self._metrics_endpoint is not None:
             self._metrics_endpoint.stop()
         self._rendezvous.stop()
+        self._sends.close(int(Code.CANCELLED), "the server stopped before its receiver took it")
         if self._rt.shared is not None:
             self._rt.shared.close()
         grpc_server = getattr(self, "_grpc", None)

@@ -4,9 +4,10 @@ A send puts its value in the table unless a recv already waits for it; a recv ta
 value if it is there and waits otherwise. Matching is first-in first-out per key, and
 every step has its own table, so two steps using the same tensor name never mix.
 Aborting a step fails its waiting recvs and every later send or recv of it until the
-step is cleaned up. A step's state is dropped as soon as it holds nothing (no tensor,
-no recv, no abort), so a job that never calls ``cleanup_step`` keeps state only for
-tensors nobody received yet and for aborted steps (both counted by :meth:`pending` and
+step is cleaned up; the sends a step drops (aborted or cleaned up) fail their
+completion. A step's state is dropped as soon as it holds nothing (no tensor, no recv,
+no abort), so a job that never calls ``cleanup_step`` keeps state only for tensors
+nobody received yet and for aborted steps (both counted by :meth:`pending` and
 :meth:`steps`). Callbacks run outside the lock, in the thread of whoever completed the
 match (the sender for a recv that waited, the receiver otherwise).
 """
@@ -27,6 +28,21 @@ class Value:
 
     array: Any
     is_dead: bool = False
+    #: the send's completion ticket (``_core.SendTicket``): told when the receiver has it
+    ticket: Any = None
+
+    def delivered(self) -> None:
+        """The receiver has the tensor: the send is complete."""
+        if self.ticket is not None:
+            self.ticket.deliver()
+
+
+def _fail_sends(items: dict[Hashable, collections.deque[Value]], error: TensorverbsError) -> None:
+    """Fail the sends of values the table drops."""
+    for queue in items.values():
+        for value in queue:
+            if value.ticket is not None:
+                value.ticket.fail(int(error.code), error.message)
 
 
 #: called once with (error, None) or (None, value)
@@ -143,9 +159,10 @@ class LocalTable:
         with self._lock:
             step = self._step(step_id)
             step.aborted = error
-            step.items.clear()
+            dropped, step.items = step.items, {}
             waiters = [w for queue in step.waiters.values() for w in queue]
             step.waiters.clear()
+        _fail_sends(dropped, error)
         for waiter in waiters:
             waiter.callback(type(error)(error.message), None)
 
@@ -161,6 +178,8 @@ class LocalTable:
         with self._lock:
             step = self._steps.pop(step_id, None)
         if step is not None:
+            _fail_sends(step.items, AbortedError(
+                f"step {step_id} was cleaned up before its receiver took it"))
             for queue in step.waiters.values():
                 for waiter in queue:
                     waiter.callback(AbortedError(f"step {step_id} was cleaned up"), None)

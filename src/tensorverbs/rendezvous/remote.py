@@ -218,7 +218,7 @@ class RemoteRendezvous(abc.ABC):
             self.rt.recvs.observe(str(call.key.src), nbytes, time.monotonic() - call.started)
         while not self._deliver(call, value):
             if call.out is not None and value.array is call.out.landing:
-                value = Value(value.array.copy(), value.is_dead)  # that caller may reuse out
+                value = Value(value.array.copy(), value.is_dead, value.ticket)  # that caller may reuse out
             with self._lock:
                 other = next(((c, op) for c, op in self._ops.values()
                               if c.match == call.match and not c.future.done()), None)
@@ -230,6 +230,7 @@ class RemoteRendezvous(abc.ABC):
                     return
             call, op = other
             op.cancel()
+        value.delivered()  # a local recv took this task's own tensor
 
     def _deliver(self, call: RecvCall, value: Value) -> bool:
         """Settle ``call`` with ``value``; False if its caller already gave up or refuses

@@ -103,7 +103,8 @@ class Servicer:
             confirmed = await calls.__anext__()
             if not confirmed.received:
                 raise InternalError(f"the receiver of {key.name!r} sent a second request")
-            value = None  # delivered
+            value.delivered()
+            value = None
         except StopAsyncIteration:  # the receiver closed the call without confirming
             self._count_sent(-counted, nbytes)
             table.requeue(step_id, key, value)

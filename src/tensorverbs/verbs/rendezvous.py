@@ -109,7 +109,8 @@ class VerbsRendezvous(RemoteRendezvous):
             dtype, data = DT_STRING, encode_proto(array)
         else:
             dtype, data = dtype_enum(array.dtype), array
-        self.core.send(step_id, self.ids[key.dst], key.name, dtype, array.shape, value.is_dead, data)
+        self.core.send(step_id, self.ids[key.dst], key.name, dtype, array.shape, value.is_dead, data,
+                       value.ticket)
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An array in registered memory: sending it needs no registration or copy."""

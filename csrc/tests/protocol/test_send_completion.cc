@@ -1,0 +1,114 @@
+// SendCompletion: a send's ticket is settled once, by delivery, by its step's abort or
+// clean-up, or as dropped; the ledger counts what is open (flush); and in every mode of the
+// protocol a send is delivered exactly when its receiver has the tensor.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/send_completion.h"
+#include "rendezvous_pair.h"
+
+namespace tensorverbs {
+namespace {
+
+using namespace rendezvous_testing;
+
+TEST(SendLedger, SettlesOnceAndCountsWhatIsOpen) {
+  auto ledger = std::make_shared<SendLedger>();
+  auto first = ledger->open("'a' to x at step 1");
+  auto second = ledger->open("'b' to x at step 1");
+  auto third = ledger->open("'c' to x at step 2");
+  EXPECT_EQ(ledger->open_count(), 3u);
+  EXPECT_EQ(ledger->describe_open(2), (std::vector<std::string>{"'a' to x at step 1", "'b' to x at step 1"}));
+  EXPECT_FALSE(ledger->wait_all(0.01));
+
+  second->deliver();
+  second->fail(Status(Code::kAborted, "too late"));  // the first outcome stays
+  EXPECT_TRUE(second->completion()->status()->ok());
+  first->fail(Status(Code::kAborted, "step 1 was aborted"));
+  EXPECT_EQ(first->completion()->status()->code(), Code::kAborted);
+  EXPECT_EQ(first->completion()->status()->message(), "'a' to x at step 1: step 1 was aborted");
+  EXPECT_EQ(ledger->describe_open(5), std::vector<std::string>{"'c' to x at step 2"});
+
+  std::shared_ptr<SendCompletion> dropped = third->completion();
+  third.reset();  // its value was freed before anybody took it
+  ASSERT_TRUE(dropped->status());
+  EXPECT_EQ(dropped->status()->code(), Code::kCancelled);
+  EXPECT_TRUE(ledger->wait_all(0));
+  EXPECT_EQ(ledger->open_count(), 0u);
+}
+
+TEST(SendLedger, WaitAllWakesWhenTheLastSettlesAndFailAllEndsEveryone) {
+  auto ledger = std::make_shared<SendLedger>();
+  std::vector<std::shared_ptr<SendTicket>> tickets;
+  for (int i = 0; i < 100; ++i) tickets.push_back(ledger->open("t" + std::to_string(i)));
+  std::thread deliverer([&] {
+    for (auto& ticket : tickets) ticket->deliver();
+  });
+  EXPECT_TRUE(ledger->wait_all(60));
+  deliverer.join();
+
+  auto open = ledger->open("'w' to y at step 3");
+  std::thread waiter([&] { EXPECT_TRUE(open->completion()->wait(60)); });
+  ledger->fail_all(Status(Code::kCancelled, "the server stopped"));
+  waiter.join();
+  EXPECT_EQ(open->completion()->status()->message(), "'w' to y at step 3: the server stopped");
+  EXPECT_TRUE(ledger->wait_all(0));
+}
+
+class SendCompletionPair : public RendezvousPair {};
+
+TEST_P(SendCompletionPair, ASendIsDeliveredWhenItsReceiverHasIt) {
+  auto ledger = std::make_shared<SendLedger>();
+  for (std::size_t count : {std::size_t{4}, std::size_t{1} << 16, std::size_t{1} << 20}) {
+    TensorValue sent = floats(count, 2.0f);
+    sent.ticket = ledger->open("w" + std::to_string(count));
+    std::shared_ptr<SendCompletion> completion = sent.ticket->completion();
+    ASSERT_TRUE(ps_->send(1, kWorker, "w", sent).ok());
+    sent.ticket.reset();
+    EXPECT_FALSE(completion->wait(0.01)) << "delivered before it was asked for";
+    RecvResult got = recv(1, "w");
+    ASSERT_TRUE(got.status.ok()) << got.status.message();
+    EXPECT_TRUE(same(got.value, sent));
+    ASSERT_TRUE(completion->wait(60)) << count;
+    EXPECT_TRUE(completion->status()->ok()) << completion->status()->message();
+  }
+  EXPECT_TRUE(ledger->wait_all(0));
+}
+
+TEST_P(SendCompletionPair, AbortAndCleanupFailTheSendsNobodyTook) {
+  auto ledger = std::make_shared<SendLedger>();
+  TensorValue aborted = floats(8, 1.0f), cleaned = floats(8, 1.0f);
+  aborted.ticket = ledger->open("'a'");
+  cleaned.ticket = ledger->open("'c'");
+  std::shared_ptr<SendCompletion> a = aborted.ticket->completion(), c = cleaned.ticket->completion();
+  ASSERT_TRUE(ps_->send(5, kWorker, "a", std::move(aborted)).ok());
+  ASSERT_TRUE(ps_->send(6, kWorker, "c", std::move(cleaned)).ok());
+  ps_->abort_step(5, Status(Code::kAborted, "step 5 was aborted: bad batch"));
+  ps_->cleanup_step(6);
+  ASSERT_TRUE(a->status() && c->status());
+  EXPECT_EQ(a->status()->message(), "'a': step 5 was aborted: bad batch");
+  EXPECT_EQ(c->status()->code(), Code::kAborted);
+  EXPECT_EQ(c->status()->message(), "'c': step 6 was cleaned up before its receiver took it");
+}
+
+TEST_P(SendCompletionPair, ALocalRecvDeliversThisTasksOwnSend) {
+  auto ledger = std::make_shared<SendLedger>();
+  TensorValue sent = floats(16, 0.5f);
+  sent.ticket = ledger->open("'mine'");
+  std::shared_ptr<SendCompletion> completion = sent.ticket->completion();
+  ASSERT_TRUE(ps_->send(7, kPs, "mine", std::move(sent)).ok());
+  auto waiting = std::make_shared<Waiting>();
+  ps_->recv(7, kPs, "mine", 60, waiting);
+  ASSERT_TRUE(waiting->get().status.ok());
+  ASSERT_TRUE(completion->wait(60));
+  EXPECT_TRUE(completion->status()->ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SendCompletionPair, all_modes(), mode_name);
+
+}  // namespace
+}  // namespace tensorverbs

@@ -1,0 +1,105 @@
+"""Send completion: a passive send learns when its receiver has the tensor.
+
+Every send gets a ticket of the native core's :class:`SendLedger`, carried with its value
+through either protocol. The transport marks it delivered when the receiver has the
+tensor (its write completed, its message was taken, its stream was confirmed, or a local
+recv took it); an aborted or cleaned-up step fails it with the reason, and a server that
+stops fails whatever is left. :class:`SendHandle` is what ``Server.send`` returns;
+:class:`Sends` is the ledger of one task, for ``Server.flush``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from .. import _core
+from ..errors import DeadlineExceededError, TensorverbsError, from_code
+
+#: the longest a wait stays in native code: Python handles signals (Ctrl-C) in between
+_SLICE = 0.1
+
+
+def wait_in_slices(wait: Callable[[float], bool], timeout: float | None) -> bool:
+    """Call ``wait(seconds)`` (which releases the GIL and returns True once done) in short
+    slices until it returns True or ``timeout`` seconds (None: no limit) have passed, so
+    that a signal's exception (KeyboardInterrupt) interrupts the wait; False on timeout."""
+    deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
+    while True:
+        left = _SLICE if deadline is None else min(_SLICE, deadline - time.monotonic())
+        if wait(max(0.0, left)):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+
+
+class SendHandle:
+    """The completion of one passive send (what :meth:`tensorverbs.Server.send` returns).
+
+    It completes when the receiver has the tensor. It fails with AbortedError when the
+    step is aborted or cleaned up first, CancelledError when the server stops first. A
+    send whose receiver never asks stays pending: wait with a timeout."""
+
+    __slots__ = ("_completion",)
+
+    def __init__(self, completion: "_core.SendCompletion") -> None:
+        self._completion = completion
+
+    @property
+    def what(self) -> str:
+        """The send, for messages: "'w' to /job:worker/replica:0/task:0 at step 3"."""
+        return self._completion.what
+
+    def done(self) -> bool:
+        """Whether the send is settled (delivered or failed)."""
+        return self._completion.outcome() is not None
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the receiver has the tensor; raise the send's TensorverbsError if
+        it failed, DeadlineExceededError if ``timeout`` seconds passed first (the send
+        stays pending)."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+
+    def exception(self, timeout: float | None = None) -> TensorverbsError | None:
+        """Block like :meth:`wait`; the send's error, or None once it was delivered."""
+        if not wait_in_slices(self._completion.wait, timeout):
+            raise DeadlineExceededError(f"{self.what} was not received within {timeout:g} s")
+        code, message = self._completion.outcome()
+        return from_code(code, message) if code else None
+
+    def __repr__(self) -> str:
+        outcome = self._completion.outcome()
+        state = "pending" if outcome is None else "delivered" if not outcome[0] else "failed"
+        return f"<SendHandle {self.what}: {state}>"
+
+
+class Sends:
+    """The sends of one task not settled yet."""
+
+    def __init__(self) -> None:
+        self._ledger = _core.SendLedger()
+
+    def open(self, what: str) -> "_core.SendTicket":
+        """A ticket for a new send (its value carries it; ``ticket.completion`` is the
+        caller's)."""
+        return self._ledger.open(what)
+
+    def pending(self) -> int:
+        """How many sends are not settled yet."""
+        return self._ledger.open_count()
+
+    def flush(self, timeout: float | None) -> None:
+        """Wait until every send so far is settled; DeadlineExceededError naming the
+        oldest that are not if ``timeout`` seconds pass first."""
+        if wait_in_slices(self._ledger.wait_all, timeout):
+            return
+        waiting, oldest = self._ledger.open_count(), self._ledger.describe_open(3)
+        more = f" and {waiting - len(oldest)} more" if waiting > len(oldest) else ""
+        raise DeadlineExceededError(
+            f"flush: {waiting} sent tensor(s) not received within {timeout:g} s: "
+            f"{', '.join(oldest)}{more}")
+
+    def close(self, code: int, message: str) -> None:
+        """Fail every send not settled yet with ``(code, message)``."""
+        self._ledger.fail_all(code, message)
