@@ -45,6 +45,10 @@ struct VerbsConfig {
   int mtu = 0;                    // 0: the active MTU
   int traffic_class = 0;
   std::string same_host = "auto";  // soft provider: auto, yes, no
+  // ibverbs: how a peer is given one landing: "type2" memory windows bound to its queue
+  // pair, a "registration" of the landing's range, or "auto" (type 2 where the device
+  // has them, except soft-RoCE)
+  std::string ib_windows = "auto";
 };
 
 }  // namespace tensorverbs::verbs

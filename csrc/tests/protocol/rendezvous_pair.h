@@ -1,5 +1,7 @@
 // RendezvousPair: two tasks' RdmaRendezvous in one process, their channel set up directly
-// (as the control plane would), over the soft provider; and what its tests share.
+// (as the control plane would), over the soft provider, or over ibverbs on the first two
+// active devices (the soft-RoCE lane: rxe0 and rxe1; skipped where there is none, failed
+// with TENSORVERBS_TEST_REQUIRE_IBVERBS=1); and what its tests share.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,9 +13,11 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
+#include "../verbs/ibverbs_fixture.h"
 #include "protocol/rdma_rendezvous.h"
 
 namespace tensorverbs::rendezvous_testing {
@@ -54,16 +58,33 @@ struct Options {
   bool read_mode = false;
   bool validate = false;
   std::string same_host = "auto";
+  std::string provider = "soft";
+  std::string ib_windows = "auto";  // ibverbs: type2, registration or auto
 };
+
+inline void PrintTo(const Options& o, std::ostream* os) {
+  *os << o.provider << (o.read_mode ? " read" : " write") << (o.validate ? " validate" : "")
+      << " same_host=" << o.same_host << (o.provider == "ibverbs" ? " windows=" + o.ib_windows : "");
+}
 
 class RendezvousPair : public ::testing::TestWithParam<Options> {
  protected:
   void SetUp() override {
+    std::vector<std::string> devices;
+    if (GetParam().provider == "ibverbs") {
+      IBVERBS_NEED_DEVICES(active);
+      devices = active;
+    }
     for (std::int32_t task : {kPs, kWorker}) {
       RendezvousSettings settings;
       settings.task = task;
       settings.task_names = {"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"};
-      settings.verbs.provider = "soft";
+      settings.verbs.provider = GetParam().provider;
+      settings.verbs.ib_windows = GetParam().ib_windows;
+      if (!devices.empty()) {
+        settings.verbs.device = devices[std::min<std::size_t>(task == kPs ? 0 : 1, devices.size() - 1)];
+      }
+      if (queue_depth_) settings.verbs.queue_depth = queue_depth_;
       settings.verbs.same_host = GetParam().same_host;
       settings.listen_host = "127.0.0.1";
       settings.read_mode = GetParam().read_mode;
@@ -116,6 +137,7 @@ class RendezvousPair : public ::testing::TestWithParam<Options> {
 
   std::unique_ptr<RdmaRendezvous> ps_, worker_;
   std::size_t pool_limit_ = 0;  // 0: the default
+  int queue_depth_ = 0;         // 0: the default
 };
 
 // Tasks whose pools hold 16 MiB at most.
@@ -123,6 +145,15 @@ class SmallPoolPair : public RendezvousPair {
  protected:
   void SetUp() override {
     pool_limit_ = 16 << 20;
+    RendezvousPair::SetUp();
+  }
+};
+
+// Tasks whose queue pairs hold 8 requests (RDMA_QP_QUEUE_DEPTH=8).
+class ShallowQueuePair : public RendezvousPair {
+ protected:
+  void SetUp() override {
+    queue_depth_ = 8;
     RendezvousPair::SetUp();
   }
 };
@@ -148,15 +179,24 @@ inline bool all_zero(const RecvDestination& destination) {
 }
 
 inline std::string mode_name(const ::testing::TestParamInfo<Options>& mode) {
-  if (mode.param.read_mode) return "read";
-  if (mode.param.validate) return "validate";
-  return mode.param.same_host == "no" ? "tcp" : "write";
+  const std::string windows = mode.param.provider == "ibverbs" ? "_" + mode.param.ib_windows : "";
+  if (mode.param.read_mode) return "read" + windows;
+  if (mode.param.validate) return "validate" + windows;
+  return (mode.param.same_host == "no" ? "tcp" : "write") + windows;
 }
 
-// The four modes: write (same host), read, validate, and write over TCP.
+// The four modes of the soft provider: write (same host), read, validate, write over TCP.
 inline auto all_modes() {
   return ::testing::Values(Options{}, Options{true, false, "auto"}, Options{false, true, "auto"},
                            Options{false, false, "no"});
+}
+
+// The modes on ibverbs (instantiated as "Ibverbs/...": the soft-RoCE lane runs them): write
+// with type 2 windows and with registrations of the landing, read with type 2 windows.
+inline auto ibverbs_modes() {
+  return ::testing::Values(Options{false, false, "auto", "ibverbs", "type2"},
+                           Options{false, false, "auto", "ibverbs", "registration"},
+                           Options{true, false, "auto", "ibverbs", "type2"});
 }
 
 }  // namespace tensorverbs::rendezvous_testing

@@ -33,6 +33,11 @@ Status check_config(const VerbsConfig& config) {
                                check_range("RDMA_DEVICE_PORT", config.port, 0, 255)}) {
     if (!status.ok()) return status;
   }
+  if (config.ib_windows != "auto" && config.ib_windows != "type2" &&
+      config.ib_windows != "registration") {
+    return Status(Code::kInvalidArgument, "TENSORVERBS_IB_WINDOWS='" + config.ib_windows +
+                                              "' is not valid: expected auto, type2 or registration");
+  }
   return ok_status();
 }
 
@@ -126,8 +131,17 @@ Result<std::shared_ptr<IbContext>> IbContext::open(const Libibverbs& lib,
   caps.type2_windows = (dev.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
                                                 IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
   caps.is_rxe = dev.vendor_id == kRxeVendor;
-  return std::shared_ptr<IbContext>(
+  if (config.ib_windows == "type2" && !caps.type2_windows) {
+    return fail(Status(Code::kInvalidArgument, "TENSORVERBS_IB_WINDOWS=type2: " + sel.device.name +
+                                                   " has no type 2 memory windows"));
+  }
+  auto opened_context = std::shared_ptr<IbContext>(
       new IbContext(lib, context, sel.device, std::move(port), caps, config));
+  if (config.ib_windows == "type2") opened_context->set_window_kind(WindowKind::kType2);
+  if (config.ib_windows == "registration") {
+    opened_context->set_window_kind(WindowKind::kRegistration);
+  }
+  return opened_context;
 }
 
 Result<std::shared_ptr<ProtectionDomain>> IbContext::alloc_pd() {

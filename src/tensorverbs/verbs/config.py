@@ -102,6 +102,7 @@ _VARIABLES: dict[str, tuple[tuple[str, ...], Callable[[str], object]]] = {
     "mtu": (("RDMA_QP_MTU", "RDMA_MTU"), _mtu),
     "traffic_class": (("RDMA_TRAFFIC_CLASS",), _int_in(0, 255)),
     "same_host": (("TENSORVERBS_SAME_HOST",), _choice("auto", "yes", "no")),
+    "ib_windows": (("TENSORVERBS_IB_WINDOWS",), _choice("auto", "type2", "registration")),
     "pool_block_bytes": (("TENSORVERBS_POOL_BLOCK",), _size),
     "pool_limit_bytes": (("TENSORVERBS_POOL_LIMIT",), _size),
     "max_tensor_bytes": (("TENSORVERBS_MAX_TENSOR_BYTES",), _size),
@@ -129,6 +130,7 @@ class RdmaConfig:
     mtu: int | None = None
     traffic_class: int = 0
     same_host: str = "auto"
+    ib_windows: str = "auto"
     pool_block_bytes: int = 256 << 20
     pool_limit_bytes: int = 16 << 30
     max_tensor_bytes: int = 16 << 30
@@ -167,7 +169,7 @@ class RdmaConfig:
                 "pkey_index": self.pkey_index, "queue_depth": self.queue_depth,
                 "timeout": self.timeout, "retry_cnt": self.retry_count, "sl": self.sl,
                 "mtu": self.mtu or 0, "traffic_class": self.traffic_class,
-                "same_host": self.same_host}
+                "same_host": self.same_host, "ib_windows": self.ib_windows}
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(variable, effective value, where it came from) for ``tensorverbs info``."""
