@@ -11,15 +11,16 @@ namespace tensorverbs {
 RdmaChannel::RdmaChannel(ChannelOwner& owner, std::int32_t peer, std::uint64_t incarnation,
                          std::shared_ptr<verbs::QueuePair> qp,
                          std::unique_ptr<RdmaMessageBuffer> buffer, std::uint64_t max_message_bytes,
-                         const std::string& provider)
+                         const std::string& provider, std::uint32_t max_requests)
     : owner_(owner), peer_(peer), incarnation_(incarnation), qp_(std::move(qp)),
       provider_(provider), peer_name_(owner.task_name(peer)), name_("verbs channel to " + peer_name_),
-      buffer_(std::move(buffer)), max_message_bytes_(max_message_bytes) {}
+      buffer_(std::move(buffer)), max_message_bytes_(max_message_bytes),
+      max_requests_(std::max<std::uint32_t>(1, max_requests)) {}
 
 RdmaChannel::~RdmaChannel() { fail(Status(Code::kUnavailable, name() + " was closed")); }
 
 Status RdmaChannel::start() {
-  std::vector<verbs::RecvWr> recvs(2 * std::size_t{buffer_->slots()} + 64);
+  std::vector<verbs::RecvWr> recvs(std::size_t{message_receives(buffer_->slots())} + max_requests_);
   for (std::size_t i = 0; i < recvs.size(); ++i) {
     recvs[i].wr_id = work_id(WorkKind::kRecv, static_cast<std::uint32_t>(i));
   }
@@ -87,10 +88,48 @@ std::optional<Status> RdmaChannel::error() const {
 
 Status RdmaChannel::post_locked(std::vector<verbs::SendWr>& wrs) {
   if (wrs.empty()) return Status();
-  Status status = qp_->post_send(wrs.data(), wrs.size());
+  if (backlog_.empty() && qp_->send_room() > wrs.size()) {  // room to spare: post at once
+    Status status = qp_->post_send(wrs.data(), wrs.size());
+    wrs.clear();
+    if (status.ok()) return status;
+    return Status(Code::kUnavailable, name() + " failed: " + status.message());
+  }
+  backlog_.insert(backlog_.end(), wrs.begin(), wrs.end());
   wrs.clear();
-  if (status.ok()) return status;
-  return Status(Code::kUnavailable, name() + " failed: " + status.message());
+  return drain_locked();
+}
+
+Status RdmaChannel::drain_locked() {
+  std::vector<verbs::SendWr> batch;
+  while (!backlog_.empty()) {
+    const std::size_t room = qp_->send_room();
+    if (room == 0) break;
+    const std::size_t n = std::min(room, backlog_.size());
+    batch.assign(backlog_.begin(), backlog_.begin() + static_cast<std::ptrdiff_t>(n));
+    // the send queue is full now: its last request's completion says when it has room again
+    if (n == room) batch.back().signaled = true;
+    Status status = qp_->post_send(batch.data(), batch.size());
+    if (!status.ok()) {
+      if (status.code() == Code::kResourceExhausted) break;  // the provider's own requests took it
+      return Status(Code::kUnavailable, name() + " failed: " + status.message());
+    }
+    backlog_.erase(backlog_.begin(), backlog_.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  if (!backlog_.empty()) owner_.wants_housekeeping();
+  return Status();
+}
+
+bool RdmaChannel::drain() {
+  Status status;
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) return false;
+    status = drain_locked();
+    left = !backlog_.empty();
+  }
+  if (!status.ok()) fail(status);
+  return left && status.ok();
 }
 
 void RdmaChannel::send(RdmaMessage message) {
@@ -152,8 +191,13 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
     wrs.push_back(wr);
     offset += length;
   } while (offset < total);
-  Status status = qp_->post_send(wrs.data(), wrs.size());
-  if (!status.ok()) fail(Status(Code::kUnavailable, name() + " failed: " + status.message()));
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) return;  // fail() ended whatever this was for
+    status = post_locked(wrs);
+  }
+  if (!status.ok()) fail(status);
 }
 
 Result<std::unique_ptr<verbs::MemoryWindow>> RdmaChannel::bind_window(
@@ -171,21 +215,50 @@ std::uint32_t RdmaChannel::last_operation_bytes(std::uint64_t nbytes) const {
   return static_cast<std::uint32_t>(rest ? rest : step);
 }
 
-Result<std::uint32_t> RdmaChannel::add_request(std::shared_ptr<RdmaTensorRequest> request) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (error_) return *error_;
+std::uint32_t RdmaChannel::next_index_locked() {
   // indices run 0..kMaxRequestIndex and wrap; those of live requests are skipped
   const auto next = [](std::uint32_t i) { return i >= kMaxRequestIndex ? 0u : i + 1; };
   while (requests_.count(next_index_)) next_index_ = next(next_index_);
   const std::uint32_t index = next_index_;
   next_index_ = next(next_index_);
-  requests_.emplace(index, std::move(request));
   return index;
 }
 
-void RdmaChannel::remove_request(std::uint32_t index) {
+Result<std::optional<std::uint32_t>> RdmaChannel::add_request(
+    std::shared_ptr<RdmaTensorRequest> request) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (error_) return *error_;
+  if (requests_.size() >= max_requests_ || !queued_.empty()) {
+    queued_.push_back(std::move(request));
+    return std::optional<std::uint32_t>();
+  }
+  const std::uint32_t index = next_index_locked();
+  requests_.emplace(index, std::move(request));
+  return std::optional<std::uint32_t>(index);
+}
+
+void RdmaChannel::remove_request(std::uint32_t index) {
+  std::unique_lock<std::mutex> lock(mu_);
   requests_.erase(index);
+  admit_queued(lock);
+}
+
+void RdmaChannel::admit_queued(std::unique_lock<std::mutex>& lock) {
+  while (!error_ && requests_.size() < max_requests_ && !queued_.empty()) {
+    std::shared_ptr<RdmaTensorRequest> request = std::move(queued_.front());
+    queued_.pop_front();
+    const std::uint32_t index = next_index_locked();
+    requests_.emplace(index, request);
+    lock.unlock();
+    const bool sent = request->send_request(index);  // false: it ended while queued
+    lock.lock();
+    if (!sent) requests_.erase(index);
+  }
+}
+
+std::size_t RdmaChannel::queued_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_.size();
 }
 
 std::shared_ptr<RdmaTensorResponse> RdmaChannel::add_response(
@@ -337,16 +410,19 @@ void RdmaChannel::after_batch() {
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!took_messages_ || error_) return;
-    took_messages_ = false;
-    buffer_->ack_if_needed(&wrs);
-    status = post_locked(wrs);
+    if (error_) return;
+    if (took_messages_) {
+      took_messages_ = false;
+      buffer_->ack_if_needed(&wrs);
+    }
+    status = wrs.empty() ? drain_locked() : post_locked(wrs);
   }
   if (!status.ok()) fail(status);
 }
 
 void RdmaChannel::fail(const Status& why) {
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests;
+  std::deque<std::shared_ptr<RdmaTensorRequest>> queued;
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> waiting;
   Status failed;
@@ -357,11 +433,14 @@ void RdmaChannel::fail(const Status& why) {
     if (!error_) error_ = why;
     failed = *error_;
     requests.swap(requests_);
+    queued.swap(queued_);
     responses.swap(responses_);
     waiting.swap(inline_);
+    backlog_.clear();
   }
   qp_->to_error(failed.message());
   for (auto& [index, request] : requests) request->fail(failed);
+  for (auto& request : queued) request->fail(failed);
   for (auto& [index, response] : responses) response->abandon();
   for (auto& [sequence, response] : waiting) response->abandon();
 }

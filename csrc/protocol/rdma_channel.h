@@ -5,9 +5,17 @@
 // to the request or response they name, a TENSOR_REQUEST to the owner; every failure of
 // the connection fails all of them, once, with the reason. Thread-safe: any thread may
 // send; the adapter's thread delivers completions.
+//
+// Flow control: any number of transfers may be in flight. At most `max_requests` requests
+// to the peer are (each holds one of the receives its answer may consume; more wait here, in
+// order, and are sent as earlier ones end), and the queue pair has that many receives
+// posted beside those of the messages, so the peer never meets an empty receive queue.
+// Work requests beyond the send queue's free entries wait in a backlog, in order, posted as
+// completions free entries (after a batch; the owner's housekeeping as a fallback).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -40,13 +48,21 @@ class ChannelOwner {
   virtual void on_tensor_request(const std::shared_ptr<RdmaChannel>& channel,
                                  const RdmaMessage& message) = 0;
   virtual const std::string& task_name(std::int32_t task) const = 0;
+  // Work waits in a channel's backlog: call drain() on it from housekeeping until it says
+  // nothing is left.
+  virtual void wants_housekeeping() = 0;
 };
 
 class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
  public:
+  // Receives posted for messages and ACKs (a queue pair's receive queue holds these and
+  // `max_requests`).
+  static std::uint32_t message_receives(std::uint32_t slots) { return 2 * slots + 64; }
+
   RdmaChannel(ChannelOwner& owner, std::int32_t peer, std::uint64_t incarnation,
               std::shared_ptr<verbs::QueuePair> qp, std::unique_ptr<RdmaMessageBuffer> buffer,
-              std::uint64_t max_message_bytes, const std::string& provider);
+              std::uint64_t max_message_bytes, const std::string& provider,
+              std::uint32_t max_requests);
   ~RdmaChannel();
 
   std::int32_t peer() const { return peer_; }
@@ -91,10 +107,18 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // The length of the last operation of a transfer of `nbytes` (the one the peer sees).
   std::uint32_t last_operation_bytes(std::uint64_t nbytes) const;
 
+  // Posts what waits in the backlog as far as the send queue has room; true if some is left.
+  bool drain();
+
   // -- requests and responses ----------------------------------------------------------------
-  // Registers a request under a free index; fails (the channel's error) once failed.
-  Result<std::uint32_t> add_request(std::shared_ptr<RdmaTensorRequest> request);
+  // Registers a request under a free index and returns it, or queues it (nothing) while
+  // `max_requests` are in flight: it is then registered when one ends, and its
+  // send_request(index) called. Fails (the channel's error) once failed.
+  Result<std::optional<std::uint32_t>> add_request(std::shared_ptr<RdmaTensorRequest> request);
+  // Ends a request's registration (its index is free again) and admits a queued one.
   void remove_request(std::uint32_t index);
+  // Requests queued behind those in flight.
+  std::size_t queued_requests() const;
   // Registers the answer to the peer's request `index`; nullptr once failed (nobody is left
   // to answer) or if the index is in use (then the channel fails: the peer broke the rules).
   std::shared_ptr<RdmaTensorResponse> add_response(
@@ -110,7 +134,11 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   void fail(const Status& why);
 
  private:
+  // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.
   Status post_locked(std::vector<verbs::SendWr>& wrs);
+  Status drain_locked();
+  std::uint32_t next_index_locked();
+  void admit_queued(std::unique_lock<std::mutex>& lock);
   Status credit_locked(std::uint32_t count,
                        std::vector<std::shared_ptr<RdmaTensorResponse>>* delivered);
   void on_message(std::uint32_t byte_len);
@@ -131,7 +159,10 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   bool failed_ = false;  // fail() ran
   std::uint64_t max_message_bytes_;
   std::uint32_t next_index_ = 0;
+  const std::uint32_t max_requests_;
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests_;
+  std::deque<std::shared_ptr<RdmaTensorRequest>> queued_;  // beyond max_requests_, in order
+  std::deque<verbs::SendWr> backlog_;  // work requests beyond the send queue's room, in order
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
   // inline answers waiting for the peer to take their message: (sequence, response)
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> inline_;

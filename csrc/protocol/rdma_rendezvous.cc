@@ -38,14 +38,16 @@ Result<std::unique_ptr<RdmaRendezvous>> RdmaRendezvous::open(RendezvousSettings 
   if (!pd.ok()) return pd.status();
   rv->pd_ = pd.take();
   const int peers = static_cast<int>(rv->settings_.task_names.size());
-  auto cq = rv->context_->create_cq(2 * rv->settings_.verbs.queue_depth * std::max(1, peers));
+  const int per_channel = 2 * rv->settings_.verbs.queue_depth +
+                          static_cast<int>(RdmaChannel::message_receives(rv->settings_.slots));
+  auto cq = rv->context_->create_cq(per_channel * std::max(1, peers));
   if (!cq.ok()) return cq.status();
   rv->cq_ = cq.take();
   rv->pool_ = std::make_shared<RegisteredPool>(rv->pd_, rv->settings_.pool_block, rv->settings_.pool_limit);
   const std::uint64_t device_max = rv->context_->device().max_msg_sz;
   rv->max_message_bytes_ = device_max ? std::min(device_max, kDefaultMaxMessage) : kDefaultMaxMessage;
   RdmaRendezvous* self = rv.get();
-  rv->adapter_ = std::make_unique<RdmaAdapter>(rv->cq_, [self] { return self->check_quarantine(); });
+  rv->adapter_ = std::make_unique<RdmaAdapter>(rv->cq_, [self] { return self->housekeeping(); });
   rv->adapter_->start();
   return rv;
 }
@@ -85,13 +87,16 @@ Result<std::string> RdmaRendezvous::channel(std::int32_t peer, std::uint64_t inc
       }
       old = std::move(channel);
     }
-    auto qp = context_->create_qp(pd_, cq_, cq_,
-                                  verbs::QpCaps{settings_.verbs.queue_depth, settings_.verbs.queue_depth});
+    // the receive queue: the messages' receives and one for each request in flight
+    const int depth = settings_.verbs.queue_depth;
+    const int receives = depth + static_cast<int>(RdmaChannel::message_receives(settings_.slots));
+    auto qp = context_->create_qp(pd_, cq_, cq_, verbs::QpCaps{depth, receives});
     if (!qp.ok()) return qp.status();
     auto buffer = RdmaMessageBuffer::create(*pd_, settings_.slots);
     if (!buffer.ok()) return buffer.status();
     channel = std::make_shared<RdmaChannel>(*this, peer, incarnation, qp.take(), buffer.take(),
-                                            max_message_bytes_, provider_);
+                                            max_message_bytes_, provider_,
+                                            static_cast<std::uint32_t>(depth));
     Status started = channel->start();
     if (!started.ok()) return started;
     adapter_->attach(channel);
@@ -328,6 +333,19 @@ void RdmaRendezvous::quarantine(std::function<bool()> quiesced) {
     quarantined_.push_back(std::move(quiesced));
   }
   adapter_->wants_housekeeping();
+}
+
+void RdmaRendezvous::wants_housekeeping() { adapter_->wants_housekeeping(); }
+
+bool RdmaRendezvous::housekeeping() {
+  bool left = check_quarantine();
+  std::vector<std::shared_ptr<RdmaChannel>> channels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [peer, channel] : channels_) channels.push_back(channel);
+  }
+  for (auto& channel : channels) left = channel->drain() || left;
+  return left;
 }
 
 bool RdmaRendezvous::check_quarantine() {

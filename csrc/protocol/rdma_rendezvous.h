@@ -104,6 +104,7 @@ class RdmaRendezvous final : public ChannelOwner {
   void on_tensor_request(const std::shared_ptr<RdmaChannel>& channel,
                          const RdmaMessage& message) override;
   const std::string& task_name(std::int32_t task) const override;
+  void wants_housekeeping() override;
 
  private:
   explicit RdmaRendezvous(RendezvousSettings settings) : settings_(std::move(settings)) {}
@@ -113,6 +114,9 @@ class RdmaRendezvous final : public ChannelOwner {
   std::optional<TensorValue> take_late(const StepKey& key);
   std::optional<TensorValue> take_late_locked(const StepKey& key);  // under mu_
   void drop_late_locked(std::int64_t step);                          // under mu_
+  // The adapter's housekeeping: quarantined landings, then the channels' backlogs; true
+  // while anything is left.
+  bool housekeeping();
   bool check_quarantine();
   // Tracks `recv` (for aborts, stop and late tensors), unless a late tensor of its key is
   // there: then that tensor, untracked.

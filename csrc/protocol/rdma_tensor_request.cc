@@ -35,9 +35,15 @@ std::string RdmaTensorRequest::what() const {
 }
 
 std::string RdmaTensorRequest::progress() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   switch (state_) {
     case State::kRequested:
+      if (!sent_) {
+        lock.unlock();
+        return "not requested yet: queued behind the requests in flight to " +
+               rendezvous_.task_name(key_.key.src) + " (" +
+               std::to_string(channel_->queued_requests()) + " queued)";
+      }
       return "requested; " + rendezvous_.task_name(key_.key.src) + " has not answered";
     case State::kReRequested:
       return "the meta-data arrived and the tensor was re-requested; its write has not";
@@ -48,21 +54,25 @@ std::string RdmaTensorRequest::progress() const {
 }
 
 void RdmaTensorRequest::start() {
-  auto index = channel_->add_request(shared_from_this());
-  if (!index.ok()) {
-    finish(index.status(), std::nullopt, false);
+  auto admitted = channel_->add_request(shared_from_this());
+  if (!admitted.ok()) {
+    finish(admitted.status(), std::nullopt, false);
     return;
   }
+  // queued behind the requests in flight: the channel sends it when one of them ends
+  if (!admitted.value()) return;
+  const std::uint32_t index = *admitted.value();
+  if (!send_request(index)) channel_->remove_request(index);
+}
+
+bool RdmaTensorRequest::send_request(std::uint32_t index) {
   RdmaMessage message{MessageType::kTensorRequest, 0, key_.key.name, key_.step, 0, 0,
                       std::nullopt, 0, ""};
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (state_ == State::kDone) {  // handed a late tensor before it was asked for
-      lock.unlock();
-      channel_->remove_request(index.value());
-      return;
-    }
-    index_ = index.value();
+    // it ended before it was asked for: given up, or handed a late tensor
+    if (state_ == State::kDone) return false;
+    index_ = index;
     sent_ = true;
     message.request_index = index_;
     meta_ = rendezvous_.cached_meta(key_.key.src, key_.key.name);
@@ -80,6 +90,7 @@ void RdmaTensorRequest::start() {
     }
   }
   channel_->send(std::move(message));
+  return true;
 }
 
 Status RdmaTensorRequest::land(const TensorMeta& meta, bool window) {
@@ -258,6 +269,10 @@ void RdmaTensorRequest::fail(const Status& why) { finish(why, std::nullopt, fals
 
 void RdmaTensorRequest::cancel_locked(std::optional<RdmaMessage>* out) {
   if (cancel_sent_ || state_ == State::kReading || state_ == State::kDone) return;
+  if (!sent_) {  // nothing was asked for (index_ is nobody's): nothing will come
+    state_ = State::kDone;
+    return;
+  }
   cancel_sent_ = true;
   *out = RdmaMessage{MessageType::kCancel, index_, key_.key.name, key_.step, 0, 0,
                      std::nullopt, 0, ""};
@@ -270,11 +285,7 @@ bool RdmaTensorRequest::hand_over(TensorValue& value) {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone || !caller_) return false;
     caller.swap(caller_);
-    if (sent_) {
-      cancel_locked(&cancel);  // what the peer sends for it anyway comes late in turn
-    } else {
-      state_ = State::kDone;  // start() sends nothing
-    }
+    cancel_locked(&cancel);  // what the peer sends for it anyway comes late in turn
   }
   if (cancel) channel_->send(std::move(*cancel));
   rendezvous_.forget(this);
@@ -304,6 +315,7 @@ void RdmaTensorRequest::finish(Status status, std::optional<TensorValue> value, 
     state_ = State::kDone;
     caller.swap(caller_);
     release_landing();
+    registered = registered && sent_;  // a queued request holds no index
   }
   if (registered) channel_->remove_request(index_);
   if (status.ok() && value) {

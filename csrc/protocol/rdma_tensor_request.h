@@ -38,8 +38,12 @@ class RdmaTensorRequest : public PendingRecv,
                     std::optional<RecvDestination> destination = std::nullopt);
   ~RdmaTensorRequest() override;
 
-  // Registers with the channel and sends TENSOR_REQUEST; the caller is answered on failure.
+  // Registers with the channel and sends TENSOR_REQUEST (or queues behind the requests in
+  // flight, the channel sending it later); the caller is answered on failure.
   void start();
+  // Sends TENSOR_REQUEST under `index` (the channel's, once it is admitted); false if the
+  // request ended meanwhile (the index is then the caller's to free).
+  bool send_request(std::uint32_t index);
 
   // -- events (the adapter's thread) ---------------------------------------------------------
   void on_message(const RdmaMessage& message);  // META_DATA_RESPONSE, TENSOR_INLINE, ERROR_STATUS
@@ -72,7 +76,7 @@ class RdmaTensorRequest : public PendingRecv,
   mutable std::mutex mu_;
   State state_ = State::kRequested;
   std::shared_ptr<RecvCallback> caller_;  // null once answered
-  bool sent_ = false;  // its TENSOR_REQUEST went out (index_ is its index)
+  bool sent_ = false;  // its TENSOR_REQUEST went out (index_ is its index); else none will
   bool cancel_sent_ = false;
   std::optional<TensorMeta> meta_;        // what is expected
   const std::optional<RecvDestination> destination_;

@@ -47,6 +47,8 @@ class QueuePair {
 
   virtual Status connect(std::string_view remote_endpoint) = 0;
   virtual Status post_send(const SendWr* wrs, std::size_t count) = 0;
+  // How many send requests post_send takes now (the send queue's free entries).
+  virtual std::size_t send_room() const = 0;
   virtual Status post_recv(const RecvWr* wrs, std::size_t count) = 0;
   // Moves to the error state (flushing outstanding work) with `why` as the detail.
   virtual void to_error(std::string_view why) = 0;

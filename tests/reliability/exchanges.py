@@ -111,6 +111,27 @@ def send_many(server, to: str, step: int, count: int, nbytes: int, seed: int = 0
     return count
 
 
+def send_cycling(server, to: str, step: int, count: int, nbytes: int, distinct: int = 16) -> int:
+    """Send ``t0``.. ``t<count-1>``, tensor i being ``pattern(nbytes, i % distinct)``: many
+    large tensors from ``distinct`` arrays."""
+    arrays = [pattern(nbytes, seed) for seed in range(distinct)]
+    for i in range(count):
+        server.send(f"t{i}", arrays[i % distinct], to=to, step_id=step)
+    return count
+
+
+def finish_cycling(server, tag: str, nbytes: int, distinct: int = 16) -> int:
+    """Wait for the recvs started under ``tag`` as they complete (dropping each result);
+    check tensor i is ``pattern(nbytes, i % distinct)``."""
+    futures = _pending.pop(tag)
+    index = {fut: i for i, fut in enumerate(futures)}
+    arrays = [pattern(nbytes, seed) for seed in range(distinct)]
+    for fut in concurrent.futures.as_completed(futures, timeout=10 * TIMEOUT):
+        i = index.pop(fut)
+        _check(f"tensor t{i}", fut.result(), arrays[i % distinct])
+    return len(futures)
+
+
 # -- a long run --------------------------------------------------------------------------------
 def soak(server, peer: str, sends_first: bool, steps: int, samples: int) -> list[tuple[int, int, int]]:
     """``steps`` steps of a small exchange with ``peer`` (a 4 KiB and a 256 KiB tensor each

@@ -14,6 +14,16 @@ def test_5000_recvs_in_flight(variant):
         assert cluster.run({WORKER: ("exchanges:finish_recvs", "many", 4096)}) == {WORKER: 5000}
 
 
+def test_8000_recvs_of_256KiB_in_flight_from_one_peer(variant):
+    """More transfers in flight on one channel than its queues hold (1024 requests) wait
+    their turn: none fails the channel or stalls."""
+    count, nbytes = 8000, 256 << 10
+    with Cluster({"ps": 1, "worker": 1}, variant) as cluster:
+        assert cluster.run({WORKER: ("exchanges:begin_recvs", "large", PS, 4, count, 300.0)}) == {WORKER: count}
+        assert cluster.run({PS: ("exchanges:send_cycling", WORKER, 4, count, nbytes)}) == {PS: count}
+        assert cluster.run({WORKER: ("exchanges:finish_cycling", "large", nbytes)}) == {WORKER: count}
+
+
 def test_8_threads_receive_while_one_sends(variant):
     with Cluster({"ps": 1, "worker": 1}, variant) as cluster:
         assert cluster.run({

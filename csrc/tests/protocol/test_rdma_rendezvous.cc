@@ -179,6 +179,7 @@ TEST_P(RendezvousPair, StopCancelsPendingRecvs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RendezvousPair, all_modes(), mode_name);
+INSTANTIATE_TEST_SUITE_P(Ibverbs, RendezvousPair, ibverbs_modes(), mode_name);
 
 }  // namespace
 }  // namespace tensorverbs

@@ -229,6 +229,14 @@ Status IbQueuePair::post_send(const SendWr* wrs, std::size_t count) {
   return ok_status();
 }
 
+std::size_t IbQueuePair::send_room() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::size_t used = ledger_.caller_sends();
+  const std::size_t all = used + ledger_.internal_sends();
+  const auto depth = static_cast<std::size_t>(caps_.max_send_wr);
+  return std::min(used < depth ? depth - used : 0, all < send_slots() ? send_slots() - all : 0);
+}
+
 Status IbQueuePair::post_recv(const RecvWr* wrs, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     if (wrs[i].sge.length != 0 && !pd_->fits(wrs[i].sge)) {

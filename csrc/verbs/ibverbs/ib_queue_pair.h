@@ -41,6 +41,7 @@ class IbQueuePair final : public QueuePair, public std::enable_shared_from_this<
 
   Status connect(std::string_view remote_endpoint) override;
   Status post_send(const SendWr* wrs, std::size_t count) override;
+  std::size_t send_room() const override;
   Status post_recv(const RecvWr* wrs, std::size_t count) override;
   void to_error(std::string_view why) override;
   std::string error_detail() const override;

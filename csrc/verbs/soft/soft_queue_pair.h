@@ -65,6 +65,7 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::uint32_t mtu() const override { return mtu_; }
   Status connect(std::string_view remote_endpoint) override;
   Status post_send(const SendWr* wrs, std::size_t count) override;
+  std::size_t send_room() const override;
   Status post_recv(const RecvWr* wrs, std::size_t count) override;
   void to_error(std::string_view why) override;
   std::string error_detail() const override;

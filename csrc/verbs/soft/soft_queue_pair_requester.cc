@@ -72,6 +72,12 @@ Status SoftQueuePair::post_send(const SendWr* wrs, std::size_t count) {
   return ok_status();
 }
 
+std::size_t SoftQueuePair::send_room() const {
+  std::lock_guard lock(mu_);
+  const auto depth = static_cast<std::size_t>(caps_.max_send_wr);
+  return ops_.size() < depth ? depth - ops_.size() : 0;
+}
+
 bool SoftQueuePair::state_ready_locked() const {
   return state_.load() == QpState::kRts && stream_ != nullptr;
 }
