@@ -256,6 +256,16 @@ void RdmaChannel::admit_queued(std::unique_lock<std::mutex>& lock) {
   }
 }
 
+std::string RdmaChannel::describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return name_ + ": " + (error_ ? "failed (" + error_->message() + ")" : remote_ ? "ready" : "not connected") +
+         "; requests in flight " + std::to_string(requests_.size()) + " of " +
+         std::to_string(max_requests_) + ", queued " + std::to_string(queued_.size()) +
+         "; responses " + std::to_string(responses_.size()) + ", inline " +
+         std::to_string(inline_.size()) + "; backlog " + std::to_string(backlog_.size()) +
+         ", send room " + std::to_string(qp_->send_room()) + "; " + buffer_->describe();
+}
+
 std::size_t RdmaChannel::queued_requests() const {
   std::lock_guard<std::mutex> lock(mu_);
   return queued_.size();

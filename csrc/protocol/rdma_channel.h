@@ -119,6 +119,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   void remove_request(std::uint32_t index);
   // Requests queued behind those in flight.
   std::size_t queued_requests() const;
+  // Where the channel stands, for diagnostics: requests, responses, backlog, messages.
+  std::string describe() const;
   // Registers the answer to the peer's request `index`; nullptr once failed (nobody is left
   // to answer) or if the index is in use (then the channel fails: the peer broke the rules).
   std::shared_ptr<RdmaTensorResponse> add_response(

@@ -85,6 +85,13 @@ std::uint64_t RdmaMessageBuffer::credit(std::uint32_t count, std::vector<verbs::
   return peer_taken_;
 }
 
+std::string RdmaMessageBuffer::describe() const {
+  return "messages sent " + std::to_string(sent_) + ", taken by the peer " +
+         std::to_string(peer_taken_) + ", waiting for a credit " + std::to_string(queue_.size()) +
+         ", received " + std::to_string(received_) + ", taken " + std::to_string(taken_) +
+         ", told " + std::to_string(told_);
+}
+
 std::uint32_t RdmaMessageBuffer::ack_word() const {
   const std::uint8_t* word = rx_->data() + std::size_t{slots_} * kSlotBytes;
   return little_endian::load<std::uint32_t>(word);

@@ -45,6 +45,8 @@ class RdmaMessageBuffer {
   // The count in the ACK word the peer last wrote.
   std::uint32_t ack_word() const;
   std::uint64_t taken_by_peer() const { return peer_taken_; }
+  // "sent 12, taken by the peer 10, waiting for a credit 3, received 9, taken 9, told 8"
+  std::string describe() const;
 
   // -- receiving ---------------------------------------------------------------------------
   // The slot of the next message (in arrival order); `byte_len` from its completion.

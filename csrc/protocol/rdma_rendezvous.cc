@@ -361,6 +361,17 @@ bool RdmaRendezvous::check_quarantine() {
   return !quarantined_.empty();
 }
 
+std::string RdmaRendezvous::describe_channels() const {
+  std::vector<std::shared_ptr<RdmaChannel>> channels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [peer, channel] : channels_) channels.push_back(channel);
+  }
+  std::string out;
+  for (const auto& channel : channels) out += channel->describe() + "\n";
+  return out;
+}
+
 std::vector<std::pair<std::string, std::uint64_t>> RdmaRendezvous::stats() const {
   auto out = counters_.snapshot();
   const PoolStats pool = pool_->stats();

@@ -74,6 +74,8 @@ class RdmaRendezvous final : public ChannelOwner {
   Result<PoolBuffer> allocate(std::size_t nbytes);
 
   std::vector<std::pair<std::string, std::uint64_t>> stats() const;
+  // Each channel's state, a line each (RdmaChannel::describe), for diagnostics.
+  std::string describe_channels() const;
   std::pair<std::size_t, std::size_t> pending() const { return table_.pending(); }
   std::size_t table_steps() const { return table_.steps(); }
   const verbs::DeviceAttr& device() const { return context_->device(); }

@@ -48,6 +48,7 @@ std::string RdmaTensorRequest::progress() const {
     case State::kReRequested:
       return "the meta-data arrived and the tensor was re-requested; its write has not";
     case State::kReading: return "the tensor is being read";
+    case State::kRevoking: return "the tensor arrived; its landing's window is being invalidated";
     case State::kDone: break;
   }
   return "";
@@ -220,6 +221,7 @@ void RdmaTensorRequest::on_inline(const RdmaMessage& message) {
 void RdmaTensorRequest::on_content(std::uint32_t byte_len) {
   Status status;
   std::optional<TensorValue> value;
+  std::shared_ptr<verbs::MemoryWindow> revoking;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone) return;
@@ -236,15 +238,26 @@ void RdmaTensorRequest::on_content(std::uint32_t byte_len) {
         status = Status(Code::kDataLoss, what() + ": checksum mismatch (sender " + hex32(*checksum_) +
                                              ", received " + hex32(crc32(data, meta_->nbytes)) + ")");
       } else {
-        if (window_ && !window_->revoke()) {  // the write is complete: this cannot be
-          status = Status(Code::kInternal, what() + ": the landing is still being written");
-        } else {
-          window_.reset();
-          value = TensorValue{*meta_, data, landing_, landing_ && landing_->in_destination()};
-          landing_.reset();
+        value = TensorValue{*meta_, data, landing_, landing_ && landing_->in_destination()};
+        if (window_ && !window_->revoke()) {
+          // The write is complete (its immediate comes last), but the peer can reach the
+          // landing until the window's invalidation has run (a type 2 window whose bind
+          // completed unseen): the tensor is handed over once it has.
+          revoking = std::move(window_);
+          state_ = State::kRevoking;
         }
+        window_.reset();
+        landing_.reset();
       }
     }
+  }
+  if (revoking) {
+    rendezvous_.quarantine([self = shared_from_this(), revoking, value = std::move(value)]() mutable {
+      if (!revoking->quiesced()) return false;
+      self->finish(Status(), std::move(value));
+      return true;
+    });
+    return;
   }
   finish(status, std::move(value));
 }
@@ -265,10 +278,19 @@ void RdmaTensorRequest::on_read_done() {
 
 void RdmaTensorRequest::on_malformed(const Status& why) { finish(why, std::nullopt); }
 
-void RdmaTensorRequest::fail(const Status& why) { finish(why, std::nullopt, false); }
+void RdmaTensorRequest::fail(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kRevoking) return;  // the tensor is here: it is handed over
+  }
+  finish(why, std::nullopt, false);
+}
 
 void RdmaTensorRequest::cancel_locked(std::optional<RdmaMessage>* out) {
-  if (cancel_sent_ || state_ == State::kReading || state_ == State::kDone) return;
+  if (cancel_sent_ || state_ == State::kReading || state_ == State::kRevoking ||
+      state_ == State::kDone) {
+    return;
+  }
   if (!sent_) {  // nothing was asked for (index_ is nobody's): nothing will come
     state_ = State::kDone;
     return;

@@ -60,7 +60,8 @@ class RdmaTensorRequest : public PendingRecv,
   bool hand_over(TensorValue& value) override;
 
  private:
-  enum class State { kRequested, kReRequested, kReading, kDone };
+  // kRevoking: the content arrived; it is handed over once its window's invalidation ran
+  enum class State { kRequested, kReRequested, kReading, kRevoking, kDone };
 
   void on_meta(const RdmaMessage& message);
   void on_inline(const RdmaMessage& message);

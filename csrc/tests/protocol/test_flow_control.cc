@@ -30,7 +30,8 @@ TEST_P(ShallowQueuePair, MoreTransfersInFlightThanTheQueuesHold) {
   }
   for (int i = 0; i < kInFlight; ++i) {
     RecvResult got = waiting[static_cast<std::size_t>(i)]->get();
-    ASSERT_TRUE(got.status.ok()) << i << ": " << got.status.message();
+    ASSERT_TRUE(got.status.ok()) << i << ": " << got.status.message() << "\nworker: "
+                                 << worker_->describe_channels() << "ps: " << ps_->describe_channels();
     EXPECT_TRUE(same(got.value, sent[static_cast<std::size_t>(i)])) << i;
   }
   EXPECT_TRUE(worker_->ready(kPs) && ps_->ready(kWorker));
@@ -60,7 +61,9 @@ TEST_P(ShallowQueuePair, BothWaysAtOnceWithGiveUpsAmongThem) {
   for (int i = 0; i < kEach; ++i) {
     RecvResult a = to_worker[static_cast<std::size_t>(i)]->get();
     RecvResult b = to_ps[static_cast<std::size_t>(i)]->get();
-    ASSERT_TRUE(a.status.ok() && b.status.ok()) << a.status.message() << b.status.message();
+    ASSERT_TRUE(a.status.ok() && b.status.ok())
+        << a.status.message() << b.status.message() << "\nworker: " << worker_->describe_channels()
+        << "ps: " << ps_->describe_channels();
     EXPECT_TRUE(same(a.value, value) && same(b.value, value)) << i;
   }
   for (int i = 0; i < kEach; i += 7) {  // the tensors of the recvs that gave up are still there

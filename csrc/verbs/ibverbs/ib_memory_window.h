@@ -4,9 +4,9 @@
 //
 // revoke():
 //  - the queue pair is in the error state (it takes no remote access at all), or the bind
-//    is known to have run (a later signaled request completed, as the request that carried
-//    the rkey usually has): the window is deallocated (ibv_dealloc_mw, done when it
-//    returns) and revoke() returns true;
+//    is known to have run (its signaled completion was polled, as it usually has been by
+//    the time the peer used the rkey): the window is deallocated (ibv_dealloc_mw, done when
+//    it returns) and revoke() returns true;
 //  - else a local invalidation (IBV_WR_LOCAL_INV) is posted behind the bind and revoke()
 //    returns false: quiesced() turns true once it has left the send queue, seen when the
 //    completion queue is polled. The window goes back to the queue pair's pool at once (a

@@ -346,7 +346,9 @@ Status IbQueuePair::post_bind(ibv_mw* mw, std::uint32_t rkey, ibv_mr* mr, std::u
   ibv_send_wr wr{};
   wr.wr_id = kInternalWrId;
   wr.opcode = IBV_WR_BIND_MW;
-  const bool signaled = ledger_.signal(false);
+  // signaled (its completion is not shown): once it is seen, revoking the window is a
+  // deallocation, done at once, not an invalidation waiting its turn in the send queue
+  const bool signaled = ledger_.signal(true);
   wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
   wr.bind_mw.mw = mw;
   wr.bind_mw.rkey = rkey;

@@ -56,8 +56,8 @@ class IbQueuePair final : public QueuePair, public std::enable_shared_from_this<
 
   // -- for windows: the provider's own send requests.
   // A bind of `mw` (a type 2 window of this protection domain) to [addr, +length) of `mr`
-  // under `rkey`, unsignaled; `retired` is set once it left the send queue (with a later
-  // signaled request). kFailedPrecondition when not connected.
+  // under `rkey`, signaled (its completion is not shown); `retired` is set once it left the
+  // send queue. kFailedPrecondition when not connected.
   Status post_bind(ibv_mw* mw, std::uint32_t rkey, ibv_mr* mr, std::uint64_t addr,
                    std::size_t length, int access, std::shared_ptr<std::atomic<bool>> retired);
   // A local invalidation of `rkey`, signaled (completes unseen); `retired` is set once it
