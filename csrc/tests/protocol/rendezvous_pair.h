@@ -41,6 +41,25 @@ class Waiting : public RecvCallback {
   std::promise<RecvResult> promise_;
 };
 
+// Holds the thread that completes it until released (a recv's answer arrives in the
+// adapter's thread: this freezes the task's message handling).
+class Gate : public RecvCallback {
+ public:
+  void complete(RecvResult) override {
+    entered_.set_value();
+    released_.wait();
+  }
+  void wait_entered() {
+    ASSERT_EQ(entered_future_.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  }
+  void release() { release_.set_value(); }
+
+ private:
+  std::promise<void> entered_, release_;
+  std::future<void> entered_future_ = entered_.get_future();
+  std::shared_future<void> released_ = release_.get_future().share();
+};
+
 inline TensorValue floats(std::size_t count, float first) {
   auto data = std::make_shared<std::vector<float>>(count);
   std::iota(data->begin(), data->end(), first);

@@ -68,23 +68,6 @@ TEST_P(RendezvousPair, ATimedOutRecvLeavesItsTensorForTheNext) {
   EXPECT_TRUE(same(got.value, sent));
 }
 
-// Holds the thread that completes it until released (a recv's answer arrives in the
-// adapter's thread: this freezes the task's message handling).
-class Gate : public RecvCallback {
- public:
-  void complete(RecvResult) override {
-    entered_.set_value();
-    released_.wait();
-  }
-  void wait_entered() { ASSERT_EQ(entered_future_.wait_for(std::chrono::seconds(60)), std::future_status::ready); }
-  void release() { release_.set_value(); }
-
- private:
-  std::promise<void> entered_, release_;
-  std::future<void> entered_future_ = entered_.get_future();
-  std::shared_future<void> released_ = release_.get_future().share();
-};
-
 TEST_P(RendezvousPair, ATensorForAGivenUpRecvGoesToTheNextOneAlreadyWaiting) {
   // the first recv's request is waiting at the ps when its caller gives up
   auto first = std::make_shared<Waiting>();

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "protocol/rdma_rendezvous.h"
@@ -86,6 +87,54 @@ TEST_P(LandingPair, ATensorKeptForTheNextRecvIsACopyOfABorrowedOne) {
   ASSERT_TRUE(next.status.ok()) << next.status.message();
   EXPECT_TRUE(same(next.value, sent));
   EXPECT_NE(next.value.data, destination.data);
+}
+
+// A recv's answer, and its destination's bytes at the moment the answer came.
+class Snapshot : public RecvCallback {
+ public:
+  explicit Snapshot(const RecvDestination& destination) : destination_(destination) {}
+  void complete(RecvResult result) override {
+    bytes_.assign(destination_.data, destination_.data + destination_.nbytes);
+    waiting_.complete(std::move(result));
+  }
+  RecvResult get() { return waiting_.get(); }
+  const std::vector<std::uint8_t>& bytes() const { return bytes_; }
+
+ private:
+  const RecvDestination destination_;
+  std::vector<std::uint8_t> bytes_;
+  Waiting waiting_;
+};
+
+TEST_P(LandingPair, AGivenUpRecvsDestinationIsNotWrittenAfterItsCallerHeard) {
+  // memory the peer writes directly in every mode (the pool: server.allocate)
+  constexpr std::size_t kCount = std::size_t{1} << 18;
+  auto buffer = worker_->allocate(kCount * 4);
+  ASSERT_TRUE(buffer.ok()) << buffer.status().message();
+  PoolBuffer memory = buffer.take();
+  const RecvDestination destination{kFloat, {static_cast<std::int64_t>(kCount)}, memory->data(),
+                                    kCount * 4, memory};
+  ASSERT_TRUE(ps_->send(20, kWorker, "o", floats(kCount, 1.0f)).ok());  // the meta-data cached
+  ASSERT_TRUE(recv(20, "o", 60, destination).status.ok());
+  std::memset(destination.data, 0, destination.nbytes);
+  // the request (carrying its landing) waits at the ps when its caller gives up
+  auto caller = std::make_shared<Snapshot>(destination);
+  std::shared_ptr<PendingRecv> pending = worker_->recv(21, kPs, "o", -1, caller, destination);
+  while (ps_->pending().second == 0) std::this_thread::yield();
+  auto gate = std::make_shared<Gate>();  // the ps takes no message (its CANCEL) meanwhile
+  ps_->recv(21, kWorker, "freeze", -1, gate);
+  ASSERT_TRUE(worker_->send(21, kPs, "freeze", floats(1, 0)).ok());
+  gate->wait_entered();
+  pending->give_up(Status(Code::kCancelled, "given up"));
+  const TensorValue sent = floats(kCount, 9.0f);
+  ASSERT_TRUE(ps_->send(21, kWorker, "o", sent).ok());  // meets the request it still holds
+  gate->release();
+  EXPECT_EQ(caller->get().status.code(), Code::kCancelled);
+  RecvResult next = recv(21, "o");  // the tensor was kept for the next recv
+  ASSERT_TRUE(next.status.ok()) << next.status.message();
+  EXPECT_TRUE(same(next.value, sent));
+  // whatever was written into the destination, nothing was after its caller heard
+  EXPECT_EQ(0, std::memcmp(caller->bytes().data(), destination.data, destination.nbytes));
 }
 
 TEST_P(SmallPoolPair, ABorrowedTensorKeptWhileThePoolIsFullIsNotLost) {
