@@ -201,7 +201,7 @@ void RdmaTensorRequest::on_inline(const RdmaMessage& message) {
     release_landing();
     const TensorMeta& meta = *message.meta;
     // into the destination only while its caller waits (one who gave up may reuse it)
-    if (caller_ && destination_ && destination_->fits(meta) &&
+    if (caller_ && !deferred_ && destination_ && destination_->fits(meta) &&
         message.payload_size == destination_->nbytes) {
       if (message.payload_size) {
         std::memcpy(destination_->data, message.payload, message.payload_size);
@@ -305,7 +305,7 @@ bool RdmaTensorRequest::hand_over(TensorValue& value) {
   std::optional<RdmaMessage> cancel;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kDone || !caller_) return false;
+    if (state_ == State::kDone || !caller_ || deferred_) return false;
     caller.swap(caller_);
     cancel_locked(&cancel);  // what the peer sends for it anyway comes late in turn
   }
@@ -315,14 +315,26 @@ bool RdmaTensorRequest::hand_over(TensorValue& value) {
   return true;
 }
 
+bool RdmaTensorRequest::destination_reachable_locked() const {
+  if (!sent_ || !landing_ || !landing_->in_destination()) return false;
+  return state_ == State::kRequested || state_ == State::kReRequested ||
+         state_ == State::kReading || state_ == State::kRevoking;
+}
+
 void RdmaTensorRequest::give_up(const Status& why) {
   std::shared_ptr<RecvCallback> caller;
   std::optional<RdmaMessage> cancel;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kDone) return;
-    caller.swap(caller_);
+    if (state_ == State::kDone || deferred_) return;
     cancel_locked(&cancel);
+    if (destination_reachable_locked()) {
+      // the peer may still write (or our read still land) in the caller's memory: the
+      // caller hears `why` from finish(), once nothing can
+      deferred_ = why;
+    } else {
+      caller.swap(caller_);
+    }
   }
   if (cancel) channel_->send(std::move(*cancel));
   rendezvous_.forget(this);
@@ -331,26 +343,32 @@ void RdmaTensorRequest::give_up(const Status& why) {
 
 void RdmaTensorRequest::finish(Status status, std::optional<TensorValue> value, bool registered) {
   std::shared_ptr<RecvCallback> caller;
+  std::optional<Status> deferred;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone) return;
     state_ = State::kDone;
     caller.swap(caller_);
+    deferred.swap(deferred_);
     release_landing();
     registered = registered && sent_;  // a queued request holds no index
   }
   if (registered) channel_->remove_request(index_);
-  if (status.ok() && value) {
+  const bool arrived = status.ok() && value;
+  if (arrived) {
     auto& counters = rendezvous_.counters();
     counters.add(counters.tensors_received);
     counters.add(counters.bytes_received, value->meta.nbytes);
   }
   rendezvous_.forget(this);
-  if (caller) {
+  if (caller && !deferred) {
     caller->complete(RecvResult{std::move(status), value ? std::move(*value) : TensorValue{}});
-  } else if (status.ok() && value) {
-    rendezvous_.keep_late(key_, std::move(*value));  // its caller gave up just before
+    return;
   }
+  // its caller gave up: the tensor is kept for the next recv (a copy, if it is in the
+  // caller's memory, made before the caller hears)
+  if (arrived) rendezvous_.keep_late(key_, std::move(*value));
+  if (caller) caller->complete(RecvResult{*deferred, TensorValue{}});
 }
 
 }  // namespace tensorverbs

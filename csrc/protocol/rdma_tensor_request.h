@@ -8,7 +8,9 @@
 // mode it carries where to read from), or with ERROR_STATUS. A request stays registered
 // until such a terminal answer, even if its caller gave up (CANCEL is sent), so a landing
 // is never reused while the peer may write into it; a tensor that arrives for a caller
-// who gave up is kept for the next recv of its key and step.
+// who gave up is kept for the next recv of its key and step. A caller whose own memory
+// (its destination) is the landing hears that it gave up only once nothing can be written
+// there any more: after a recv raised, its `out=` is never written.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +70,8 @@ class RdmaTensorRequest : public PendingRecv,
   Status land(const TensorMeta& meta, bool window);   // under mu_
   void release_landing();                             // under mu_
   void cancel_locked(std::optional<RdmaMessage>* out);  // under mu_
+  // Whether the peer may still write into the caller's destination, or our read land there.
+  bool destination_reachable_locked() const;             // under mu_
   void finish(Status status, std::optional<TensorValue> value, bool registered = true);
 
   RdmaRendezvous& rendezvous_;
@@ -84,6 +88,9 @@ class RdmaTensorRequest : public PendingRecv,
   std::shared_ptr<TensorLanding> landing_;
   std::unique_ptr<verbs::MemoryWindow> window_;
   std::optional<std::uint32_t> checksum_;  // validation mode
+  // The caller gave up while the peer could still reach its destination: what it hears
+  // once the request ends (a tensor that arrives meanwhile is kept for the next recv).
+  std::optional<Status> deferred_;
 };
 
 }  // namespace tensorverbs
