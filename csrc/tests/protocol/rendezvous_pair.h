@@ -184,12 +184,16 @@ inline RecvDestination zeros(std::size_t count, std::vector<std::int64_t> shape)
                          count * 4, memory};
 }
 
-inline std::uint64_t landing_registrations(const RdmaRendezvous& rendezvous) {
+inline std::uint64_t stat(const RdmaRendezvous& rendezvous, const std::string& counter) {
   for (const auto& [name, value] : rendezvous.stats()) {
-    if (name == "landing_registrations") return value;
+    if (name == counter) return value;
   }
-  ADD_FAILURE() << "no landing_registrations counter";
+  ADD_FAILURE() << "no " << counter << " counter";
   return 0;
+}
+
+inline std::uint64_t landing_registrations(const RdmaRendezvous& rendezvous) {
+  return stat(rendezvous, "landing_registrations");
 }
 
 inline bool all_zero(const RecvDestination& destination) {
