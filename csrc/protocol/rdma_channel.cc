@@ -17,7 +17,21 @@ RdmaChannel::RdmaChannel(ChannelOwner& owner, std::int32_t peer, std::uint64_t i
       buffer_(std::move(buffer)), max_message_bytes_(max_message_bytes),
       max_requests_(std::max<std::uint32_t>(1, max_requests)) {}
 
-RdmaChannel::~RdmaChannel() { fail(Status(Code::kUnavailable, name() + " was closed")); }
+RdmaChannel::~RdmaChannel() {
+  fail(Status(Code::kUnavailable, name() + " was closed"));
+  abandon_reads();  // the queue pair goes with the channel: nothing it read can land any more
+}
+
+void RdmaChannel::abandon_reads() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [index, seen] : reads_) seen->store(true, std::memory_order_release);
+  reads_.clear();
+}
+
+void RdmaChannel::track_read(std::uint32_t index, std::shared_ptr<std::atomic<bool>> seen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reads_[index] = std::move(seen);
+}
 
 Status RdmaChannel::start() {
   std::vector<verbs::RecvWr> recvs(std::size_t{message_receives(buffer_->slots())} + max_requests_);
@@ -311,6 +325,15 @@ Status RdmaChannel::credit_locked(std::uint32_t count,
 }
 
 void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
+  const WorkKind kind = work_kind(wc.wr_id);
+  if (kind == WorkKind::kTensorRead) {  // whatever its status, the read is over
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = reads_.find(work_value(wc.wr_id));
+    if (it != reads_.end()) {
+      it->second->store(true, std::memory_order_release);
+      reads_.erase(it);
+    }
+  }
   if (!wc.ok()) {
     std::string detail = qp_->error_detail();
     fail(Status(Code::kUnavailable, name() + " failed: " + verbs::to_string(wc.status) + " on " +
@@ -318,7 +341,6 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
                                         (detail.empty() ? "" : " (" + detail + ")")));
     return;
   }
-  const WorkKind kind = work_kind(wc.wr_id);
   if (kind == WorkKind::kRecv) {
     const verbs::RecvWr again{wc.wr_id};
     if (!error()) {

@@ -14,6 +14,7 @@
 // completions free entries (after a batch; the owner's housekeeping as a fallback).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -98,6 +99,11 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   void post_transfer(verbs::WrOpcode opcode, std::uint64_t local, std::uint64_t length,
                      std::uint32_t lkey, std::uint64_t remote_addr, std::uint32_t rkey,
                      std::uint64_t wr_id, std::uint32_t imm);
+  // Sets `seen` once the completion of our read `index` (success, error or flush) has been
+  // seen, or the queue pair is gone: until then the read may still place bytes.
+  void track_read(std::uint32_t index, std::shared_ptr<std::atomic<bool>> seen);
+  // The task stops (its adapter no longer takes completions): every read counts as seen.
+  void abandon_reads();
   // A window over [addr, +length) of `region` that only the peer reaches (a window bound to
   // the queue pair where the provider has them, else one of the protection domain).
   Result<std::unique_ptr<verbs::MemoryWindow>> bind_window(verbs::ProtectionDomain& pd,
@@ -165,6 +171,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests_;
   std::deque<std::shared_ptr<RdmaTensorRequest>> queued_;  // beyond max_requests_, in order
   std::deque<verbs::SendWr> backlog_;  // work requests beyond the send queue's room, in order
+  std::unordered_map<std::uint32_t, std::shared_ptr<std::atomic<bool>>> reads_;  // not yet seen
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
   // inline answers waiting for the peer to take their message: (sequence, response)
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> inline_;

@@ -399,6 +399,9 @@ void RdmaRendezvous::stop() {
   for (auto& recv : recvs) recv->give_up(stopped);
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
   adapter_->stop();
+  // no completion is taken any more: what waits for a read's end is let go now
+  for (auto& [peer, channel] : channels) channel->abandon_reads();
+  check_quarantine();
   channels.clear();
   pool_->close();
 }

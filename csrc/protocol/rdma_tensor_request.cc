@@ -115,11 +115,20 @@ Status RdmaTensorRequest::land(const TensorMeta& meta, bool window) {
   return Status();
 }
 
+bool RdmaTensorRequest::read_outstanding_locked() const {
+  return read_seen_ && !read_seen_->load(std::memory_order_acquire);
+}
+
 void RdmaTensorRequest::release_landing() {
   if (window_ && !window_->revoke()) {  // a write may still be under way: keep both
     std::shared_ptr<verbs::MemoryWindow> window = std::move(window_);
     std::shared_ptr<TensorLanding> landing = landing_;
     rendezvous_.quarantine([window, landing] { return window->quiesced(); });
+  }
+  if (landing_ && read_outstanding_locked()) {  // our read may still place bytes there
+    rendezvous_.quarantine([seen = read_seen_, landing = landing_] {
+      return seen->load(std::memory_order_acquire);
+    });
   }
   window_.reset();
   landing_.reset();
@@ -154,6 +163,7 @@ void RdmaTensorRequest::on_meta(const RdmaMessage& message) {
       if (failed.ok()) {
         state_ = State::kReading;
         read = true;
+        read_seen_ = std::make_shared<std::atomic<bool>>(false);
         length = meta_->nbytes;
         if (landing_) {
           local = reinterpret_cast<std::uint64_t>(landing_->data());
@@ -186,6 +196,7 @@ void RdmaTensorRequest::on_meta(const RdmaMessage& message) {
       return;
     }
     rendezvous_.counters().add(rendezvous_.counters().rdma_reads);
+    channel_->track_read(index_, read_seen_);
     channel_->post_transfer(verbs::WrOpcode::kRdmaRead, local, length, lkey, message.remote_addr,
                             message.rkey, work_id(WorkKind::kTensorRead, index_), 0);
   }
@@ -344,12 +355,14 @@ void RdmaTensorRequest::give_up(const Status& why) {
 void RdmaTensorRequest::finish(Status status, std::optional<TensorValue> value, bool registered) {
   std::shared_ptr<RecvCallback> caller;
   std::optional<Status> deferred;
+  std::shared_ptr<std::atomic<bool>> read_seen;  // the caller hears once our read is over
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone) return;
     state_ = State::kDone;
     caller.swap(caller_);
     deferred.swap(deferred_);
+    if (landing_ && landing_->in_destination() && read_outstanding_locked()) read_seen = read_seen_;
     release_landing();
     registered = registered && sent_;  // a queued request holds no index
   }
@@ -361,6 +374,14 @@ void RdmaTensorRequest::finish(Status status, std::optional<TensorValue> value, 
     counters.add(counters.bytes_received, value->meta.nbytes);
   }
   rendezvous_.forget(this);
+  if (caller && read_seen) {  // the channel failed under a read into the caller's memory
+    rendezvous_.quarantine([caller, read_seen, why = deferred.value_or(status)] {
+      if (!read_seen->load(std::memory_order_acquire)) return false;
+      caller->complete(RecvResult{why, TensorValue{}});
+      return true;
+    });
+    return;
+  }
   if (caller && !deferred) {
     caller->complete(RecvResult{std::move(status), value ? std::move(*value) : TensorValue{}});
     return;

@@ -13,6 +13,7 @@
 // there any more: after a recv raised, its `out=` is never written.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -72,6 +73,8 @@ class RdmaTensorRequest : public PendingRecv,
   void cancel_locked(std::optional<RdmaMessage>* out);  // under mu_
   // Whether the peer may still write into the caller's destination, or our read land there.
   bool destination_reachable_locked() const;             // under mu_
+  // Whether our read was posted and its completion not seen yet.
+  bool read_outstanding_locked() const;                  // under mu_
   void finish(Status status, std::optional<TensorValue> value, bool registered = true);
 
   RdmaRendezvous& rendezvous_;
@@ -91,6 +94,9 @@ class RdmaTensorRequest : public PendingRecv,
   // The caller gave up while the peer could still reach its destination: what it hears
   // once the request ends (a tensor that arrives meanwhile is kept for the next recv).
   std::optional<Status> deferred_;
+  // Read mode: set once the completion of our read (a flush too) was seen; until then the
+  // landing may still be written, so it is not reused and a caller's memory not given back.
+  std::shared_ptr<std::atomic<bool>> read_seen_;
 };
 
 }  // namespace tensorverbs
