@@ -98,6 +98,9 @@ class RendezvousPair : public ::testing::TestWithParam<Options> {
       RendezvousSettings settings;
       settings.task = task;
       settings.task_names = {"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"};
+      for (int i = 0; i < extra_tasks_; ++i) {
+        settings.task_names.push_back("/job:other/replica:0/task:" + std::to_string(i));
+      }
       settings.verbs.provider = GetParam().provider;
       settings.verbs.ib_windows = GetParam().ib_windows;
       if (!devices.empty()) {
@@ -157,6 +160,7 @@ class RendezvousPair : public ::testing::TestWithParam<Options> {
   std::unique_ptr<RdmaRendezvous> ps_, worker_;
   std::size_t pool_limit_ = 0;  // 0: the default
   int queue_depth_ = 0;         // 0: the default
+  int extra_tasks_ = 0;         // tasks beyond the two, without a rendezvous here
 };
 
 // Tasks whose pools hold 16 MiB at most.
