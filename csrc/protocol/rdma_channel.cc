@@ -61,33 +61,44 @@ bool RdmaChannel::accepts(const ChannelDescription& remote) const {
 }
 
 Status RdmaChannel::connect(const ChannelDescription& remote) {
-  std::vector<verbs::SendWr> wrs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_) return *error_;
-    if (remote_) {
-      if (remote_->endpoint != remote.endpoint) {
-        return Status(Code::kUnavailable, name_ + ": the peer offered a second queue pair");
-      }
-      return Status();
+  std::unique_lock<std::mutex> lock(mu_);
+  // both sides may set the channel up at once: one connects, the other waits for it
+  connected_.wait(lock, [this] { return !connecting_; });
+  if (error_) return *error_;
+  if (remote_) {
+    if (remote_->endpoint != remote.endpoint) {
+      return Status(Code::kUnavailable, name_ + ": the peer offered a second queue pair");
     }
-    if (remote.provider != provider_) {
-      return Status(Code::kUnavailable, name() + ": the peer runs the verbs provider '" +
-                                            remote.provider + "', this task '" + provider_ + "'");
-    }
-    if (remote.slots != buffer_->slots()) {
-      return Status(Code::kInvalidArgument,
-                    name() + ": the peer has " + std::to_string(remote.slots) +
-                        " message slots, this task " + std::to_string(buffer_->slots()) +
-                        " (TENSORVERBS_MESSAGE_SLOTS must agree)");
-    }
-    Status status = qp_->connect(remote.endpoint);
-    if (!status.ok()) return Status(status.code(), name() + ": " + status.message());
+    return Status();
+  }
+  if (remote.provider != provider_) {
+    return Status(Code::kUnavailable, name() + ": the peer runs the verbs provider '" +
+                                          remote.provider + "', this task '" + provider_ + "'");
+  }
+  if (remote.slots != buffer_->slots()) {
+    return Status(Code::kInvalidArgument,
+                  name() + ": the peer has " + std::to_string(remote.slots) +
+                      " message slots, this task " + std::to_string(buffer_->slots()) +
+                      " (TENSORVERBS_MESSAGE_SLOTS must agree)");
+  }
+  // dialing may take long (a slow or dead peer): nothing else of the channel waits for it
+  connecting_ = true;
+  lock.unlock();
+  Status status = qp_->connect(remote.endpoint);
+  lock.lock();
+  connecting_ = false;
+  if (!status.ok()) {
+    status = Status(status.code(), name() + ": " + status.message());
+  } else if (error_) {  // failed while dialing
+    status = *error_;
+  } else {
     remote_ = remote;
     max_message_bytes_ = std::min(max_message_bytes_, remote.max_message_bytes);
     buffer_->connect(remote.rx_addr, remote.rx_rkey);
   }
-  return Status();
+  lock.unlock();
+  connected_.notify_all();
+  return status;
 }
 
 bool RdmaChannel::ready() const {

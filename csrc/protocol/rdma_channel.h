@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -163,6 +164,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   mutable std::mutex mu_;
   std::unique_ptr<RdmaMessageBuffer> buffer_;
   std::optional<ChannelDescription> remote_;
+  bool connecting_ = false;                  // connect() is dialing, without the lock
+  std::condition_variable connected_;        // it has returned
   std::optional<Status> error_;
   bool failed_ = false;  // fail() ran
   std::uint64_t max_message_bytes_;
