@@ -69,7 +69,7 @@ fuzz: deps $(BIN)/ninja
 # RDMA verbs on a real verbs stack (soft-RoCE in a qemu guest); needs root, skipped otherwise
 # unless RXE_LANE=require.
 rxe-lane:
-	@if [ "$$(id -u)" = 0 ] || [ "$(RXE_LANE)" = require ]; then bash .ci/rxe-lane.sh; \
+	@if [ "$$(id -u)" = 0 ] || [ "$(RXE_LANE)" = require ]; then RXE_GUEST_EXTRAS='$(TORCH)' bash .ci/rxe-lane.sh; \
 	else echo "rxe lane skipped: it needs root (qemu guest with soft-RoCE)"; fi
 
 clean:

@@ -22,8 +22,11 @@ if [ "${passed:-0}" -eq 0 ]; then
 fi
 echo "rxe lane: C++ ibverbs tests: exit $cxx, ${passed:-0} passed"
 
-echo "rxe lane: pytest -k \"$select\""
-python3 -m pytest -p no:cacheprovider -q -ra --timeout=300 tests -k "$select"
+# tests/on_ray: Ray's own integration (a Ray cluster in the guest is beyond its emulated CPUs);
+# it runs over the soft provider in the host's suite
+echo "rxe lane: pytest -k \"$select\" (tests/on_ray left out: Ray's integration, run on the host)"
+python3 -m pytest -p no:cacheprovider -q -ra --timeout=600 --durations=15 tests -k "$select" \
+  --ignore=tests/on_ray
 py=$?
 echo "rxe lane: C++ exit $cxx, pytest exit $py"
 [ "$cxx" = 0 ] && [ "$py" = 0 ]

@@ -10,15 +10,14 @@
 #    host-built build/release/tests/tensorverbs_tests (built here first: the release
 #    preset, incremental), with TENSORVERBS_TEST_REQUIRE_IBVERBS=1 so that a missing device
 #    fails them rather than skipping; the lane fails if none passed;
-#  - every test under tests/ whose id names "ibverbs" or "rxe" -- the end-to-end tests
-#    over the core's ibverbs provider (tests/rdma/test_ibverbs_e2e.py: grpc+verbs
-#    transfers): give such a test "ibverbs" in its id (a parameter, the module name) or
-#    @pytest.mark.rxe.
+#  - every test under tests/ whose id names "ibverbs" or "rxe": the grpc+verbs suites run
+#    over the core's ibverbs provider wherever it finds a device (tests/variants.py adds the
+#    "ibverbs" and "ibverbs-read" variants there), and tests/rdma/test_ibverbs_e2e.py; give
+#    a test "ibverbs" in its id (a parameter, the module name) or @pytest.mark.rxe.
 #
 #   RXE_LANE_SELECT   pytest -k expression (default "ibverbs or rxe")
 #   RXE_LANE_SKIP=1   skip the lane (prints why, exits 0)
 #   RXE_LANE_BUILD=0  do not build the C++ tests first (build/release must hold them)
-#   TENSORVERBS_TEST_MAX_BYTES   size cap for transfers in the guest (default 1 MiB)
 # and the settings of tools/rxe-lab.sh (RXE_CACHE, RXE_TIMEOUT, ...).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,7 +26,6 @@ if [ "${RXE_LANE_SKIP:-0}" = 1 ]; then
   echo "rxe lane: skipped (RXE_LANE_SKIP=1)"
   exit 0
 fi
-export TENSORVERBS_TEST_MAX_BYTES=${TENSORVERBS_TEST_MAX_BYTES:-1048576}
 export RXE_TIMEOUT=${RXE_TIMEOUT:-1500}
 start=$(date +%s)
 GTEST=build/release/tests/tensorverbs_tests

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import tensorverbs as tv
 from tensorverbs.local_cluster import TaskProcess, cluster_spec
+from tensorverbs.verbs import availability
 from tensorverbs.verbs.config import RdmaConfig
 
 #: variant -> (protocol, environment of every task)
@@ -14,6 +15,15 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "verbs-tcp": ("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_SAME_HOST": "no"}),
     "verbs-read": ("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_RENDEZVOUS": "read"}),
 }
+
+#: where the ibverbs provider finds a device (the soft-RoCE lane), the suites run over it too:
+#: "ibverbs" (write mode, the device's windows) and "ibverbs-read". The lane's guest emulates
+#: its CPUs, so its transport gets a longer retransmission timeout (1 s, not 67 ms).
+IBVERBS, IBVERBS_WHY = availability("ibverbs")
+if IBVERBS:
+    _IB = {"TENSORVERBS_PROVIDER": "ibverbs", "RDMA_QP_TIMEOUT": "18"}
+    VARIANTS["ibverbs"] = ("grpc+verbs", _IB)
+    VARIANTS["ibverbs-read"] = ("grpc+verbs", {**_IB, "TENSORVERBS_RENDEZVOUS": "read"})
 
 
 @dataclass

@@ -27,6 +27,8 @@
 #                  (TENSORVERBS_*, RDMA_* and PYTEST_ADDOPTS always pass)
 #   RXE_CORE_PYTHON  the Python whose built tensorverbs._core the guest gets
 #                  (default: the checkout's .venv/bin/python, as make install leaves it)
+#   RXE_GUEST_EXTRAS  more Python packages for the guest (default torch==2.13.0, which the
+#                  tests of DLPack and torch tensors need; empty: none)
 #   RXE_CARRY      space-separated paths in the checkout (files or folders, e.g. the host-built
 #                  build/release/tests/tensorverbs_tests: the guest is the same Debian release)
 #                  copied into the guest's copy of the checkout at the same place
@@ -39,7 +41,7 @@ TIMEOUT=${RXE_TIMEOUT:-1200}
 SUITE=bookworm            # the guest's Python must stay 3.11: the wheels below are built for it
 GUEST_PKGS=rdma-core,ibverbs-providers,ibverbs-utils,python3,iproute2,kmod,procps
 GUEST_MODULES="rdma_rxe ib_uverbs crc32_generic veth virtio_pci 9pnet_virtio 9p"
-TEST_TOOLS="pytest pytest-timeout hypothesis"
+TEST_TOOLS="pytest pytest-timeout hypothesis ${RXE_GUEST_EXTRAS-torch==2.13.0}"
 CORE_PYTHON=${RXE_CORE_PYTHON:-$REPO/.venv/bin/python}
 
 START=$(date +%s)

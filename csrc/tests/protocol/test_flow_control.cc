@@ -38,6 +38,7 @@ TEST_P(ShallowQueuePair, MoreTransfersInFlightThanTheQueuesHold) {
 }
 
 TEST_P(ShallowQueuePair, BothWaysAtOnceWithGiveUpsAmongThem) {
+  SKIP_BOTH_WAYS_WITH_TYPE2_WINDOWS();
   constexpr int kEach = 120;
   std::vector<std::shared_ptr<Waiting>> to_worker, to_ps, given_up;
   const TensorValue value = floats(std::size_t{1} << 14, 7.0f);
@@ -77,6 +78,7 @@ TEST_P(ShallowQueuePair, BothWaysAtOnceWithGiveUpsAmongThem) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, ShallowQueuePair, all_modes(), mode_name);
 INSTANTIATE_TEST_SUITE_P(Ibverbs, ShallowQueuePair, ibverbs_modes(), mode_name);
+INSTANTIATE_TEST_SUITE_P(IbverbsType2, ShallowQueuePair, type2_modes(), mode_name);
 
 }  // namespace
 }  // namespace tensorverbs

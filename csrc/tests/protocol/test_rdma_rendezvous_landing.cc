@@ -156,6 +156,7 @@ TEST_P(SmallPoolPair, ABorrowedTensorKeptWhileThePoolIsFullIsNotLost) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, LandingPair, all_modes(), mode_name);
 INSTANTIATE_TEST_SUITE_P(Ibverbs, LandingPair, ibverbs_modes(), mode_name);
+INSTANTIATE_TEST_SUITE_P(IbverbsType2, LandingPair, type2_modes(), mode_name);
 INSTANTIATE_TEST_SUITE_P(Modes, SmallPoolPair,
                          ::testing::Values(Options{}, Options{false, false, "no"}), mode_name);
 

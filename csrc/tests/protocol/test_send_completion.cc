@@ -110,6 +110,7 @@ TEST_P(SendCompletionPair, ALocalRecvDeliversThisTasksOwnSend) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, SendCompletionPair, all_modes(), mode_name);
 INSTANTIATE_TEST_SUITE_P(Ibverbs, SendCompletionPair, ibverbs_modes(), mode_name);
+INSTANTIATE_TEST_SUITE_P(IbverbsType2, SendCompletionPair, type2_modes(), mode_name);
 
 }  // namespace
 }  // namespace tensorverbs
