@@ -12,7 +12,7 @@
 #    fails them rather than skipping; the lane fails if none passed;
 #  - every test under tests/ whose id names "ibverbs" or "rxe": the grpc+verbs suites run
 #    over the core's ibverbs provider wherever it finds a device (tests/variants.py adds the
-#    "ibverbs" and "ibverbs-read" variants there), and tests/rdma/test_ibverbs_e2e.py; give
+#    "ibverbs" variant there), and tests/rdma/test_ibverbs_e2e.py; give
 #    a test "ibverbs" in its id (a parameter, the module name) or @pytest.mark.rxe.
 #
 #   RXE_LANE_SELECT   pytest -k expression (default "ibverbs or rxe")
@@ -26,7 +26,7 @@ if [ "${RXE_LANE_SKIP:-0}" = 1 ]; then
   echo "rxe lane: skipped (RXE_LANE_SKIP=1)"
   exit 0
 fi
-export RXE_TIMEOUT=${RXE_TIMEOUT:-1500}
+export RXE_TIMEOUT=${RXE_TIMEOUT:-2400}
 start=$(date +%s)
 GTEST=build/release/tests/tensorverbs_tests
 if [ "${RXE_LANE_BUILD:-1}" = 1 ]; then

@@ -49,7 +49,10 @@ def test_large_tensor_lands_where_the_provider_writes_fastest(pair, step):
     before = pair.worker.stats()
     pair.worker.recv("reg", source=pair.PS, step_id=step, timeout=60, out=out)
     after = pair.worker.stats()
-    registered = pair.env.get("TENSORVERBS_SAME_HOST") == "no"
+    # only the soft provider on one host reaches no memory beyond its pool's
+    soft_one_host = (pair.env.get("TENSORVERBS_PROVIDER") == "soft"
+                     and pair.env.get("TENSORVERBS_SAME_HOST") != "no")
+    registered = not soft_one_host
     assert after["landing_registrations"] - before["landing_registrations"] == int(registered)
     assert after["pool_in_use_bytes"] == before["pool_in_use_bytes"]
     assert same(out, pattern(out.nbytes, 3))
