@@ -7,7 +7,9 @@
 # Runs as root on a Debian host. Everything comes from the Debian archive (qemu,
 # debootstrap, the guest kernel package) and from PyPI (the project's wheels, for the
 # guest's Python 3.11); nothing else is downloaded. The first run builds a guest
-# (about 2 minutes) and caches it; later runs boot it in about 10 seconds.
+# (about 2 minutes) and caches it; later runs boot it in about 10 seconds. Labs may run at
+# once (from several checkouts): each has its own folder for its checkout and guest image,
+# and the guest's Python packages live in a folder per set of packages, never changed.
 #
 # In the guest: Debian bookworm, Python 3.11, rdma-core 44's libibverbs, two
 # soft-RoCE devices rxe0 and rxe1 on the two ends of a veth pair (port 1, GID index 0
@@ -137,7 +139,6 @@ fi
 
 # ------------------------------------------------- Python dependencies for the guest (3.11)
 SHARE=$CACHE/share         # shared read-only into the guest at /mnt/share
-SITE=$SHARE/site
 DEPS=$(python3 - "$REPO/pyproject.toml" <<'EOF'
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
@@ -145,9 +146,14 @@ with open(sys.argv[1], "rb") as f:
 EOF
 ) || die "cannot read the dependencies from pyproject.toml (needs python3 >= 3.11 on the host)"
 WANT="$DEPS $TEST_TOOLS"
-if [ "$(cat "$SITE/.stamp" 2>/dev/null)" != "$WANT" ]; then
+# one folder per set of packages, never changed once made: labs running at once (from other
+# checkouts) each read their own while the guest runs
+SITE_NAME=site-$(printf '%s' "$WANT" | sha256sum | cut -c1-16)
+SITE=$SHARE/$SITE_NAME
+if [ ! -f "$SITE/.stamp" ]; then
   say "pip install --target for the guest: $WANT"
-  rm -rf "$SITE"
+  mkdir -p "$SHARE"
+  TMP_SITE=$(mktemp -d "$SHARE/.site.XXXXXX")
   PIP_FLAGS=()
   if [ "$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != 3.11 ]; then
     # another host Python: fetch the guest's wheels explicitly
@@ -156,27 +162,30 @@ if [ "$(cat "$SITE/.stamp" 2>/dev/null)" != "$WANT" ]; then
   fi
   # shellcheck disable=SC2086
   python3 -m pip install -q --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
-    --target "$SITE.tmp" "${PIP_FLAGS[@]}" $WANT || die "pip install --target failed"
-  echo "$WANT" > "$SITE.tmp/.stamp"
-  rm -rf "$SITE" && mv "$SITE.tmp" "$SITE"
+    --target "$TMP_SITE" "${PIP_FLAGS[@]}" $WANT || { rm -rf "$TMP_SITE"; die "pip install --target failed"; }
+  echo "$WANT" > "$TMP_SITE/.stamp"
+  mv -T "$TMP_SITE" "$SITE" 2>/dev/null || rm -rf "$TMP_SITE"  # another lab made it meanwhile
 fi
 
 # --------------------------------------------------- the checkout, shared read-only (9p)
-rm -rf "$SHARE/repo"
-mkdir -p "$SHARE/repo"
+# this run's own folder: the checkout, the command and the guest image
+mkdir -p "$SHARE"
+RUN=$(mktemp -d "$SHARE/run.XXXXXX")
+trap 'rm -rf "$RUN"' EXIT
+mkdir -p "$RUN/repo"
 for p in pyproject.toml src tests tools; do
-  [ -e "$REPO/$p" ] && cp -a "$REPO/$p" "$SHARE/repo/"
+  [ -e "$REPO/$p" ] && cp -a "$REPO/$p" "$RUN/repo/"
 done
 for p in ${RXE_CARRY:-}; do
   [ -e "$REPO/$p" ] || die "RXE_CARRY: $p does not exist in $REPO"
-  mkdir -p "$SHARE/repo/$(dirname "$p")"
-  cp -a "$REPO/$p" "$SHARE/repo/$p"
+  mkdir -p "$RUN/repo/$(dirname "$p")"
+  cp -a "$REPO/$p" "$RUN/repo/$p"
 done
-find "$SHARE/repo" -name __pycache__ -prune -exec rm -rf {} +
+find "$RUN/repo" -name __pycache__ -prune -exec rm -rf {} +
 # the compiled core goes beside the sources (the guest's Python is Debian's 3.11 too)
 CORE=$("$CORE_PYTHON" -c 'import tensorverbs._core as c; print(c.__file__)') \
   || die "no tensorverbs._core for $CORE_PYTHON (make install builds it)"
-cp "$CORE" "$SHARE/repo/src/tensorverbs/"
+cp "$CORE" "$RUN/repo/src/tensorverbs/"
 {
   echo 'export RXE_LAB=1'
   for v in $(compgen -e); do
@@ -187,11 +196,21 @@ cp "$CORE" "$SHARE/repo/src/tensorverbs/"
     printf 'export %s=%q\n' "$v" "${!v}"
   done
   printf 'set --'; printf ' %q' "$@"; printf '\n'
-} > "$SHARE/command.sh"
+} > "$RUN/command.sh"
 
 # ------------------------------------------------------------------------ guest scripts
-mkdir -p "$ROOT/lab"
-cat > "$ROOT/init" <<'EOF'
+# the base image (the root filesystem, packed once), then this run's scripts in a second
+# archive appended to it (the kernel unpacks both)
+BASE=$CACHE/rootfs.cpio.zst
+if [ ! -f "$BASE" ] || [ "$(cat "$BASE.stamp" 2>/dev/null)" != "$STAMP $KVER" ]; then
+  say "packing the guest's root filesystem"
+  TMP_BASE=$(mktemp "$CACHE/.rootfs.XXXXXX")
+  (cd "$ROOT" && find . -print0 | cpio --null -o -H newc --quiet | zstd -q -T0 -3 > "$TMP_BASE")
+  mv "$TMP_BASE" "$BASE" && echo "$STAMP $KVER" > "$BASE.stamp"
+fi
+LAB=$RUN/lab
+mkdir -p "$LAB/lab"
+cat > "$LAB/init" <<'EOF'
 #!/bin/sh
 # PID 1: mount what a program expects, run the lab, power off.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
@@ -205,7 +224,7 @@ for d in /dev/shm /tmp /run; do mount -t tmpfs tmp "$d"; done
 echo o > /proc/sysrq-trigger
 sleep 60
 EOF
-cat > "$ROOT/lab/run.sh" <<'EOF'
+cat > "$LAB/lab/run.sh" <<'EOF'
 #!/bin/sh
 # Inside the guest: two rxe devices on a veth pair, the checkout, then the command.
 set -u
@@ -241,20 +260,20 @@ if grep -q 'rxe_smoke=1' /proc/cmdline; then
   tail -n 1 /tmp/pp.cli
   [ "$c$s" = 00 ] || { cat /tmp/pp.srv /tmp/pp.cli; echo "rxe-guest: smoke test failed"; finish 93; }
 fi
-cp -a /mnt/share/repo /tmp/repo && cd /tmp/repo || finish 94
-export PYTHONPATH=/tmp/repo/src:/mnt/share/site PYTHONDONTWRITEBYTECODE=1 PY_COLORS=0 TERM=dumb
-. /mnt/share/command.sh
+arg() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
+run=/mnt/share/$(arg rxe_run)
+cp -a "$run/repo" /tmp/repo && cd /tmp/repo || finish 94
+export PYTHONPATH=/tmp/repo/src:/mnt/share/$(arg rxe_site) PYTHONDONTWRITEBYTECODE=1 PY_COLORS=0 TERM=dumb
+. "$run/command.sh"
 step "running: $*"
-timeout "$(sed -n 's/.*rxe_timeout=\([0-9]*\).*/\1/p' /proc/cmdline)" "$@"
+timeout "$(arg rxe_timeout)" "$@"
 rc=$?
 step "command exited with $rc"
 finish $rc
 EOF
-chmod +x "$ROOT/init" "$ROOT/lab/run.sh"
-
-say "packing the guest image"
-(cd "$ROOT" && find . -print0 | cpio --null -o -H newc --quiet \
-  | zstd -q -T0 -3 > "$CACHE/initrd.zst.tmp") && mv "$CACHE/initrd.zst.tmp" "$CACHE/initrd.zst"
+chmod +x "$LAB/init" "$LAB/lab/run.sh"
+cp "$BASE" "$RUN/initrd.img"
+(cd "$LAB" && find . -print0 | cpio --null -o -H newc --quiet) >> "$RUN/initrd.img"
 
 # ----------------------------------------------------------------------------------- boot
 case $ACCEL in
@@ -265,14 +284,15 @@ esac
 # the command gets less than qemu, so a hung command still ends with its exit status shown
 GUEST_TIMEOUT=$(( TIMEOUT > 120 ? TIMEOUT - 60 : TIMEOUT / 2 ))
 APPEND="console=ttyS0 rdinit=/init panic=-1 quiet loglevel=3 rxe_timeout=$GUEST_TIMEOUT"
+APPEND="$APPEND rxe_run=${RUN##*/} rxe_site=$SITE_NAME"
 [ "${RXE_SMOKE:-1}" = 1 ] && APPEND="$APPEND rxe_smoke=1"
 say "booting the guest ($ACCEL, kernel $KVER): $*"
-LOG=$CACHE/guest.log
+LOG=$RUN/guest.log
 BOOT=$(date +%s)
 set +e
 timeout "$TIMEOUT" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -smp 2 -m 3072 -nographic -no-reboot \
   -nic none -virtfs "local,path=$SHARE,mount_tag=share,security_model=none,readonly=on" \
-  -kernel "$KDIR/boot/vmlinuz-$KVER" -initrd "$CACHE/initrd.zst" -append "$APPEND" \
+  -kernel "$KDIR/boot/vmlinuz-$KVER" -initrd "$RUN/initrd.img" -append "$APPEND" \
   < /dev/null 2>&1 | sed -u -e 's/\r//g' -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' | tee "$LOG"
 QEMU_RC=${PIPESTATUS[0]}
 set -e

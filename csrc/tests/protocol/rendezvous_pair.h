@@ -105,6 +105,9 @@ class RendezvousPair : public ::testing::TestWithParam<Options> {
       settings.verbs.ib_windows = GetParam().ib_windows;
       if (!devices.empty()) {
         settings.verbs.device = devices[std::min<std::size_t>(task == kPs ? 0 : 1, devices.size() - 1)];
+        // the lane's guest emulates its CPUs: a long read can outlast 67 ms retransmission
+        // timeouts, so give the transport 1 s (RDMA_QP_TIMEOUT=18)
+        settings.verbs.timeout = 18;
       }
       if (queue_depth_) settings.verbs.queue_depth = queue_depth_;
       settings.verbs.same_host = GetParam().same_host;
