@@ -182,6 +182,9 @@ for p in ${RXE_CARRY:-}; do
   cp -a "$REPO/$p" "$RUN/repo/$p"
 done
 find "$RUN/repo" -name __pycache__ -prune -exec rm -rf {} +
+# compiled here (the guest's Python is 3.11 too): an emulated CPU compiles slowly, and every
+# process of a test would compile the package again
+python3 -m compileall -q "$RUN/repo/src" "$RUN/repo/tests" >/dev/null || die "compileall failed"
 # the compiled core goes beside the sources (the guest's Python is Debian's 3.11 too)
 CORE=$("$CORE_PYTHON" -c 'import tensorverbs._core as c; print(c.__file__)') \
   || die "no tensorverbs._core for $CORE_PYTHON (make install builds it)"
@@ -249,7 +252,9 @@ for i in $(seq 50); do   # the link-local GID appears once IPv6 is up on the vet
 done
 rdma link show
 mkdir -p /mnt/share
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,ro share /mnt/share \
+# cache=loose: the share does not change while the guest runs, and each process of a test
+# imports the same packages (uncached, every stat crosses to the host)
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,cache=loose,ro share /mnt/share \
   || { echo "rxe-guest: mounting the share failed"; finish 92; }
 if grep -q 'rxe_smoke=1' /proc/cmdline; then
   step "smoke: ibv_rc_pingpong rxe1 -> rxe0"
