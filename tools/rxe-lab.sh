@@ -202,14 +202,17 @@ cp "$CORE" "$RUN/repo/src/tensorverbs/"
 } > "$RUN/command.sh"
 
 # ------------------------------------------------------------------------ guest scripts
-# the base image (the root filesystem, packed once), then this run's scripts in a second
-# archive appended to it (the kernel unpacks both)
+# the guest image: this run's scripts (/init, /lab), an uncompressed archive, followed by the
+# root filesystem, compressed and packed once (the kernel unpacks both, as it does an early
+# microcode archive before an initramfs); without the scripts nothing would boot
 BASE=$CACHE/rootfs.cpio.zst
-if [ ! -f "$BASE" ] || [ "$(cat "$BASE.stamp" 2>/dev/null)" != "$STAMP $KVER" ]; then
+BASE_STAMP="2 $STAMP $KVER"
+if [ ! -f "$BASE" ] || [ "$(cat "$BASE.stamp" 2>/dev/null)" != "$BASE_STAMP" ]; then
   say "packing the guest's root filesystem"
+  rm -rf "$ROOT/init" "$ROOT/lab"  # (where earlier versions of this script wrote them)
   TMP_BASE=$(mktemp "$CACHE/.rootfs.XXXXXX")
   (cd "$ROOT" && find . -print0 | cpio --null -o -H newc --quiet | zstd -q -T0 -3 > "$TMP_BASE")
-  mv "$TMP_BASE" "$BASE" && echo "$STAMP $KVER" > "$BASE.stamp"
+  mv "$TMP_BASE" "$BASE" && echo "$BASE_STAMP" > "$BASE.stamp"
 fi
 LAB=$RUN/lab
 mkdir -p "$LAB/lab"
@@ -277,8 +280,8 @@ step "command exited with $rc"
 finish $rc
 EOF
 chmod +x "$LAB/init" "$LAB/lab/run.sh"
-cp "$BASE" "$RUN/initrd.img"
-(cd "$LAB" && find . -print0 | cpio --null -o -H newc --quiet) >> "$RUN/initrd.img"
+(cd "$LAB" && find . -print0 | cpio --null -o -H newc --quiet) > "$RUN/initrd.img"
+cat "$BASE" >> "$RUN/initrd.img"
 
 # ----------------------------------------------------------------------------------- boot
 case $ACCEL in
