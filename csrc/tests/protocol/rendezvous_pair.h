@@ -56,31 +56,51 @@ struct Options {
   std::string same_host = "auto";
 };
 
+// One of `names` (task `task`) over the soft provider, as these tests open tasks: few
+// message slots (credits run out and come back), small pool blocks.
+inline Result<std::unique_ptr<RdmaRendezvous>> open_task(std::int32_t task,
+                                                        std::vector<std::string> names,
+                                                        const Options& options = {},
+                                                        std::size_t pool_limit = 0) {
+  RendezvousSettings settings;
+  settings.task = task;
+  settings.task_names = std::move(names);
+  settings.verbs.provider = "soft";
+  settings.verbs.same_host = options.same_host;
+  settings.listen_host = "127.0.0.1";
+  settings.read_mode = options.read_mode;
+  settings.validate = options.validate;
+  settings.slots = 4;
+  settings.pool_block = 8 << 20;
+  if (pool_limit) settings.pool_limit = pool_limit;
+  return RdmaRendezvous::open(settings);
+}
+
+// The channel between `a` and `b` set up as the control plane does it: `a` describes its
+// side, `b` connects to that and describes its own, `a` connects to that. `a_incarnation`
+// is a's as b knows it, `b_incarnation` b's as a knows it.
+inline ::testing::AssertionResult connect_tasks(RdmaRendezvous& a, std::uint64_t a_incarnation,
+                                               RdmaRendezvous& b, std::uint64_t b_incarnation) {
+  auto mine = a.channel(b.task(), b_incarnation, {});
+  if (!mine.ok()) return ::testing::AssertionFailure() << mine.status().message();
+  auto theirs = b.channel(a.task(), a_incarnation, mine.value());
+  if (!theirs.ok()) return ::testing::AssertionFailure() << theirs.status().message();
+  Status status = b.connect(a.task(), a_incarnation, mine.value());
+  if (status.ok()) status = a.connect(b.task(), b_incarnation, theirs.value());
+  if (!status.ok()) return ::testing::AssertionFailure() << status.message();
+  return ::testing::AssertionSuccess();
+}
+
 class RendezvousPair : public ::testing::TestWithParam<Options> {
  protected:
   void SetUp() override {
     for (std::int32_t task : {kPs, kWorker}) {
-      RendezvousSettings settings;
-      settings.task = task;
-      settings.task_names = {"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"};
-      settings.verbs.provider = "soft";
-      settings.verbs.same_host = GetParam().same_host;
-      settings.listen_host = "127.0.0.1";
-      settings.read_mode = GetParam().read_mode;
-      settings.validate = GetParam().validate;
-      settings.slots = 4;  // few slots: credits run out and come back
-      settings.pool_block = 8 << 20;
-      if (pool_limit_) settings.pool_limit = pool_limit_;
-      auto opened = RdmaRendezvous::open(settings);
+      auto opened = open_task(task, {"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"},
+                              GetParam(), pool_limit_);
       ASSERT_TRUE(opened.ok()) << opened.status().message();
       (task == kPs ? ps_ : worker_) = opened.take();
     }
-    auto mine = worker_->channel(kPs, 7, {});
-    ASSERT_TRUE(mine.ok()) << mine.status().message();
-    auto theirs = ps_->channel(kWorker, 8, mine.value());
-    ASSERT_TRUE(theirs.ok()) << theirs.status().message();
-    ASSERT_TRUE(ps_->connect(kWorker, 8, mine.value()).ok());
-    ASSERT_TRUE(worker_->connect(kPs, 7, theirs.value()).ok());
+    ASSERT_TRUE(connect_tasks(*worker_, 8, *ps_, 7));
   }
 
   void TearDown() override {
