@@ -7,6 +7,7 @@
 // send; the adapter's thread delivers completions.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -129,7 +130,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::optional<ChannelDescription> remote_;
   std::optional<Status> error_;
   bool failed_ = false;  // fail() ran
-  std::uint64_t max_message_bytes_;
+  // the smaller of both sides' once connected; read without mu_ by transfers
+  std::atomic<std::uint64_t> max_message_bytes_;
   std::uint32_t next_index_ = 0;
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests_;
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;

@@ -28,11 +28,17 @@ class HostileChannelSetup : public ::testing::Test {
       ASSERT_TRUE(opened.ok()) << opened.status().message();
       (task == kPs ? ps_ : worker_) = opened.take();
     }
-    auto described = ps_->channel(kWorker, 8, {});
+    renew_ps_side(8);
+  }
+
+  // A new channel of the ps to the worker (its queue pair takes one peer only), as the ps
+  // describes it.
+  void renew_ps_side(std::uint64_t worker_incarnation) {
+    auto described = ps_->channel(kWorker, worker_incarnation, {});
     ASSERT_TRUE(described.ok()) << described.status().message();
     auto parsed = ChannelDescription::parse(described.value());
-    ASSERT_TRUE(parsed);
-    ps_side_ = *parsed;
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    ps_side_ = parsed.take();
   }
 
   void TearDown() override {
@@ -79,11 +85,14 @@ TEST_F(HostileChannelSetup, AnOperationSizeTooSmallForTheProtocolIsRefused) {
 }
 
 TEST_F(HostileChannelSetup, AnyOperationSizeFromTheMinimumUpIsTaken) {
+  std::uint64_t incarnation = 10;
   for (std::uint64_t size : {std::uint64_t{64} << 10, std::numeric_limits<std::uint64_t>::max()}) {
     SCOPED_TRACE(size);
+    renew_ps_side(++incarnation);
     const std::string bytes = lying([size](ChannelDescription& d) { d.max_message_bytes = size; });
-    ASSERT_TRUE(worker_->channel(kPs, size, {}).ok());
-    const Status connected = worker_->connect(kPs, size, bytes);
+    auto mine = worker_->channel(kPs, incarnation, {});
+    ASSERT_TRUE(mine.ok()) << mine.status().message();
+    const Status connected = worker_->connect(kPs, incarnation, bytes);
     EXPECT_TRUE(connected.ok()) << connected.message();
   }
 }

@@ -64,13 +64,13 @@ TEST_F(RdmaChannelTest, TheOperationSizeConnectSettlesIsReadSafelyMeanwhile) {
   auto theirs = make_channel(std::uint64_t{1} << 20);
   ASSERT_TRUE(mine && theirs);
   auto remote = ChannelDescription::parse(theirs->description());
-  ASSERT_TRUE(remote);
+  ASSERT_TRUE(remote.ok()) << remote.status().message();
   std::atomic<bool> connected{false};
   std::thread user([&] {
     constexpr std::uint64_t kTensor = (std::uint64_t{3} << 20) + 5;
     while (!connected.load(std::memory_order_relaxed)) (void)mine->last_operation_bytes(kTensor);
   });
-  const Status status = mine->connect(*remote);
+  const Status status = mine->connect(remote.value());
   connected = true;
   user.join();
   ASSERT_TRUE(status.ok()) << status.message();
