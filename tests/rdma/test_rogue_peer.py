@@ -183,3 +183,35 @@ def test_a_peer_announcing_one_byte_operations_is_refused_by_name(tiny_operation
     # the ps lives on, and so does its channel to worker 1
     ps.send_pattern("after", W1, step, 1 << 20, 3)
     assert same(worker.recv("after", source=PS, step_id=step, timeout=30), pattern(1 << 20, 3))
+
+
+@pytest.fixture(params=["auto", "no"], ids=["shm", "tcp"])
+def two_rogues(request, step):
+    """A real worker 0 (in this process) and two rogues: the ps and worker 1, each with a
+    channel to it (over shared memory, or TCP only)."""
+    cluster = cluster_spec({"ps": 1, "worker": 2})
+    env = dict(ENV, TENSORVERBS_SAME_HOST=request.param)
+    worker = tv.Server(cluster, "worker", 0, "grpc+verbs", config=RdmaConfig.from_env(env))
+    ps, other = RoguePeer(parse_task(PS), cluster["ps"][0]), RoguePeer(parse_task(W1), cluster["worker"][1])
+    ps.connect_to(cluster["worker"][0])
+    other.connect_to(cluster["worker"][0])
+    yield worker, ps, other
+    worker.stop()
+    ps.close()
+    other.close()
+
+
+def test_a_landing_given_to_one_peer_is_refused_to_another(two_rogues, step):
+    worker, ps, other = two_rogues
+    payload = np.arange(1 << 14, dtype=np.float32)  # too large to come inline: it lands
+    fut = worker.recv_async("t", source=PS, step_id=step, timeout=30)
+    request = ps.receive()
+    ps.send(Message(MessageType.META_DATA_RESPONSE, request.request_index, "t", request.step_id,
+                    meta=TensorMeta(1, payload.shape, False, payload.nbytes)))
+    landing = ps.receive()
+    assert landing.type == MessageType.TENSOR_RE_REQUEST and landing.rkey
+    # worker 1 learns where the ps may write (rkeys travel in the clear) and tries first
+    written = other.write_plain(bytes(payload.nbytes), landing.remote_addr, landing.rkey)
+    assert written.status_name == "REM_ACCESS_ERR"
+    ps.write_tensor(payload.tobytes(), landing.remote_addr, landing.rkey, landing.request_index)
+    assert same(fut.result(30), payload)
