@@ -158,11 +158,9 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
 }
 
 Result<std::unique_ptr<verbs::MemoryWindow>> RdmaChannel::bind_window(
-    verbs::ProtectionDomain& pd, const verbs::MemoryRegion& region, std::uint64_t addr,
-    std::size_t length, std::uint32_t access) {
-  auto window = qp_->bind_window(region, addr, length, access);
-  if (window.ok() || window.status().code() != Code::kUnimplemented) return window;
-  return pd.bind_window(region, addr, length, access);
+    const verbs::MemoryRegion& region, std::uint64_t addr, std::size_t length,
+    std::uint32_t access) {
+  return qp_->bind_window(region, addr, length, access);
 }
 
 std::uint32_t RdmaChannel::last_operation_bytes(std::uint64_t nbytes) const {

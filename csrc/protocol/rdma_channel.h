@@ -83,10 +83,9 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   void post_transfer(verbs::WrOpcode opcode, std::uint64_t local, std::uint64_t length,
                      std::uint32_t lkey, std::uint64_t remote_addr, std::uint32_t rkey,
                      std::uint64_t wr_id, std::uint32_t imm);
-  // A window over [addr, +length) of `region` that only the peer reaches (a window bound to
-  // the queue pair where the provider has them, else one of the protection domain).
-  Result<std::unique_ptr<verbs::MemoryWindow>> bind_window(verbs::ProtectionDomain& pd,
-                                                           const verbs::MemoryRegion& region,
+  // A window over [addr, +length) of `region` that only the peer reaches (bound to the queue
+  // pair; see QueuePair::bind_window for what each provider gives).
+  Result<std::unique_ptr<verbs::MemoryWindow>> bind_window(const verbs::MemoryRegion& region,
                                                            std::uint64_t addr, std::size_t length,
                                                            std::uint32_t access);
   // The length of the last operation of a transfer of `nbytes` (the one the peer sees).
