@@ -149,9 +149,10 @@ NB_MODULE(_core, m) {
   m.def(
       "parse_channel",
       [](const nb::bytes& bytes) -> nb::object {
-        const auto d = ChannelDescription::parse(
+        const auto parsed = ChannelDescription::parse(
             std::string_view(static_cast<const char*>(bytes.data()), bytes.size()));
-        if (!d) return nb::none();
+        if (!parsed.ok()) return nb::none();
+        const ChannelDescription* d = &parsed.value();
         nb::dict out;
         out["provider"] = d->provider;
         out["endpoint"] = nb::bytes(d->endpoint.data(), d->endpoint.size());

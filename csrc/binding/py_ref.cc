@@ -5,17 +5,25 @@
 #include <thread>
 #include <vector>
 
+#include "core/thread_guard.h"
+
 namespace tensorverbs::binding {
 
 namespace {
 
 class Janitor {
  public:
-  void release(PyObject* object) {
+  // Called from destructors (noexcept): what cannot be queued (no memory, or no thread to
+  // release it) leaks rather than ending the process.
+  void release(PyObject* object) noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;  // the interpreter is going away: leak
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-    queue_.push_back(object);
+    run_guarded(
+        [&] {
+          if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+          queue_.push_back(object);
+        },
+        [](const char*) {});
     wake_.notify_one();
   }
 

@@ -11,6 +11,7 @@
 
 #include "binding/byte_view.h"
 #include "core/spin_pause.h"
+#include "core/thread_guard.h"
 #include "binding/py_ref.h"
 
 namespace nb = nanobind;
@@ -59,7 +60,9 @@ class Settler {
       lock.unlock();
       {
         nb::gil_scoped_acquire gil;
-        for (auto& [recv, result] : batch) recv->settle(result);
+        for (auto& settled : batch) {  // settle() reports Python's errors itself
+          run_guarded([&] { settled.first->settle(settled.second); }, [](const char*) {});
+        }
         batch.clear();  // drops Python references with the GIL
       }
       lock.lock();

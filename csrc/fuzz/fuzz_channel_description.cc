@@ -10,6 +10,6 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   const auto parsed = tensorverbs::ChannelDescription::parse(bytes);
-  if (parsed && parsed->serialize() != bytes) std::abort();
+  if (parsed.ok() && parsed.value().serialize() != bytes) std::abort();
   return 0;
 }

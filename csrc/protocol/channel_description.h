@@ -1,15 +1,21 @@
 // ChannelDescription: what one side of a verbs channel tells the other through the
 // control plane (TensorFlow's GetRemoteAddress: the queue pair's endpoint and the address
 // and key of the message buffer), as bytes. The parser is strict and fuzzed: the bytes
-// come from a peer.
+// come from a peer, and what it accepts is within the bounds the protocol works with.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 
+#include "core/status.h"
+
 namespace tensorverbs {
+
+// The smallest operation size a peer may announce: every device takes operations of 2 GiB
+// (InfiniBand requires 2^31 bytes); below this, a tensor would split into absurdly many.
+inline constexpr std::uint64_t kMinMessageBytes = std::uint64_t{64} << 10;
+inline constexpr std::uint32_t kMaxSlots = 1024;
 
 struct ChannelDescription {
   std::string provider;           // "soft", "ibverbs"
@@ -21,8 +27,9 @@ struct ChannelDescription {
   std::uint64_t max_message_bytes = 0;  // largest single operation this side can take
 
   std::string serialize() const;
-  // Nothing for bytes that are not a description (wrong version, lengths, limits).
-  static std::optional<ChannelDescription> parse(std::string_view bytes);
+  // kInvalidArgument saying what is wrong for bytes that are not a description (wrong
+  // version, lengths) or whose fields are out of bounds or contradict each other.
+  static Result<ChannelDescription> parse(std::string_view bytes);
 };
 
 }  // namespace tensorverbs

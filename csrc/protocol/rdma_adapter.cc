@@ -4,6 +4,7 @@
 #include <functional>
 #include <string>
 
+#include "core/thread_guard.h"
 #include "verbs/work.h"
 
 namespace tensorverbs {
@@ -98,10 +99,15 @@ void RdmaAdapter::expire() {
   }
   for (Deadline& deadline : due) {
     if (auto recv = deadline.recv.lock()) {
-      const std::string progress = recv->progress();
-      recv->give_up(Status(Code::kDeadlineExceeded,
-                           recv->what() + " timed out after " + seconds(deadline.timeout) + " s" +
-                               (progress.empty() ? "" : " (" + progress + ")")));
+      // what the recv's caller throws as it is answered is the caller's: nothing else fails
+      run_guarded(
+          [&] {
+            const std::string progress = recv->progress();
+            recv->give_up(Status(Code::kDeadlineExceeded,
+                                 recv->what() + " timed out after " + seconds(deadline.timeout) +
+                                     " s" + (progress.empty() ? "" : " (" + progress + ")")));
+          },
+          [](const char*) {});
     }
   }
 }
@@ -109,6 +115,13 @@ void RdmaAdapter::expire() {
 void RdmaAdapter::run() {
   verbs::WorkCompletion wcs[kBatch];
   std::vector<std::shared_ptr<RdmaChannel>> touched;
+  // what a channel's handling throws fails that channel, with the reason
+  const auto fail = [](const std::shared_ptr<RdmaChannel>& channel) {
+    return [&channel](const char* what) {
+      channel->fail(Status(Code::kInternal, channel->name() + " failed: " + what +
+                                                " (thrown in the completion thread)"));
+    };
+  };
   while (!stopping_) {
     const int n = cq_->wait(wcs, kBatch, wait_ms());
     for (int i = 0; i < n; ++i) {
@@ -119,16 +132,23 @@ void RdmaAdapter::run() {
         if (it != channels_.end()) channel = it->second.lock();
       }
       if (!channel) continue;
-      channel->on_completion(wcs[i]);
-      if (std::find(touched.begin(), touched.end(), channel) == touched.end()) {
-        touched.push_back(std::move(channel));
-      }
+      run_guarded(
+          [&] {
+            channel->on_completion(wcs[i]);
+            if (std::find(touched.begin(), touched.end(), channel) == touched.end()) {
+              touched.push_back(channel);
+            }
+          },
+          fail(channel));
     }
-    for (auto& channel : touched) channel->after_batch();
+    for (auto& channel : touched) run_guarded([&] { channel->after_batch(); }, fail(channel));
     touched.clear();
     expire();
     if (housekeeping_wanted_.exchange(false)) {
-      if (housekeeping_()) housekeeping_wanted_ = true;
+      // a housekeeping that throws is tried again after the next batch
+      bool again = true;
+      run_guarded([&] { again = housekeeping_(); }, [](const char*) {});
+      if (again) housekeeping_wanted_ = true;
     }
   }
 }

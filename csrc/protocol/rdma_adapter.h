@@ -2,7 +2,10 @@
 // drains it (TensorFlow's RdmaAdapter). The thread waits on the queue (a bounded spin,
 // then sleep: no busy polling at idle), hands each completion to its channel, sends the
 // ACKs a batch calls for, fires recvs' deadlines, and retries what waits for a peer's
-// access to end (quarantine). A bug in a handler fails what it was for, never the thread.
+// access to end (quarantine). Whatever a handler throws fails the channel whose completion
+// it handled (its recvs fail naming the peer), never the thread or the other channels.
+// Waiting on the queue throws nothing: a provider that makes progress there (soft) fails
+// the queue pair whose traffic threw.
 #pragma once
 
 #include <atomic>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/thread_guard.h"
 #include "protocol/rdma_tensor_request.h"
 #include "protocol/rdma_tensor_response.h"
 #include "protocol/work_id.h"
@@ -93,7 +94,7 @@ Status RdmaChannel::connect(const ChannelDescription& remote) {
     status = *error_;
   } else {
     remote_ = remote;
-    max_message_bytes_ = std::min(max_message_bytes_, remote.max_message_bytes);
+    max_message_bytes_ = std::min(max_message_bytes_.load(), remote.max_message_bytes);
     buffer_->connect(remote.rx_addr, remote.rx_rkey);
   }
   lock.unlock();
@@ -199,7 +200,7 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
                                 std::uint64_t total, std::uint32_t lkey,
                                 std::uint64_t remote_addr, std::uint32_t rkey,
                                 std::uint64_t wr_id, std::uint32_t imm) {
-  const std::uint64_t step = std::min<std::uint64_t>(max_message_bytes_, 1u << 30);
+  const std::uint64_t step = std::min<std::uint64_t>(max_message_bytes_.load(), 1u << 30);
   std::vector<verbs::SendWr> wrs;
   std::uint64_t offset = 0;
   do {
@@ -226,16 +227,14 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
 }
 
 Result<std::unique_ptr<verbs::MemoryWindow>> RdmaChannel::bind_window(
-    verbs::ProtectionDomain& pd, const verbs::MemoryRegion& region, std::uint64_t addr,
-    std::size_t length, std::uint32_t access) {
-  auto window = qp_->bind_window(region, addr, length, access);
-  if (window.ok() || window.status().code() != Code::kUnimplemented) return window;
-  return pd.bind_window(region, addr, length, access);
+    const verbs::MemoryRegion& region, std::uint64_t addr, std::size_t length,
+    std::uint32_t access) {
+  return qp_->bind_window(region, addr, length, access);
 }
 
 std::uint32_t RdmaChannel::last_operation_bytes(std::uint64_t nbytes) const {
   if (nbytes == 0) return 0;
-  const std::uint64_t step = std::min<std::uint64_t>(max_message_bytes_, 1u << 30);
+  const std::uint64_t step = std::min<std::uint64_t>(max_message_bytes_.load(), 1u << 30);
   const std::uint64_t rest = nbytes % step;
   return static_cast<std::uint32_t>(rest ? rest : step);
 }
@@ -482,8 +481,13 @@ void RdmaChannel::fail(const Status& why) {
     backlog_.clear();
   }
   qp_->to_error(failed.message());
-  for (auto& [index, request] : requests) request->fail(failed);
-  for (auto& request : queued) request->fail(failed);
+  // what a caller throws as its recv fails is the caller's: the other recvs fail all the same
+  for (auto& entry : requests) {
+    run_guarded([&] { entry.second->fail(failed); }, [](const char*) {});
+  }
+  for (auto& request : queued) {
+    run_guarded([&] { request->fail(failed); }, [](const char*) {});
+  }
   for (auto& [index, response] : responses) response->abandon();
   for (auto& [sequence, response] : waiting) response->abandon();
 }

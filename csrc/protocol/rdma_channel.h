@@ -105,10 +105,9 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   void track_read(std::uint32_t index, std::shared_ptr<std::atomic<bool>> seen);
   // The task stops (its adapter no longer takes completions): every read counts as seen.
   void abandon_reads();
-  // A window over [addr, +length) of `region` that only the peer reaches (a window bound to
-  // the queue pair where the provider has them, else one of the protection domain).
-  Result<std::unique_ptr<verbs::MemoryWindow>> bind_window(verbs::ProtectionDomain& pd,
-                                                           const verbs::MemoryRegion& region,
+  // A window over [addr, +length) of `region` that only the peer reaches (bound to the queue
+  // pair; see QueuePair::bind_window for what each provider gives).
+  Result<std::unique_ptr<verbs::MemoryWindow>> bind_window(const verbs::MemoryRegion& region,
                                                            std::uint64_t addr, std::size_t length,
                                                            std::uint32_t access);
   // The length of the last operation of a transfer of `nbytes` (the one the peer sees).
@@ -168,7 +167,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::condition_variable connected_;        // it has returned
   std::optional<Status> error_;
   bool failed_ = false;  // fail() ran
-  std::uint64_t max_message_bytes_;
+  // the smaller of both sides' once connected; read without mu_ by transfers
+  std::atomic<std::uint64_t> max_message_bytes_;
   std::uint32_t next_index_ = 0;
   const std::uint32_t max_requests_;
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests_;

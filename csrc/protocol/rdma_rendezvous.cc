@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/thread_guard.h"
 #include "protocol/channel_description.h"
 #include "protocol/local_recv.h"
 #include "protocol/rdma_message_buffer.h"
@@ -69,10 +70,13 @@ Result<std::string> RdmaRendezvous::channel(std::int32_t peer, std::uint64_t inc
   }
   std::optional<ChannelDescription> remote;
   if (!offered.empty()) {
-    remote = ChannelDescription::parse(offered);
-    if (!remote) {
-      return Status(Code::kInvalidArgument, task_name(peer) + " offered a malformed channel description");
+    auto parsed = ChannelDescription::parse(offered);
+    if (!parsed.ok()) {
+      return Status(Code::kInvalidArgument, task_name(peer) +
+                                                " offered a channel description this task refuses: " +
+                                                parsed.status().message());
     }
+    remote = parsed.take();
   }
   std::shared_ptr<RdmaChannel> old, channel;
   {
@@ -110,15 +114,17 @@ Result<std::string> RdmaRendezvous::channel(std::int32_t peer, std::uint64_t inc
 }
 
 Status RdmaRendezvous::connect(std::int32_t peer, std::uint64_t incarnation, std::string_view remote) {
-  const std::optional<ChannelDescription> description = ChannelDescription::parse(remote);
-  if (!description) {
-    return Status(Code::kInvalidArgument, task_name(peer) + " sent a malformed channel description");
+  const Result<ChannelDescription> description = ChannelDescription::parse(remote);
+  if (!description.ok()) {
+    return Status(Code::kInvalidArgument, task_name(peer) +
+                                              " sent a channel description this task refuses: " +
+                                              description.status().message());
   }
   std::shared_ptr<RdmaChannel> channel = find_channel(peer);
   if (!channel || channel->incarnation() != incarnation) {
     return Status(Code::kFailedPrecondition, "no verbs channel to " + task_name(peer) + " to connect");
   }
-  return channel->connect(*description);
+  return channel->connect(description.value());
 }
 
 void RdmaRendezvous::fail_channel(std::int32_t peer, const Status& why) {
@@ -354,8 +360,13 @@ bool RdmaRendezvous::check_quarantine() {
     std::lock_guard<std::mutex> lock(mu_);
     waiting.swap(quarantined_);
   }
-  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [](auto& q) { return q(); }),
-                waiting.end());
+  // one that throws stays quarantined (what it holds must not be reused meanwhile)
+  const auto quiesced = [](auto& q) {
+    bool done = false;
+    run_guarded([&] { done = q(); }, [](const char*) {});
+    return done;
+  };
+  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), quiesced), waiting.end());
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& q : waiting) quarantined_.push_back(std::move(q));
   return !quarantined_.empty();

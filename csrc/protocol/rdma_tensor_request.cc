@@ -103,7 +103,7 @@ Status RdmaTensorRequest::land(const TensorMeta& meta, bool window) {
   if (!landing.ok()) return landing.status();
   landing_ = landing.take();
   if (!window) return Status();
-  auto bound = channel_->bind_window(rendezvous_.pd(), landing_->region(),
+  auto bound = channel_->bind_window(landing_->region(),
                                      reinterpret_cast<std::uint64_t>(landing_->data()),
                                      landing_->size(), verbs::kRemoteWrite);
   if (!bound.ok()) {

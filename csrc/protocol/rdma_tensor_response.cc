@@ -68,7 +68,7 @@ void RdmaTensorResponse::answer(std::unique_lock<std::mutex>& lock) {
   TensorSource::BindWindow bind;
   if (read_mode) {
     bind = [this](const verbs::MemoryRegion& region, std::uint64_t addr, std::size_t length) {
-      return channel_->bind_window(rendezvous_.pd(), region, addr, length, verbs::kRemoteRead);
+      return channel_->bind_window(region, addr, length, verbs::kRemoteRead);
     };
   }
   auto source = TensorSource::prepare(value, rendezvous_.pool(), rendezvous_.pd(), counters, bind);

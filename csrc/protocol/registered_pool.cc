@@ -42,8 +42,10 @@ Result<PoolBuffer> RegisteredPool::allocate(std::size_t nbytes) {
                         " bytes are registered and a block of " + std::to_string(length) +
                         " more would be needed");
     }
-    Result<std::unique_ptr<verbs::MemoryRegion>> region = pd_->allocate_memory(
-        length, verbs::kLocalWrite | verbs::kRemoteWrite | verbs::kRemoteRead);
+    // local access only: a peer reaches an allocation through a window over it, never the
+    // block through its own key
+    Result<std::unique_ptr<verbs::MemoryRegion>> region =
+        pd_->allocate_memory(length, verbs::kLocalWrite);
     if (!region.ok()) return region.status();
     Block block;
     block.region = region.take();

@@ -1,9 +1,11 @@
 // RegisteredPool: tensors allocated inside large blocks registered once (the seeds'
 // allocator visitor, the paper's memory pool). Registering is slow, so the pool registers
 // blocks of `block_bytes` and carves allocations out of them; it grows up to `limit_bytes`
-// and refuses (ResourceExhausted) past it. An allocation returns to its block when the
-// last reference to it is dropped, from any thread; a block stays registered while any
-// allocation of it lives, even after close(). Thread-safe.
+// and refuses (ResourceExhausted) past it. Blocks are registered for local access only: a
+// peer reaches an allocation through a window over it (TensorLanding, TensorSource), never
+// a block as a whole. An allocation returns to its block when the last reference to it is
+// dropped, from any thread; a block stays registered while any allocation of it lives,
+// even after close(). Thread-safe.
 #pragma once
 
 #include <cstddef>

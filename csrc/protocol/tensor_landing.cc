@@ -17,8 +17,8 @@ Result<std::shared_ptr<TensorLanding>> TensorLanding::prepare(const TensorMeta& 
     return landing;
   }
   if (fits && size >= kRegisterFrom && !prefers_pool) {
-    auto registered = pd.register_memory(destination->data, size,
-                                         verbs::kLocalWrite | verbs::kRemoteWrite);
+    // local access: the peer writes through the window bound over it
+    auto registered = pd.register_memory(destination->data, size, verbs::kLocalWrite);
     if (registered.ok()) {  // else (memory the device cannot register) through the pool
       landing->registration_ = registered.take();
       landing->land_in(*destination, *landing->registration_);

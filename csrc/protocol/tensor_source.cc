@@ -16,8 +16,7 @@ Result<std::unique_ptr<TensorSource>> TensorSource::prepare(const TensorValue& v
   const verbs::MemoryRegion* region = pool.region_of(value.data, size);
   auto* data = const_cast<std::uint8_t*>(value.data);  // only ever read
   if (!region && size >= kStageBelow) {
-    auto registered =
-        pd.register_memory(data, size, remote_read ? std::uint32_t{verbs::kRemoteRead} : 0u);
+    auto registered = pd.register_memory(data, size, 0);  // a window gives the peer its read
     if (registered.ok()) {
       source->registration_ = registered.take();
       region = source->registration_.get();

@@ -7,12 +7,12 @@
 // and the range must not be reused until quiesced() turns true.
 //
 // Two places make windows: ProtectionDomain::bind_window (any queue pair of the domain
-// reaches it with its rkey) and QueuePair::bind_window (only that queue pair's peer: a type
-// 2 memory window, bound and invalidated by work requests on its send queue, so its
-// revoke() may return false until the invalidation ran; quiesced() turns true once its
-// completion queue has been polled past it). Either way the window's region must stay
-// registered until the window is revoked and quiesced (devices refuse to deregister a
-// region windows are bound to).
+// reaches it with its rkey) and QueuePair::bind_window (only that queue pair's peer: on
+// ibverbs a type 2 memory window, bound and invalidated by work requests on its send
+// queue, so its revoke() may return false until the invalidation ran; quiesced() turns
+// true once its completion queue has been polled past it). Either way the window's region
+// must stay registered until the window is revoked and quiesced (devices refuse to
+// deregister a region windows are bound to); the region itself needs local access only.
 #pragma once
 
 #include <cstddef>

@@ -60,19 +60,17 @@ class QueuePair {
   virtual bool prefers_allocated_memory() const { return false; }
 
   // A window over [addr, addr + length) of `region` (registered with this queue pair's
-  // protection domain) that only this queue pair's peer can reach: a type 2 memory window,
-  // bound by a work request on this send queue, so the queue pair must be connected. The
-  // bind precedes every request posted after this returns: its rkey may travel in any of
-  // them; sent another way, it is valid once a later request on this queue pair completed.
-  // A provider without such windows (or a device without type 2 windows) may return a
-  // ProtectionDomain::bind_window window; kUnimplemented: use that one.
+  // protection domain) that only this queue pair's peer can reach. ibverbs: a type 2
+  // memory window, bound by a work request on this send queue, so the queue pair must be
+  // connected; the bind precedes every request posted after this returns (its rkey may
+  // travel in any of them; sent another way, it is valid once a later request on this
+  // queue pair completed); a device without type 2 windows (or soft-RoCE, by default)
+  // registers the range instead, which any queue pair of the domain reaches. soft: a key
+  // bound to this queue pair, made at once.
   virtual Result<std::unique_ptr<MemoryWindow>> bind_window(const MemoryRegion& region,
                                                            std::uint64_t addr,
                                                            std::size_t length,
-                                                           std::uint32_t access) {
-    (void)region, (void)addr, (void)length, (void)access;
-    return Status(Code::kUnimplemented, "this verbs provider has no queue-pair windows");
-  }
+                                                           std::uint32_t access) = 0;
 
  protected:
   QueuePair() = default;

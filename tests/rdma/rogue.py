@@ -72,6 +72,7 @@ class RoguePeer:
         self.data = self.pd.allocate_memory(8 << 20, _core.LOCAL_WRITE | _core.REMOTE_WRITE | _core.REMOTE_READ)
         self.qp = None
         self.mangle_endpoint: Callable[[bytes], bytes] = lambda endpoint: endpoint
+        self.max_message_bytes = 1 << 30  # the largest operation it says it takes
         self.connected = threading.Event()
         self.remote_rx = (0, 0)
         self._sent = self._received = self._taken_by_peer = 0
@@ -103,7 +104,7 @@ class RoguePeer:
 
     def _describe(self) -> dict:
         description = _core.describe_channel("soft", self.mangle_endpoint(self.qp.endpoint), self.rx.addr,
-                                             self.rx.rkey, self.rx.length, SLOTS, 1 << 30)
+                                             self.rx.rkey, self.rx.length, SLOTS, self.max_message_bytes)
         return dict(host_name=str(self.task), incarnation=self.incarnation,
                     channel=pb.Channel(provider="soft", provider_info=description))
 

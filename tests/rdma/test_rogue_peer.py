@@ -4,6 +4,7 @@ names, or the channel dropped), the server never crashes or hangs, and lies abou
 data become DataLossError on the receiving side."""
 from __future__ import annotations
 
+import grpc
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 import tensorverbs as tv
 from tensorverbs.cluster import parse_task
-from tensorverbs.local_cluster import TaskProcess, cluster_spec
+from tensorverbs.local_cluster import TaskProcess, cluster_spec, pattern, same
 from tensorverbs import _core
 from tensorverbs.tensor import TensorMeta
 from tensorverbs.verbs.config import RdmaConfig
@@ -152,3 +153,65 @@ def test_a_1_tib_tensor_announced_is_refused_before_any_allocation(lying_sender,
         fut.result(30)
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
     assert grown_kib < 64 << 10, f"peak RSS grew by {grown_kib} KiB"
+
+
+@pytest.fixture
+def tiny_operations():
+    """A real ps (child process) and worker 1; worker 0 a rogue that says it takes
+    operations of one byte at most."""
+    cluster = cluster_spec({"ps": 1, "worker": 2})
+    ps = TaskProcess(cluster, "ps", 0, "grpc+verbs", ENV)
+    rogue = RoguePeer(parse_task(W0), cluster["worker"][0])
+    rogue.max_message_bytes = 1
+    worker = tv.Server(cluster, "worker", 1, "grpc+verbs", config=RdmaConfig.from_env(ENV))
+    yield cluster, ps, rogue, worker
+    worker.stop()
+    rogue.close()
+    ps.stop()
+
+
+def test_a_peer_announcing_one_byte_operations_is_refused_by_name(tiny_operations, step):
+    cluster, ps, rogue, worker = tiny_operations
+    # the ps sets the channel up, for its recv from the rogue
+    with pytest.raises(tv.TensorverbsError, match="max_message_bytes") as refused:
+        ps.recv("t", W0, step, 10)
+    assert W0 in str(refused.value)
+    # the rogue sets it up
+    with pytest.raises(grpc.RpcError) as answered:
+        rogue.connect_to(cluster["ps"][0])
+    assert "max_message_bytes" in answered.value.details() and W0 in answered.value.details()
+    # the ps lives on, and so does its channel to worker 1
+    ps.send_pattern("after", W1, step, 1 << 20, 3)
+    assert same(worker.recv("after", source=PS, step_id=step, timeout=30), pattern(1 << 20, 3))
+
+
+@pytest.fixture(params=["auto", "no"], ids=["shm", "tcp"])
+def two_rogues(request, step):
+    """A real worker 0 (in this process) and two rogues: the ps and worker 1, each with a
+    channel to it (over shared memory, or TCP only)."""
+    cluster = cluster_spec({"ps": 1, "worker": 2})
+    env = dict(ENV, TENSORVERBS_SAME_HOST=request.param)
+    worker = tv.Server(cluster, "worker", 0, "grpc+verbs", config=RdmaConfig.from_env(env))
+    ps, other = RoguePeer(parse_task(PS), cluster["ps"][0]), RoguePeer(parse_task(W1), cluster["worker"][1])
+    ps.connect_to(cluster["worker"][0])
+    other.connect_to(cluster["worker"][0])
+    yield worker, ps, other
+    worker.stop()
+    ps.close()
+    other.close()
+
+
+def test_a_landing_given_to_one_peer_is_refused_to_another(two_rogues, step):
+    worker, ps, other = two_rogues
+    payload = np.arange(1 << 14, dtype=np.float32)  # too large to come inline: it lands
+    fut = worker.recv_async("t", source=PS, step_id=step, timeout=30)
+    request = ps.receive()
+    ps.send(Message(MessageType.META_DATA_RESPONSE, request.request_index, "t", request.step_id,
+                    meta=TensorMeta(1, payload.shape, False, payload.nbytes)))
+    landing = ps.receive()
+    assert landing.type == MessageType.TENSOR_RE_REQUEST and landing.rkey
+    # worker 1 learns where the ps may write (rkeys travel in the clear) and tries first
+    written = other.write_plain(bytes(payload.nbytes), landing.remote_addr, landing.rkey)
+    assert written.status_name == "REM_ACCESS_ERR"
+    ps.write_tensor(payload.tobytes(), landing.remote_addr, landing.rkey, landing.request_index)
+    assert same(fut.result(30), payload)

@@ -86,6 +86,51 @@ inline void PrintTo(const Options& o, std::ostream* os) {
       << " same_host=" << o.same_host << (o.provider == "ibverbs" ? " windows=" + o.ib_windows : "");
 }
 
+// One of `names` (task `task`) over the options' provider, as these tests open tasks: few
+// message slots (credits run out and come back), small pool blocks; on ibverbs on `device`.
+inline Result<std::unique_ptr<RdmaRendezvous>> open_task(std::int32_t task,
+                                                        std::vector<std::string> names,
+                                                        const Options& options = {},
+                                                        std::size_t pool_limit = 0,
+                                                        int queue_depth = 0,
+                                                        const std::string& device = "") {
+  RendezvousSettings settings;
+  settings.task = task;
+  settings.task_names = std::move(names);
+  settings.verbs.provider = options.provider;
+  settings.verbs.ib_windows = options.ib_windows;
+  settings.verbs.same_host = options.same_host;
+  if (!device.empty()) {
+    settings.verbs.device = device;
+    // the lane's guest emulates its CPUs: a long read can outlast 67 ms retransmission
+    // timeouts, so give the transport 1 s (RDMA_QP_TIMEOUT=18)
+    settings.verbs.timeout = 18;
+  }
+  if (queue_depth) settings.verbs.queue_depth = queue_depth;
+  settings.listen_host = "127.0.0.1";
+  settings.read_mode = options.read_mode;
+  settings.validate = options.validate;
+  settings.slots = 4;
+  settings.pool_block = 8 << 20;
+  if (pool_limit) settings.pool_limit = pool_limit;
+  return RdmaRendezvous::open(settings);
+}
+
+// The channel between `a` and `b` set up as the control plane does it: `a` describes its
+// side, `b` connects to that and describes its own, `a` connects to that. `a_incarnation`
+// is a's as b knows it, `b_incarnation` b's as a knows it.
+inline ::testing::AssertionResult connect_tasks(RdmaRendezvous& a, std::uint64_t a_incarnation,
+                                               RdmaRendezvous& b, std::uint64_t b_incarnation) {
+  auto mine = a.channel(b.task(), b_incarnation, {});
+  if (!mine.ok()) return ::testing::AssertionFailure() << mine.status().message();
+  auto theirs = b.channel(a.task(), a_incarnation, mine.value());
+  if (!theirs.ok()) return ::testing::AssertionFailure() << theirs.status().message();
+  Status status = b.connect(a.task(), a_incarnation, mine.value());
+  if (status.ok()) status = a.connect(b.task(), b_incarnation, theirs.value());
+  if (!status.ok()) return ::testing::AssertionFailure() << status.message();
+  return ::testing::AssertionSuccess();
+}
+
 class RendezvousPair : public ::testing::TestWithParam<Options> {
  protected:
   void SetUp() override {
@@ -95,38 +140,17 @@ class RendezvousPair : public ::testing::TestWithParam<Options> {
       devices = active;
     }
     for (std::int32_t task : {kPs, kWorker}) {
-      RendezvousSettings settings;
-      settings.task = task;
-      settings.task_names = {"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"};
+      std::vector<std::string> names = {"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"};
       for (int i = 0; i < extra_tasks_; ++i) {
-        settings.task_names.push_back("/job:other/replica:0/task:" + std::to_string(i));
+        names.push_back("/job:other/replica:0/task:" + std::to_string(i));
       }
-      settings.verbs.provider = GetParam().provider;
-      settings.verbs.ib_windows = GetParam().ib_windows;
-      if (!devices.empty()) {
-        settings.verbs.device = devices[std::min<std::size_t>(task == kPs ? 0 : 1, devices.size() - 1)];
-        // the lane's guest emulates its CPUs: a long read can outlast 67 ms retransmission
-        // timeouts, so give the transport 1 s (RDMA_QP_TIMEOUT=18)
-        settings.verbs.timeout = 18;
-      }
-      if (queue_depth_) settings.verbs.queue_depth = queue_depth_;
-      settings.verbs.same_host = GetParam().same_host;
-      settings.listen_host = "127.0.0.1";
-      settings.read_mode = GetParam().read_mode;
-      settings.validate = GetParam().validate;
-      settings.slots = 4;  // few slots: credits run out and come back
-      settings.pool_block = 8 << 20;
-      if (pool_limit_) settings.pool_limit = pool_limit_;
-      auto opened = RdmaRendezvous::open(settings);
+      const std::string device =
+          devices.empty() ? "" : devices[std::min<std::size_t>(task == kPs ? 0 : 1, devices.size() - 1)];
+      auto opened = open_task(task, std::move(names), GetParam(), pool_limit_, queue_depth_, device);
       ASSERT_TRUE(opened.ok()) << opened.status().message();
       (task == kPs ? ps_ : worker_) = opened.take();
     }
-    auto mine = worker_->channel(kPs, 7, {});
-    ASSERT_TRUE(mine.ok()) << mine.status().message();
-    auto theirs = ps_->channel(kWorker, 8, mine.value());
-    ASSERT_TRUE(theirs.ok()) << theirs.status().message();
-    ASSERT_TRUE(ps_->connect(kWorker, 8, mine.value()).ok());
-    ASSERT_TRUE(worker_->connect(kPs, 7, theirs.value()).ok());
+    ASSERT_TRUE(connect_tasks(*worker_, 8, *ps_, 7));
   }
 
   void TearDown() override {

@@ -23,33 +23,65 @@ ChannelDescription sample() {
 TEST(ChannelDescription, RoundTrips) {
   const ChannelDescription d = sample();
   const auto back = ChannelDescription::parse(d.serialize());
-  ASSERT_TRUE(back.has_value());
-  EXPECT_EQ(back->provider, d.provider);
-  EXPECT_EQ(back->endpoint, d.endpoint);
-  EXPECT_EQ(back->rx_addr, d.rx_addr);
-  EXPECT_EQ(back->rx_rkey, d.rx_rkey);
-  EXPECT_EQ(back->rx_length, d.rx_length);
-  EXPECT_EQ(back->slots, d.slots);
-  EXPECT_EQ(back->max_message_bytes, d.max_message_bytes);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back.value().provider, d.provider);
+  EXPECT_EQ(back.value().endpoint, d.endpoint);
+  EXPECT_EQ(back.value().rx_addr, d.rx_addr);
+  EXPECT_EQ(back.value().rx_rkey, d.rx_rkey);
+  EXPECT_EQ(back.value().rx_length, d.rx_length);
+  EXPECT_EQ(back.value().slots, d.slots);
+  EXPECT_EQ(back.value().max_message_bytes, d.max_message_bytes);
 }
+
+// Why `bytes` are refused ("" if they are not).
+std::string refused(const std::string& bytes) {
+  const auto parsed = ChannelDescription::parse(bytes);
+  return parsed.ok() ? "" : parsed.status().message();
+}
+
+std::string refused(const ChannelDescription& d) { return refused(d.serialize()); }
 
 TEST(ChannelDescription, RejectsWhatIsNotOne) {
   const std::string bytes = sample().serialize();
-  EXPECT_FALSE(ChannelDescription::parse(""));
-  EXPECT_FALSE(ChannelDescription::parse(bytes.substr(0, bytes.size() - 1)));  // truncated
-  EXPECT_FALSE(ChannelDescription::parse(bytes + "x"));                         // trailing bytes
+  EXPECT_NE(refused(""), "");
+  EXPECT_NE(refused(bytes.substr(0, bytes.size() - 1)), "");  // truncated
+  EXPECT_NE(refused(bytes + "x"), "");                         // trailing bytes
   std::string wrong = bytes;
   wrong[4] = 2;  // version
-  EXPECT_FALSE(ChannelDescription::parse(wrong));
+  EXPECT_NE(refused(wrong), "");
+  ChannelDescription d = sample();
+  d.endpoint = std::string(5000, 'e');
+  EXPECT_NE(refused(d), "");
+}
+
+TEST(ChannelDescription, RejectsFieldsOutOfBoundsSayingWhich) {
   ChannelDescription d = sample();
   d.slots = 0;
-  EXPECT_FALSE(ChannelDescription::parse(d.serialize()));
+  EXPECT_NE(refused(d).find("message slots"), std::string::npos) << refused(d);
+  d.slots = kMaxSlots + 1;
+  EXPECT_NE(refused(d).find("message slots"), std::string::npos) << refused(d);
   d = sample();
   d.rx_length = 16 * kSlotBytes;  // no room for the ACK word
-  EXPECT_FALSE(ChannelDescription::parse(d.serialize()));
+  EXPECT_NE(refused(d).find("rx_length"), std::string::npos) << refused(d);
   d = sample();
-  d.endpoint = std::string(5000, 'e');
-  EXPECT_FALSE(ChannelDescription::parse(d.serialize()));
+  d.rx_addr = ~std::uint64_t{0} - d.rx_length + 1;  // its last byte past the end
+  EXPECT_NE(refused(d).find("rx_addr"), std::string::npos) << refused(d);
+  d.rx_addr -= 1;
+  EXPECT_EQ(refused(d), "");
+  d = sample();
+  d.endpoint.clear();
+  EXPECT_NE(refused(d).find("endpoint"), std::string::npos) << refused(d);
+  d = sample();
+  d.provider.clear();
+  EXPECT_NE(refused(d).find("provider"), std::string::npos) << refused(d);
+  for (std::uint64_t size : {std::uint64_t{0}, std::uint64_t{1}, kMinMessageBytes - 1}) {
+    d = sample();
+    d.max_message_bytes = size;
+    EXPECT_NE(refused(d).find("max_message_bytes=" + std::to_string(size)), std::string::npos)
+        << refused(d);
+  }
+  d.max_message_bytes = kMinMessageBytes;
+  EXPECT_EQ(refused(d), "");
 }
 
 }  // namespace

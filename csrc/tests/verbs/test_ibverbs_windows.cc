@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "ibverbs_fixture.h"
 #include "verbs/ibverbs/ib_context.h"
@@ -204,6 +205,30 @@ INSTANTIATE_TEST_SUITE_P(Kinds, IbverbsQpWindows,
                            return kind.param == ibverbs::WindowKind::kType2 ? "Type2"
                                                                             : "Registration";
                          });
+
+// A type 2 window is bound again and again (revoked before use, it goes back to its queue
+// pair's pool): the key byte of each bind is drawn, not the last one plus one, so a peer
+// that saw one key cannot name the next.
+TEST_F(IbverbsWindows, Type2KeysAreDrawnNotCounted) {
+  auto* ctx = dynamic_cast<ibverbs::IbContext*>(b_.ctx.get());
+  ASSERT_NE(ctx, nullptr);
+  ctx->set_window_kind(ibverbs::WindowKind::kType2);
+  if (!ctx->type2_windows()) GTEST_SKIP() << second() << " has no type 2 memory windows";
+  std::vector<std::uint32_t> keys;
+  for (int i = 0; i < 32; ++i) {
+    Result<std::unique_ptr<MemoryWindow>> w =
+        b_.qp->bind_window(*pool_, pool_->addr(), 4096, kRemote);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    keys.push_back(w.value()->rkey());
+    ASSERT_TRUE(w.value()->revoke() || quiesce(*w.value(), *b_.cq));
+  }
+  int counted = 0;  // keys whose byte is the one before plus one (as ibv_inc_rkey makes them)
+  for (std::size_t i = 1; i < keys.size(); ++i) {
+    EXPECT_NE(keys[i], keys[i - 1]);
+    if ((keys[i] & 0xFF) == ((keys[i - 1] + 1) & 0xFF)) ++counted;
+  }
+  EXPECT_LT(counted, 8) << "of 31 binds";
+}
 
 TEST_F(IbverbsWindows, QueuePairWindowsReachOnlyTheirRangeByDefault) {
   Result<std::unique_ptr<MemoryWindow>> w =

@@ -6,6 +6,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <string>
+#include <vector>
+
 #include "verbs/soft/event_ring.h"
 #include "verbs/soft/key_table.h"
 #include "verbs/work.h"
@@ -86,8 +89,8 @@ TEST(SoftRing, MapsOnlySealedSegmentsOfTheRightSize) {
   EXPECT_FALSE(EventRingProducer::map(dup_fd(segment.value()->fd())).ok());  // no magic
 }
 
-TEST(SoftKeyTable, KeysAreNeverZeroAndDifferInTheirRandomBits) {
-  auto table = KeyTable::create(16);
+TEST(SoftKeyTable, KeysAreNeverZeroAndNeverRepeat) {
+  auto table = KeyTable::create(64);
   ASSERT_TRUE(table.ok());
   std::uint32_t previous = 0;
   for (int i = 0; i < 64; ++i) {
@@ -97,41 +100,103 @@ TEST(SoftKeyTable, KeysAreNeverZeroAndDifferInTheirRandomBits) {
     auto key = table.value()->add(info);
     ASSERT_TRUE(key.ok());
     EXPECT_NE(key.value(), 0u);
-    EXPECT_NE(key.value(), previous);  // the slot is reused, the key is not
+    EXPECT_NE(key.value(), previous);
     previous = key.value();
     EXPECT_TRUE(table.value()->remove(key.value()));
   }
 }
 
-TEST(SoftKeyTable, ThePinGuardsRevocation) {
-  auto table = KeyTable::create(16);
-  ASSERT_TRUE(table.ok());
+// 4096 bytes at 0x10000 of PD 3, remotely writable, bound to queue pair `qp` (0: none).
+RegionInfo writable(std::uint32_t qp = 0) {
   RegionInfo info;
   info.pd = 3;
+  info.qp = qp;
   info.addr = 0x10000;
   info.length = 4096;
   info.access = kRemoteWrite | kLocalWrite;
+  return info;
+}
+
+TEST(SoftKeyTable, ThePinGuardsRevocation) {
+  auto table = KeyTable::create(64);
+  ASSERT_TRUE(table.ok());
+  RegionInfo info = writable();
   info.segment_id = 9;
   info.segment_offset = 128;
   auto key = table.value()->add(info);
   ASSERT_TRUE(key.ok());
   auto view = KeyTableView::map(dup_fd(table.value()->segment().fd()));
   ASSERT_TRUE(view.ok()) << view.status().message();
+  const Through via{3, 0};  // a queue pair of PD 3
   KeyTableView::Pinned pinned;
-  EXPECT_FALSE(view.value()->pin(key.value(), 3, 0x10000, 4097, kRemoteWrite, &pinned).ok());
-  EXPECT_FALSE(view.value()->pin(key.value(), 3, 0x10000, 16, kRemoteRead, &pinned).ok());
-  EXPECT_FALSE(view.value()->pin(key.value(), 4, 0x10000, 16, kRemoteWrite, &pinned).ok());
-  EXPECT_FALSE(view.value()->pin(key.value() ^ 0x10000, 3, 0x10000, 16, kRemoteWrite, &pinned).ok());
-  ASSERT_TRUE(view.value()->pin(key.value(), 3, 0x10010, 16, kRemoteWrite, &pinned).ok());
+  EXPECT_FALSE(view.value()->pin(key.value(), via, 0x10000, 4097, kRemoteWrite, &pinned).ok());
+  EXPECT_FALSE(view.value()->pin(key.value(), via, 0x10000, 16, kRemoteRead, &pinned).ok());
+  EXPECT_FALSE(view.value()->pin(key.value(), Through{4, 0}, 0x10000, 16, kRemoteWrite, &pinned).ok());
+  EXPECT_FALSE(view.value()->pin(key.value() ^ 0x10000, via, 0x10000, 16, kRemoteWrite, &pinned).ok());
+  ASSERT_TRUE(view.value()->pin(key.value(), via, 0x10010, 16, kRemoteWrite, &pinned).ok());
   EXPECT_EQ(pinned.segment_id, 9u);
   EXPECT_EQ(pinned.segment_offset, 128u + 16u);
   // a copy is under way: revocation cannot say it is over
   EXPECT_FALSE(table.value()->remove(key.value()));
   EXPECT_FALSE(table.value()->quiesced(key.value()));
   KeyTableView::Pinned again;
-  EXPECT_FALSE(view.value()->pin(key.value(), 3, 0x10010, 16, kRemoteWrite, &again).ok());
+  EXPECT_FALSE(view.value()->pin(key.value(), via, 0x10010, 16, kRemoteWrite, &again).ok());
   KeyTableView::unpin(pinned);
   EXPECT_TRUE(table.value()->quiesced(key.value()));
+}
+
+// Keys live near their home slot (the key modulo the slot count), wherever that is: a table
+// fills up, each key is found by its owner and by a peer, and slots freed are taken again.
+TEST(SoftKeyTable, EveryKeyIsFoundWhereverItLives) {
+  auto table = KeyTable::create(64);
+  ASSERT_TRUE(table.ok());
+  KeyTable& keys = *table.value();
+  auto view = KeyTableView::map(dup_fd(keys.segment().fd()));
+  ASSERT_TRUE(view.ok()) << view.status().message();
+  std::vector<std::uint32_t> live;
+  for (;;) {
+    RegionInfo info;
+    info.pd = 1;
+    info.addr = 0x1000 * (live.size() + 1);
+    info.length = 64;
+    info.access = kLocalWrite | kRemoteWrite;
+    auto key = keys.add(info);
+    if (!key.ok()) {
+      EXPECT_EQ(key.status().code(), Code::kResourceExhausted);
+      break;
+    }
+    live.push_back(key.value());
+  }
+  EXPECT_EQ(live.size(), 64u);  // every slot
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const std::uint64_t addr = 0x1000 * (i + 1);
+    EXPECT_TRUE(keys.with_region(live[i], [&](const RegionInfo* r) { return r && r->addr == addr; }));
+    KeyTableView::Pinned pinned;
+    ASSERT_TRUE(view.value()->pin(live[i], Through{1, 0}, addr, 64, kRemoteWrite, &pinned).ok());
+    KeyTableView::unpin(pinned);
+  }
+  for (std::size_t i = 0; i < live.size(); i += 2) EXPECT_TRUE(keys.remove(live[i]));
+  for (std::size_t i = 0; i < live.size(); i += 2) {
+    RegionInfo info;
+    info.pd = 1;
+    EXPECT_TRUE(keys.add(info).ok());
+  }
+}
+
+TEST(SoftKeyTable, AWindowOfAQueuePairServesThatQueuePairOnly) {
+  auto table = KeyTable::create(64);
+  ASSERT_TRUE(table.ok());
+  auto key = table.value()->add(writable(7));
+  ASSERT_TRUE(key.ok());
+  auto view = KeyTableView::map(dup_fd(table.value()->segment().fd()));
+  ASSERT_TRUE(view.ok()) << view.status().message();
+  KeyTableView::Pinned pinned;
+  const Status other = view.value()->pin(key.value(), Through{3, 8}, 0x10000, 16, kRemoteWrite,
+                                         &pinned);
+  EXPECT_NE(other.message().find("another queue pair"), std::string::npos) << other.message();
+  ASSERT_TRUE(view.value()->pin(key.value(), Through{3, 7}, 0x10000, 16, kRemoteWrite, &pinned).ok());
+  KeyTableView::unpin(pinned);
+  EXPECT_TRUE(table.value()->remove(key.value()));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "verbs/ibverbs/ib_memory_window.h"
 
+#include <sys/random.h>
+
 #include <cerrno>
 #include <utility>
 
@@ -8,6 +10,23 @@
 #include "verbs/ibverbs/ib_region_window.h"
 
 namespace tensorverbs::verbs::ibverbs {
+namespace {
+
+// The key of the next bind of a window whose key is `current`: the device's index (the
+// upper 24 bits) with a key byte drawn at random, never the one it has, so that a peer
+// that saw one key of the window cannot name the next (ibv_inc_rkey's would be the byte
+// plus one). Only 8 bits: the device checks no more of a type 2 window's key.
+std::uint32_t next_rkey(std::uint32_t current) {
+  std::uint8_t byte = 0;
+  do {
+    if (::getrandom(&byte, sizeof(byte), 0) != static_cast<ssize_t>(sizeof(byte))) {
+      return ibv_inc_rkey(current);
+    }
+  } while (byte == (current & 0xFF));
+  return (current & 0xFFFFFF00u) | byte;
+}
+
+}  // namespace
 
 IbMemoryWindow::IbMemoryWindow(std::shared_ptr<IbQueuePair> qp, ibv_mw* mw, std::uint64_t addr,
                                std::size_t length, std::uint32_t rkey)
@@ -37,7 +56,7 @@ Result<std::unique_ptr<MemoryWindow>> IbMemoryWindow::bind(std::shared_ptr<IbQue
                   "allocating a type 2 memory window on " + qp->context().where() + ": " +
                       errno_text(error));
   }
-  const std::uint32_t rkey = ibv_inc_rkey(mw->rkey);
+  const std::uint32_t rkey = next_rkey(mw->rkey);
   std::unique_ptr<IbMemoryWindow> window(new IbMemoryWindow(qp, mw, addr, length, rkey));
   Status status = qp->post_bind(mw, rkey, checked.value()->raw(), addr, length,
                                 static_cast<int>(access),  // IBV_ACCESS_REMOTE_* bits

@@ -1,6 +1,7 @@
 // IbMemoryWindow: a type 2 memory window (ibv_alloc_mw), bound by an IBV_WR_BIND_MW work
 // request on the queue pair whose peer may use it: the device lets only that queue pair's
-// peer through, only within the range, only until the window is invalidated.
+// peer through, only within the range, only until the window is invalidated. Each bind
+// draws the key's byte at random (the device's index is the rest of the key).
 //
 // revoke():
 //  - the queue pair is in the error state (it takes no remote access at all), or the bind

@@ -1,6 +1,9 @@
 #include "verbs/soft/copy_pool.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "core/thread_guard.h"
 
 namespace tensorverbs::verbs::soft {
 
@@ -31,15 +34,35 @@ void CopyPool::copy(void* dst, const void* src, std::size_t n) {
   auto* d = static_cast<std::uint8_t*>(dst);
   const auto* s = static_cast<const std::uint8_t*>(src);
   Batch batch;
+  bool queued = false;
   {
     std::lock_guard lock(mu_);
-    if (threads_.empty()) {
-      for (int i = 0; i < helpers_; ++i) threads_.emplace_back([this] { run(); });
+    if (threads_.empty()) {  // those that cannot start leave their share to the caller
+      run_guarded(
+          [&] {
+            while (threads_.size() < static_cast<std::size_t>(helpers_)) {
+              threads_.emplace_back([this] { run(); });
+            }
+          },
+          [](const char*) {});
     }
-    for (std::size_t off = chunk; off < n; off += chunk) {
-      jobs_.push_back({d + off, s + off, off + chunk > n ? n - off : chunk, &batch});
-      ++batch.left;
+    queued = run_guarded(
+        [&] {
+          for (std::size_t off = chunk; off < n; off += chunk) {
+            jobs_.push_back({d + off, s + off, off + chunk > n ? n - off : chunk, &batch});
+            ++batch.left;
+          }
+        },
+        [](const char*) {});
+    if (!queued) {  // no memory to queue the parts: none may outlive this call
+      jobs_.erase(std::remove_if(jobs_.begin(), jobs_.end(),
+                                 [&](const Job& job) { return job.batch == &batch; }),
+                  jobs_.end());
     }
+  }
+  if (!queued) {
+    std::memmove(dst, src, n);
+    return;
   }
   work_cv_.notify_all();
   std::memcpy(d, s, chunk < n ? chunk : n);
@@ -62,6 +85,11 @@ void CopyPool::copy(void* dst, const void* src, std::size_t n) {
 }
 
 void CopyPool::run() {
+  // a helper that fails ends; its callers copy the parts it did not start
+  run_guarded([this] { serve(); }, [](const char*) {});
+}
+
+void CopyPool::serve() {
   std::unique_lock lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });

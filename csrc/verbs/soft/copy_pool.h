@@ -1,6 +1,7 @@
 // CopyPool: memcpy, with large copies (kSplitBytes and up) split across a few helper
 // threads, since one core does not reach the memory bandwidth. The helpers start on the
-// first large copy and sleep on a condition variable between copies.
+// first large copy and sleep on a condition variable between copies. A copy never fails:
+// helpers that cannot start, or parts that cannot be queued, are copied by the caller.
 #pragma once
 
 #include <condition_variable>
@@ -36,6 +37,7 @@ class CopyPool {
     Batch* batch;
   };
   void run();
+  void serve();
 
   int helpers_;
   std::mutex mu_;

@@ -1,11 +1,17 @@
 // KeyTable: the keys of one context, for its own checks and, in a shared segment, for the
 // peers on this host, which map it and check a one-sided access themselves before copying.
 //
-// Segment layout: a 4 KiB header (magic, version, the context's `waiting` flag) and then
-// one 64-byte entry per slot: rkey | access | segment id (0: not shared memory) | PD number |
-// offset of the range in its segment | address | length | in-flight count. A key is
-// its slot in the low 16 bits and random, nonzero high bits (never the previous ones of
-// the slot). Publishing writes the rkey last; removal clears it first.
+// Keys are KeySequence's: unpredictable, never 0, none repeating within 2^32 keys. A key
+// lives in the entry of the first free slot at most kProbe slots after its home slot (the
+// key modulo the slot count); whoever looks a key up, here or in a peer, scans those
+// slots for it, so no part of a key names its slot.
+//
+// Segment layout: a 4 KiB header (magic, version, the context's `waiting` flag, the slot
+// count) and then one 64-byte entry per slot: rkey | access | segment id (0: not shared
+// memory) | PD number | offset of the range in its segment | address | length | in-flight
+// count | queue pair (0: any queue pair of the PD; else the window is bound to that
+// queue pair of the owner, and only its peer gets through). Publishing writes the rkey
+// last; removal clears it first.
 //
 // The in-flight guard: a peer increments the entry's count, then re-reads the rkey and
 // the range (seq_cst), copies, and decrements. The owner clears the rkey, then reads the
@@ -20,27 +26,28 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
+#include "verbs/soft/key_sequence.h"
 #include "verbs/soft/shared_segment.h"
 
 namespace tensorverbs::verbs::soft {
 
-inline constexpr std::uint32_t kSlotBits = 16;
-inline constexpr std::uint32_t kSlotMask = (1u << kSlotBits) - 1;
+inline constexpr std::uint32_t kMaxKeySlots = 1u << 16;
+inline constexpr std::uint32_t kProbe = 32;  // how far past its home slot a key may live
 inline constexpr std::size_t kTableHeaderBytes = 4096;
 inline constexpr std::size_t kEntryBytes = 64;
-inline constexpr std::uint64_t kTableMagic = 0x3142'544B'5654ULL;  // "TVKTB1"
+inline constexpr std::uint64_t kTableMagic = 0x3242'544B'5654ULL;  // "TVKTB2"
 
 struct TableHeader {
   std::atomic<std::uint64_t> magic;
   std::atomic<std::uint32_t> version;
   std::atomic<std::uint32_t> waiting;  // 1 while the owner sleeps: peers ring its doorbell
+  std::atomic<std::uint32_t> slots;
 };
 
 struct KeyEntry {
@@ -52,7 +59,8 @@ struct KeyEntry {
   std::atomic<std::uint64_t> addr;
   std::atomic<std::uint64_t> length;
   std::atomic<std::uint64_t> in_flight;
-  std::uint64_t unused[2];
+  std::atomic<std::uint32_t> qp;
+  std::uint32_t unused[3];
 };
 static_assert(sizeof(KeyEntry) == kEntryBytes);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
@@ -67,6 +75,7 @@ struct RegionInfo {
   std::uint32_t segment_id = 0;  // 0: not shared memory
   std::uint64_t segment_offset = 0;
   std::shared_ptr<SharedSegment> segment;  // keeps allocated memory mapped while the key lives
+  std::uint32_t qp = 0;  // a window bound to this queue pair of the owner (0: none)
   std::uint32_t key = 0;
 };
 
@@ -74,9 +83,22 @@ struct RegionInfo {
 std::string check_access(const RegionInfo& region, std::uint32_t key, std::uint64_t addr,
                          std::uint64_t length, std::uint32_t need);
 
+// The owner's queue pair that a one-sided access comes through: its protection domain and
+// its number. A key serves queue pairs of its region's domain; a window bound to a queue
+// pair, that one only.
+struct Through {
+  std::uint32_t pd = 0;
+  std::uint32_t qp = 0;
+};
+
+// Why a peer's access to [addr, +length) of `key` through `via` is refused, or "" when
+// `region` (null: the key is not registered) allows it.
+std::string check_remote(const RegionInfo* region, std::uint32_t key, const Through& via,
+                         std::uint64_t addr, std::uint64_t length, std::uint32_t need);
+
 class KeyTable {
  public:
-  static Result<std::unique_ptr<KeyTable>> create(std::uint32_t slots = 1u << kSlotBits);
+  static Result<std::unique_ptr<KeyTable>> create(std::uint32_t slots = kMaxKeySlots);
 
   const SharedSegment& segment() const { return *segment_; }
   TableHeader& header() const;
@@ -94,15 +116,13 @@ class KeyTable {
   // The in-flight count of `key`'s slot (for tests and diagnostics).
   std::uint64_t in_flight(std::uint32_t key) const;
 
-  // Calls fn(const RegionInfo&) with the region of `key` (nullptr when there is none),
+  // Calls fn(const RegionInfo*) with the region of `key` (nullptr when there is none),
   // holding the table's lock, so that the region stays registered meanwhile.
   template <typename F>
   auto with_region(std::uint32_t key, F&& fn) const {
     std::shared_lock lock(mu_);
-    const RegionInfo* region = nullptr;
-    const std::uint32_t slot = key & kSlotMask;
-    if (key != 0 && slot < regions_.size() && regions_[slot].key == key) region = &regions_[slot];
-    return fn(region);
+    const std::uint32_t slot = find_locked(key);
+    return fn(slot == kNone ? nullptr : &regions_[slot]);
   }
 
   ~KeyTable();
@@ -110,19 +130,23 @@ class KeyTable {
   KeyTable& operator=(const KeyTable&) = delete;
 
  private:
-  KeyTable(std::shared_ptr<SharedSegment> segment, std::uint32_t slots);
+  static constexpr std::uint32_t kNone = ~0u;
+
+  KeyTable(std::shared_ptr<SharedSegment> segment, std::uint32_t slots, KeySequence keys);
   KeyEntry& entry(std::uint32_t slot) const;
+  std::uint32_t find_locked(std::uint32_t key) const;  // the slot of live `key`, or kNone
+  std::uint32_t place_locked(std::uint32_t key) const;  // a free slot for `key`, or kNone
   void reclaim_locked();
 
   std::shared_ptr<SharedSegment> segment_;
   mutable std::shared_mutex mu_;
-  std::vector<RegionInfo> regions_;             // by slot
-  std::vector<std::uint16_t> last_high_;        // the high bits each slot had last
-  std::vector<std::uint32_t> free_;             // free slots
-  std::unordered_map<std::uint32_t, std::uint32_t> draining_;  // slot -> removed key
+  std::vector<RegionInfo> regions_;  // by slot
+  std::vector<std::uint32_t> held_;  // by slot: the key (live or draining) holding it, or 0
+  std::uint32_t used_ = 0;           // slots held
+  std::unordered_map<std::uint32_t, std::uint32_t> draining_;  // removed key -> its slot
   std::unordered_map<std::uint32_t, std::weak_ptr<SharedSegment>> segments_;
   std::uint32_t next_segment_id_ = 1;
-  std::mt19937_64 random_;
+  KeySequence keys_;
 };
 
 // A peer's key table, mapped here (writable: the in-flight counts are shared).
@@ -139,14 +163,16 @@ class KeyTableView {
     std::uint32_t segment_id = 0;
     std::uint64_t segment_offset = 0;  // of the first byte accessed
   };
-  // Counts an access to [addr, +length) of `rkey` with `need`, by a queue pair of
-  // protection domain `pd`, in flight and checks it. Refused: why (nothing stays counted).
-  Status pin(std::uint32_t rkey, std::uint32_t pd, std::uint64_t addr, std::uint64_t length,
+  // Counts an access to [addr, +length) of `rkey` with `need`, through the owner's queue
+  // pair `via`, in flight and checks it. Refused: why (nothing stays counted).
+  Status pin(std::uint32_t rkey, const Through& via, std::uint64_t addr, std::uint64_t length,
              std::uint32_t need, Pinned* out) const;
   static void unpin(const Pinned& pinned);
 
  private:
-  KeyTableView(std::shared_ptr<SharedSegment> segment, std::uint64_t device, std::uint64_t inode);
+  KeyTableView(std::shared_ptr<SharedSegment> segment, std::uint32_t slots, std::uint64_t device,
+               std::uint64_t inode);
+  KeyEntry& entry(std::uint32_t slot) const;
 
   std::shared_ptr<SharedSegment> segment_;
   std::uint32_t slots_;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/thread_guard.h"
 #include "verbs/soft/fd_passing.h"
 #include "verbs/soft/handshake.h"
 
@@ -124,58 +125,65 @@ void Listener::schedule(Clock::time_point when) {
 
 void Listener::run() {
   std::vector<pollfd> fds;
-  for (;;) {
-    Clock::time_point tick;
+  bool more = true;
+  while (more) {
+    // what runs out of memory here drops the greetings under way (their dialers retry)
+    run_guarded([&] { more = serve(fds); }, [this](const char*) { pending_.clear(); });
+  }
+}
+
+bool Listener::serve(std::vector<pollfd>& fds) {
+  Clock::time_point tick;
+  {
+    std::lock_guard lock(mu_);
+    tick = next_tick_;
+  }
+  if (tick == Clock::time_point::min()) return false;
+  const Clock::time_point now = Clock::now();
+  if (tick <= now) {
     {
       std::lock_guard lock(mu_);
-      tick = next_tick_;
+      next_tick_ = Clock::time_point::max();
     }
-    if (tick == Clock::time_point::min()) return;
-    const Clock::time_point now = Clock::now();
-    if (tick <= now) {
-      {
-        std::lock_guard lock(mu_);
-        next_tick_ = Clock::time_point::max();
-      }
-      on_tick_();
-      continue;
-    }
-    Clock::time_point wake = tick;
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->deadline <= now) {
-        it = pending_.erase(it);  // too slow to greet: dropped
-      } else {
-        if (it->deadline < wake) wake = it->deadline;
-        ++it;
-      }
-    }
-    fds.clear();
-    fds.push_back({stop_.get(), POLLIN, 0});
-    fds.push_back({tcp_.get(), POLLIN, 0});
-    fds.push_back({unix_.valid() ? unix_.get() : -1, POLLIN, 0});
-    for (const Pending& p : pending_) fds.push_back({p.sock.get(), POLLIN, 0});
-    int timeout = -1;
-    if (wake != Clock::time_point::max()) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
-      timeout = static_cast<int>(left + 1);
-    }
-    const int n = ::poll(fds.data(), fds.size(), timeout);
-    if (n <= 0) continue;
-    if (fds[0].revents != 0) {
-      std::uint64_t count;
-      (void)::read(stop_.get(), &count, sizeof(count));
-    }
-    // greetings first (indices shift as they finish), then new connections
-    for (std::size_t i = fds.size(); i-- > 3;) {
-      if (fds[i].revents == 0) continue;
-      bool done = false;
-      Pending& p = pending_[i - 3];
-      read_greeting(p, &done);
-      if (done) pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i - 3));
-    }
-    if (fds[1].revents != 0) accept_from(tcp_.get(), false);
-    if (fds[2].revents != 0) accept_from(unix_.get(), true);
+    run_guarded(on_tick_, [](const char*) {});  // later ticks come all the same
+    return true;
   }
+  Clock::time_point wake = tick;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->deadline <= now) {
+      it = pending_.erase(it);  // too slow to greet: dropped
+    } else {
+      if (it->deadline < wake) wake = it->deadline;
+      ++it;
+    }
+  }
+  fds.clear();
+  fds.push_back({stop_.get(), POLLIN, 0});
+  fds.push_back({tcp_.get(), POLLIN, 0});
+  fds.push_back({unix_.valid() ? unix_.get() : -1, POLLIN, 0});
+  for (const Pending& p : pending_) fds.push_back({p.sock.get(), POLLIN, 0});
+  int timeout = -1;
+  if (wake != Clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
+    timeout = static_cast<int>(left + 1);
+  }
+  const int n = ::poll(fds.data(), fds.size(), timeout);
+  if (n <= 0) return true;
+  if (fds[0].revents != 0) {
+    std::uint64_t count;
+    (void)::read(stop_.get(), &count, sizeof(count));
+  }
+  // greetings first (indices shift as they finish), then new connections
+  for (std::size_t i = fds.size(); i-- > 3;) {
+    if (fds[i].revents == 0) continue;
+    bool done = false;
+    Pending& p = pending_[i - 3];
+    read_greeting(p, &done);
+    if (done) pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i - 3));
+  }
+  if (fds[1].revents != 0) accept_from(tcp_.get(), false);
+  if (fds[2].revents != 0) accept_from(unix_.get(), true);
+  return true;
 }
 
 void Listener::accept_from(int server, bool is_unix) {
@@ -213,7 +221,9 @@ void Listener::read_greeting(Pending& p, bool* done) {
       (!p.is_unix && hello.value().fd_count != 0) || p.fds.size() != hello.value().fd_count) {
     return;  // not a greeting: dropped
   }
-  on_dial_(hello.value(), std::move(p.sock), p.is_unix, std::move(p.fds));
+  // a greeting whose handling throws is dropped: its socket closes as the call unwinds
+  run_guarded([&] { on_dial_(hello.value(), std::move(p.sock), p.is_unix, std::move(p.fds)); },
+              [](const char*) {});
 }
 
 }  // namespace tensorverbs::verbs::soft

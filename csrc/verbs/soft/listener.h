@@ -2,8 +2,11 @@
 // socket unless same_host is "no") and the one thread that accepts and reads greetings.
 // Greetings are read without blocking, several at once, each within kHandshakeTimeout;
 // a complete one goes to on_dial. The thread also calls on_tick at the times given to
-// schedule() (the context's deadlines). It is never on the data path.
+// schedule() (the context's deadlines). It is never on the data path. What a callback
+// throws drops that call (a greeting's connection closes); the thread carries on.
 #pragma once
+
+#include <poll.h>
 
 #include <chrono>
 #include <cstdint>
@@ -42,6 +45,7 @@ class Listener {
  private:
   Listener() = default;
   void run();
+  bool serve(std::vector<pollfd>& fds);  // one pass; false once stopping
   void accept_from(int server, bool is_unix);
 
   struct Pending {

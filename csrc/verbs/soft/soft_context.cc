@@ -2,12 +2,28 @@
 
 #include <sys/stat.h>
 
+#include <string>
+
+#include "core/thread_guard.h"
 #include "verbs/soft/soft_completion_queue.h"
 #include "verbs/soft/soft_protection_domain.h"
 #include "verbs/soft/soft_provider_attr.h"
 #include "verbs/soft/soft_queue_pair.h"
 
 namespace tensorverbs::verbs::soft {
+namespace {
+
+// Runs fn() (the handling of `qp`'s traffic, in a thread of this context); what it throws
+// takes `qp` to the error state, which flushes its work and tells its peer, and goes no
+// further.
+template <typename Fn>
+void guarded(SoftQueuePair& qp, Fn&& fn) {
+  run_guarded(fn, [&qp](const char* what) {
+    qp.to_error(std::string("the soft provider failed: ") + what);
+  });
+}
+
+}  // namespace
 
 Result<std::shared_ptr<SoftContext>> SoftContext::open(const VerbsConfig& config,
                                                        const std::string& listen_host) {
@@ -144,7 +160,7 @@ void SoftContext::on_tick() {
     if (!dial_deadlines_.empty()) next = dial_deadlines_.begin()->first;
   }
   for (std::uint64_t cookie : due) {
-    if (auto qp = find(cookie)) qp->dial_deadline_passed();
+    if (auto qp = find(cookie)) guarded(*qp, [&] { qp->dial_deadline_passed(); });
   }
   if (next != std::chrono::steady_clock::time_point::max()) listener_->schedule(next);
 }
@@ -177,7 +193,7 @@ void SoftContext::on_dial(const Hello& hello, UniqueFd sock, bool is_unix,
     (void)send_hello(sock.get(), reply, nullptr, 0);
     return;
   }
-  qp->on_dial(hello, std::move(sock), is_unix, std::move(fds));
+  guarded(*qp, [&] { qp->on_dial(hello, std::move(sock), is_unix, std::move(fds)); });
 }
 
 Result<std::shared_ptr<PeerMemory>> SoftContext::peer_memory(UniqueFd table_fd,
@@ -216,16 +232,16 @@ void SoftContext::refresh_active() {
 }
 
 bool SoftContext::poll_memory() {
-  refresh_active();
+  if (!run_guarded([&] { refresh_active(); }, [](const char*) {})) return false;  // next time
   bool did = false;
   for (const auto& weak : driver_active_) {
-    if (auto qp = weak.lock()) did |= qp->poll_memory();
+    if (auto qp = weak.lock()) guarded(*qp, [&] { did |= qp->poll_memory(); });
   }
   return did;
 }
 
 bool SoftContext::memory_ready() {
-  refresh_active();
+  if (!run_guarded([&] { refresh_active(); }, [](const char*) {})) return false;
   for (const auto& weak : driver_active_) {
     if (auto qp = weak.lock(); qp && qp->memory_ready()) return true;
   }
@@ -233,7 +249,7 @@ bool SoftContext::memory_ready() {
 }
 
 void SoftContext::on_event(std::uint64_t cookie, std::uint32_t events) {
-  if (auto qp = find(cookie)) qp->on_socket(events);
+  if (auto qp = find(cookie)) guarded(*qp, [&] { qp->on_socket(events); });
 }
 
 }  // namespace tensorverbs::verbs::soft

@@ -74,6 +74,12 @@ Result<std::unique_ptr<MemoryRegion>> SoftProtectionDomain::allocate_memory(std:
 
 Result<std::unique_ptr<MemoryWindow>> SoftProtectionDomain::bind_window(
     const MemoryRegion& region, std::uint64_t addr, std::size_t length, std::uint32_t access) {
+  return bind_window_for(0, region, addr, length, access);
+}
+
+Result<std::unique_ptr<MemoryWindow>> SoftProtectionDomain::bind_window_for(
+    std::uint32_t qp, const MemoryRegion& region, std::uint64_t addr, std::size_t length,
+    std::uint32_t access) {
   const auto* mr = dynamic_cast<const SoftMemoryRegion*>(&region);
   if (mr == nullptr || mr->pd() != this) {
     return Status(Code::kInvalidArgument,
@@ -100,6 +106,7 @@ Result<std::unique_ptr<MemoryWindow>> SoftProtectionDomain::bind_window(
   info.segment_id = mr->segment_id();
   info.segment_offset = offset;
   info.segment = mr->segment();
+  info.qp = qp;
   auto key = context_->keys().add(std::move(info));
   if (!key.ok()) return key.status();
   return std::unique_ptr<MemoryWindow>(

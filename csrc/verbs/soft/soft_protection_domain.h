@@ -24,6 +24,11 @@ class SoftProtectionDomain final : public ProtectionDomain,
   Result<std::unique_ptr<MemoryWindow>> bind_window(const MemoryRegion& region,
                                                    std::uint64_t addr, std::size_t length,
                                                    std::uint32_t access) override;
+  // A window that only the peer of queue pair `qp` (of this domain) reaches.
+  Result<std::unique_ptr<MemoryWindow>> bind_window_for(std::uint32_t qp,
+                                                       const MemoryRegion& region,
+                                                       std::uint64_t addr, std::size_t length,
+                                                       std::uint32_t access);
 
   std::uint32_t number() const { return number_; }
   SoftContext& context() const { return *context_; }

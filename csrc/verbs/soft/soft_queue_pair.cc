@@ -108,6 +108,7 @@ Status SoftQueuePair::connect(std::string_view remote_endpoint) {
     return Status(Code::kFailedPrecondition,
                   "queue pair " + std::to_string(qp_num_) + " is already connected");
   }
+  peer_qp_num_ = remote.qp_num;
   if (std::memcmp(token_.data(), remote.token.data(), kTokenBytes) > 0) {
     // the peer dials: traffic may flow once (or as soon as) its dial is in
     have_remote_ = true;
@@ -147,6 +148,15 @@ Status SoftQueuePair::connect(std::string_view remote_endpoint) {
   start_locked();
   return ok_status();
 }
+
+Result<std::unique_ptr<MemoryWindow>> SoftQueuePair::bind_window(const MemoryRegion& region,
+                                                                 std::uint64_t addr,
+                                                                 std::size_t length,
+                                                                 std::uint32_t access) {
+  return pd_->bind_window_for(qp_num_, region, addr, length, access);
+}
+
+Through SoftQueuePair::through() const { return Through{pd_->number(), qp_num_}; }
 
 bool SoftQueuePair::prefers_allocated_memory() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -64,6 +64,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   EndpointSummary summary() const override;
   std::uint32_t mtu() const override { return mtu_; }
   Status connect(std::string_view remote_endpoint) override;
+  // A window that only this queue pair's peer reaches (the key table says which queue pair
+  // it is bound to; a peer on this host checks that too). Made at once: no work request.
+  Result<std::unique_ptr<MemoryWindow>> bind_window(const MemoryRegion& region,
+                                                   std::uint64_t addr, std::size_t length,
+                                                   std::uint32_t access) override;
   Status post_send(const SendWr* wrs, std::size_t count) override;
   std::size_t send_room() const override;
   Status post_recv(const RecvWr* wrs, std::size_t count) override;
@@ -161,6 +166,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   void handle_segment_locked(const FrameHeader& h);
   FrameHeader stamp_ack_locked(FrameHeader h);
   void send_ack_if_owed_locked();
+  // What a peer's one-sided access to this context comes through: this queue pair.
+  Through through() const;
   bool blocked_locked() const { return !held_.empty(); }
   bool state_ready_locked() const;
 
@@ -187,6 +194,7 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::shared_ptr<PeerMemory> peer_;
   std::unique_ptr<EventRingProducer> peer_ring_;
   std::uint32_t peer_pd_ = 0;  // the PD number of the peer's queue pair
+  std::uint32_t peer_qp_num_ = 0;  // its number (from its endpoint)
   // requester
   std::deque<SendOp> ops_;        // posted, not yet completed, in post order
   std::deque<SendOp*> pending_;   // not carried out yet, in order

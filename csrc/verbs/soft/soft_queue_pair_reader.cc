@@ -135,14 +135,8 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
     return;
   }
   if (h.op == FrameOp::kWrite && h.length > 0) {
-    const std::uint32_t pd = pd_->number();
     context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
-      std::string why;
-      if (region == nullptr || region->pd != pd) {
-        why = "rkey " + std::to_string(h.rkey) + " is not registered at the peer";
-      } else {
-        why = check_access(*region, h.rkey, h.addr, h.length, kRemoteWrite);
-      }
+      const std::string why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
       if (!why.empty()) {
         rx_.error = WcStatus::kRemAccessErr;
         rx_.why = why;

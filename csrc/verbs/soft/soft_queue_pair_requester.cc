@@ -132,7 +132,8 @@ bool SoftQueuePair::execute_shm_locked(SendOp& op, std::uint8_t* local, bool* us
   const std::uint32_t length = wr.sge.length;
   if (length > 0) {
     KeyTableView::Pinned pinned;
-    Status ok = peer_->table().pin(wr.rkey, peer_pd_, wr.remote_addr, length,
+    Status ok = peer_->table().pin(wr.rkey, Through{peer_pd_, peer_qp_num_}, wr.remote_addr,
+                                   length,
                                    is_read ? std::uint32_t{kRemoteRead} : std::uint32_t{kRemoteWrite},
                                    &pinned);
     if (!ok.ok()) {

@@ -192,17 +192,12 @@ void SoftQueuePair::finish_frame_locked() {
 
 void SoftQueuePair::execute_request_locked(const FrameHeader& h, std::vector<std::uint8_t>* payload,
                                            bool applied) {
-  const std::uint32_t pd = pd_->number();
   switch (h.op) {
     case FrameOp::kWrite: {
       if (!applied && h.length > 0) {  // a held write: its data lands now
         std::string why;
         context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
-          if (region == nullptr || region->pd != pd) {
-            why = "rkey " + std::to_string(h.rkey) + " is not registered at the peer";
-            return;
-          }
-          why = check_access(*region, h.rkey, h.addr, h.length, kRemoteWrite);
+          why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
           if (why.empty()) std::memcpy(region->data + (h.addr - region->addr), payload->data(), h.length);
         });
         if (!why.empty()) {
@@ -239,11 +234,7 @@ void SoftQueuePair::execute_request_locked(const FrameHeader& h, std::vector<std
       context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
         const std::uint8_t* data = nullptr;
         if (h.length > 0) {
-          if (region == nullptr || region->pd != pd) {
-            why = "rkey " + std::to_string(h.rkey) + " is not registered at the peer";
-            return;
-          }
-          why = check_access(*region, h.rkey, h.addr, h.length, kRemoteRead);
+          why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteRead);
           if (!why.empty()) return;
           data = region->data + (h.addr - region->addr);
         }

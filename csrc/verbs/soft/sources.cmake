@@ -5,6 +5,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/event_ring.cc"
   "${CMAKE_CURRENT_LIST_DIR}/fd_passing.cc"
   "${CMAKE_CURRENT_LIST_DIR}/handshake.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/key_sequence.cc"
   "${CMAKE_CURRENT_LIST_DIR}/key_table.cc"
   "${CMAKE_CURRENT_LIST_DIR}/listener.cc"
   "${CMAKE_CURRENT_LIST_DIR}/peer_memory.cc"

@@ -1,0 +1,83 @@
+// RdmaChannel on its own (over the soft provider): connect() may run while other threads
+// already use the channel, as when both tasks set it up at once; what connect() settles
+// (the size of one operation) is read safely meanwhile (ThreadSanitizer checks it).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "protocol/channel_description.h"
+#include "protocol/rdma_channel.h"
+#include "protocol/rdma_message_buffer.h"
+#include "verbs/soft/soft_provider.h"
+
+namespace tensorverbs {
+namespace {
+
+class Owner : public ChannelOwner {
+ public:
+  ProtocolCounters& counters() override { return counters_; }
+  void on_tensor_request(const std::shared_ptr<RdmaChannel>&, const RdmaMessage&) override {}
+  const std::string& task_name(std::int32_t) const override { return name_; }
+  void wants_housekeeping() override {}
+
+ private:
+  ProtocolCounters counters_;
+  std::string name_ = "/job:peer/replica:0/task:0";
+};
+
+class RdmaChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    verbs::VerbsConfig config;
+    config.provider = "soft";
+    auto context = verbs::soft_provider().open(config, "127.0.0.1");
+    ASSERT_TRUE(context.ok()) << context.status().message();
+    context_ = context.take();
+    auto pd = context_->alloc_pd();
+    auto cq = context_->create_cq(256);
+    ASSERT_TRUE(pd.ok() && cq.ok());
+    pd_ = pd.take();
+    cq_ = cq.take();
+  }
+
+  std::shared_ptr<RdmaChannel> make_channel(std::uint64_t max_message_bytes) {
+    auto qp = context_->create_qp(pd_, cq_, cq_, verbs::QpCaps{128, 128});
+    auto buffer = RdmaMessageBuffer::create(*pd_, 2);
+    EXPECT_TRUE(qp.ok() && buffer.ok());
+    if (!qp.ok() || !buffer.ok()) return nullptr;
+    auto channel = std::make_shared<RdmaChannel>(owner_, 1, 1, qp.take(), buffer.take(),
+                                                 max_message_bytes, "soft", 32);
+    EXPECT_TRUE(channel->start().ok());
+    return channel;
+  }
+
+  Owner owner_;
+  std::shared_ptr<verbs::Context> context_;
+  std::shared_ptr<verbs::ProtectionDomain> pd_;
+  std::shared_ptr<verbs::CompletionQueue> cq_;
+};
+
+TEST_F(RdmaChannelTest, TheOperationSizeConnectSettlesIsReadSafelyMeanwhile) {
+  auto mine = make_channel(std::uint64_t{1} << 30);
+  auto theirs = make_channel(std::uint64_t{1} << 20);
+  ASSERT_TRUE(mine && theirs);
+  auto remote = ChannelDescription::parse(theirs->description());
+  ASSERT_TRUE(remote.ok()) << remote.status().message();
+  std::atomic<bool> connected{false};
+  std::thread user([&] {
+    constexpr std::uint64_t kTensor = (std::uint64_t{3} << 20) + 5;
+    while (!connected.load(std::memory_order_relaxed)) (void)mine->last_operation_bytes(kTensor);
+  });
+  const Status status = mine->connect(remote.value());
+  connected = true;
+  user.join();
+  ASSERT_TRUE(status.ok()) << status.message();
+  // operations of the smaller of both sizes: the last of 3 MiB + 5 bytes is 5 bytes
+  EXPECT_EQ(mine->last_operation_bytes((std::uint64_t{3} << 20) + 5), 5u);
+}
+
+}  // namespace
+}  // namespace tensorverbs
