@@ -286,7 +286,8 @@ std::string RdmaChannel::describe() const {
          "; requests in flight " + std::to_string(requests_.size()) + " of " +
          std::to_string(max_requests_) + ", queued " + std::to_string(queued_.size()) +
          "; responses " + std::to_string(responses_.size()) + ", inline " +
-         std::to_string(inline_.size()) + "; backlog " + std::to_string(backlog_.size()) +
+         std::to_string(inline_.size()) + "; reads " + std::to_string(reads_.size()) +
+         "; backlog " + std::to_string(backlog_.size()) +
          ", send room " + std::to_string(qp_->send_room()) + "; " + buffer_->describe();
 }
 

@@ -123,7 +123,9 @@ TEST_P(RendezvousPair, AParameterServerExchangeBothWaysAtOnce) {
       }
       for (std::size_t i = 0; i < floats_of.size(); ++i) {
         RecvResult got = waiting[i]->get();
-        ASSERT_TRUE(got.status.ok()) << (ps ? "ps: " : "worker: ") << got.status.message();
+        ASSERT_TRUE(got.status.ok()) << (ps ? "ps: " : "worker: ") << got.status.message()
+                                     << "\nworker: " << worker_->describe_channels()
+                                     << "ps: " << ps_->describe_channels();
         ASSERT_TRUE(same(got.value, floats(floats_of[i], in_seed + static_cast<float>(i))));
       }
       if (!ps) offer();
