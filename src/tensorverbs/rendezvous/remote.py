@@ -67,6 +67,8 @@ class RecvCall:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     started: float = field(default_factory=time.monotonic)
     out: Out | None = None
+    #: the value the future was settled with (a blocking recv interrupted just then passes it on)
+    delivered: Value | None = None
 
     @property
     def what(self) -> str:
@@ -138,8 +140,17 @@ class RemoteRendezvous(abc.ABC):
 
     def recv(self, key: RendezvousKey, step_id: int, timeout: float | None,
              device: Device = HOST, out: Out | None = None) -> Any:
-        """Receive (blocking); see :meth:`recv_async`."""
-        return self.recv_async(key, step_id, timeout, device, out).result()
+        """Receive (blocking); see :meth:`recv_async`. A signal handler's exception
+        (Ctrl-C's KeyboardInterrupt) raised while it waits gives the recv up: its tensor
+        goes to the next recv of its key and step."""
+        call = RecvCall(key, step_id, device, timeout, out=out)
+        self._begin(call)
+        try:
+            return call.future.result()
+        except BaseException:
+            if not call.future.cancel() and call.delivered is not None:
+                self._pass_on(call, call.delivered)  # interrupted as the tensor came
+            raise
 
     def stop(self) -> None:
         """Fail every pending recv and release the protocol's resources."""
@@ -156,11 +167,16 @@ class RemoteRendezvous(abc.ABC):
         """Start a recv; the future yields the tensor (on ``device``, or ``out`` filled
         with it) or raises a TensorverbsError."""
         call = RecvCall(key, step_id, device, timeout, out=out)
-        fut = call.future
+        self._begin(call)
+        return call.future
+
+    def _begin(self, call: RecvCall) -> None:
+        """Start ``call``: from the local table, or through the protocol."""
+        key, step_id, timeout, fut = call.key, call.step_id, call.timeout, call.future
         with self._lock:  # against a concurrent abort_step of this step, or stop
             if self._stopped:
                 call.fail(CancelledError("the server stopped"))
-                return fut
+                return
             if key.src == self.rt.task:
                 waiter = self.rt.table.recv_async(
                     step_id, key, lambda err, value: call.fail(err) if err else self.complete(call, value))
@@ -168,12 +184,11 @@ class RemoteRendezvous(abc.ABC):
             else:
                 op = self._remote(call)
             if op is None or fut.done():
-                return fut
+                return
             self._ops[fut] = (call, op)
         deadline = (self.rt.deadlines.add(timeout, self._expire, weakref.ref(fut), timeout)
                     if timeout is not None else None)
         fut.add_done_callback(functools.partial(self._done, deadline))
-        return fut
 
     def _remote(self, call: RecvCall) -> PendingRecv | None:
         error = self.rt.table.aborted(call.step_id)
@@ -216,7 +231,13 @@ class RemoteRendezvous(abc.ABC):
             self.rt.counters.add("tensors_received")
             self.rt.counters.add("bytes_received", nbytes)
             self.rt.recvs.observe(str(call.key.src), nbytes, time.monotonic() - call.started)
-        while not self._deliver(call, value):
+        if not self._deliver(call, value):
+            self._pass_on(call, value)
+
+    def _pass_on(self, call: RecvCall, value: Value) -> None:
+        """Hand ``value``, which ``call``'s caller gave up or refused, to another recv of
+        its key and step in flight, else back to the local table or aside for the next."""
+        while True:
             if call.out is not None and value.array is call.out.landing:
                 value = Value(value.array.copy(), value.is_dead)  # that caller may reuse out
             with self._lock:
@@ -230,6 +251,8 @@ class RemoteRendezvous(abc.ABC):
                     return
             call, op = other
             op.cancel()
+            if self._deliver(call, value):
+                return
 
     def _deliver(self, call: RecvCall, value: Value) -> bool:
         """Settle ``call`` with ``value``; False if its caller already gave up or refuses
@@ -249,7 +272,7 @@ class RemoteRendezvous(abc.ABC):
                 return True
             if not shared:
                 self.rt.counters.add("proxy_copies")
-        return settle(call.future, None, result)
+        return self._succeed(call, result, None if shared else value)
 
     def _fill(self, call: RecvCall, value: Value) -> bool:
         """:meth:`_deliver` into ``call.out``."""
@@ -271,6 +294,13 @@ class RemoteRendezvous(abc.ABC):
             return True
         if not out.device.dma and not shared:
             self.rt.counters.add("proxy_copies")
+        return self._succeed(call, result, None if shared else value)
+
+    @staticmethod
+    def _succeed(call: RecvCall, result: Any, value: Value | None) -> bool:
+        """Settle ``call`` with ``result``, made of ``value`` (None: a value that cannot be
+        passed on, a shared tensor's handle already released)."""
+        call.delivered = value
         return settle(call.future, None, result)
 
     def abort_step(self, step_id: int, error: AbortedError) -> None:
