@@ -1,5 +1,5 @@
 """What the parts of one task share: its identity, local table, counters, recv metrics,
-loop and peers."""
+loop, lanes and peers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,6 +13,7 @@ from .stats import Counters
 if TYPE_CHECKING:
     from .ipc.shared_tensors import SharedTensors
     from .metrics.recvs import RecvMetrics
+    from .rendezvous.lanes import Lanes
     from .rpc.loop import EventLoopThread
     from .rpc.peers import Peers
     from .verbs.config import RdmaConfig
@@ -34,6 +35,8 @@ class TaskRuntime:
     rdma_config: "RdmaConfig"
     startup_grace: float
     recvs: "RecvMetrics"
+    #: where device copies and callers' callbacks of recvs run, a lane per peer
+    lanes: "Lanes"
     #: how many tasks may join at run time beyond the cluster's (grpc+verbs sizes its core for them)
     spare_tasks: int = 0
     #: this task's tensors passed by handle (set once the runtime exists)

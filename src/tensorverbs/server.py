@@ -27,6 +27,7 @@ from .metrics.stats_collector import StatsCollector
 from .out import Out
 from .rendezvous.deadlines import Deadlines
 from .rendezvous.key import RendezvousKey, check_name
+from .rendezvous.lanes import Lanes
 from .rendezvous.local import LocalTable, Value
 from .rendezvous.remote import RemoteRendezvous
 from .resolvers.base import ClusterResolver
@@ -111,7 +112,8 @@ class Server:
             cluster=self.cluster, task=self._task, incarnation=self.incarnation,
             protocol=protocol, table=LocalTable(), counters=counters, loop=self._loop,
             deadlines=Deadlines(), peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace,
-            recvs=RecvMetrics(self._metrics, self.task, protocol), spare_tasks=int(spare_tasks))
+            recvs=RecvMetrics(self._metrics, self.task, protocol),
+            lanes=Lanes(f"tensorverbs-{self._task.job}-{self._task.task}"), spare_tasks=int(spare_tasks))
         self._rt.shared = SharedTensors(self._rt, device_ipc)
         counters.gauge("ipc_exports", self._rt.shared.exports)
         module, cls = PROTOCOLS[protocol].split(":")
@@ -304,6 +306,7 @@ class Server:
         finally:
             self._loop.stop()
             self._rt.deadlines.stop()
+            self._rt.lanes.close()
 
     def __enter__(self) -> "Server":
         return self

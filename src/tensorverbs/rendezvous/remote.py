@@ -8,7 +8,10 @@ tensors.
 
 A tensor that arrives for a recv whose caller already gave up (its deadline passed just
 as the tensor was sent) is not lost: it is kept and handed to the next recv of the same
-key and step.
+key and step. A tensor that must be copied to its device (or opened from a handle) is
+delivered on the lane of its peer (:mod:`.lanes`), never on the event loop or in the
+thread of the send that completed a local recv; a recv's future is settled whatever its
+delivery raises.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from ..ipc.descriptor import is_descriptor
 from ..out import Out
 from ..tensor import dtype_enum, mark_dead
 from .deadlines import Deadline
+from .future import RecvFuture, add_internal_callback
 from .key import RendezvousKey
 from .local import Value
 
@@ -64,7 +68,7 @@ class RecvCall:
     step_id: int
     device: Device = HOST
     timeout: float | None = None
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    future: concurrent.futures.Future = field(default_factory=RecvFuture)
     started: float = field(default_factory=time.monotonic)
     out: Out | None = None
     #: the value the future was settled with (a blocking recv interrupted just then passes it on)
@@ -166,9 +170,14 @@ class RemoteRendezvous(abc.ABC):
                    device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
         """Start a recv; the future yields the tensor (on ``device``, or ``out`` filled
         with it) or raises a TensorverbsError."""
-        call = RecvCall(key, step_id, device, timeout, out=out)
+        call = RecvCall(key, step_id, device, timeout, out=out, future=self.future(key))
         self._begin(call)
         return call.future
+
+    def future(self, key: RendezvousKey) -> RecvFuture:
+        """The future of a recv of ``key``, running its caller's callbacks on the lane of
+        ``key.src``."""
+        return RecvFuture(self.rt.lanes, str(key.src))
 
     def _begin(self, call: RecvCall) -> None:
         """Start ``call``: from the local table, or through the protocol."""
@@ -188,7 +197,7 @@ class RemoteRendezvous(abc.ABC):
             self._ops[fut] = (call, op)
         deadline = (self.rt.deadlines.add(timeout, self._expire, weakref.ref(fut), timeout)
                     if timeout is not None else None)
-        fut.add_done_callback(functools.partial(self._done, deadline))
+        add_internal_callback(fut, functools.partial(self._done, deadline))
 
     def _remote(self, call: RecvCall) -> PendingRecv | None:
         error = self.rt.table.aborted(call.step_id)
@@ -231,6 +240,19 @@ class RemoteRendezvous(abc.ABC):
             self.rt.counters.add("tensors_received")
             self.rt.counters.add("bytes_received", nbytes)
             self.rt.recvs.observe(str(call.key.src), nbytes, time.monotonic() - call.started)
+        if self._copies(call, value):
+            self.rt.lanes.run(str(call.key.src), self._hand_over, call, value)
+        else:
+            self._hand_over(call, value)
+
+    @staticmethod
+    def _copies(call: RecvCall, value: Value) -> bool:
+        """Whether delivering ``value`` to ``call`` copies it to a device or opens a
+        shared tensor."""
+        out_device = call.out.device if call.out is not None else call.device
+        return not out_device.dma or is_descriptor(value.array)
+
+    def _hand_over(self, call: RecvCall, value: Value) -> None:
         if not self._deliver(call, value):
             self._pass_on(call, value)
 
@@ -256,7 +278,15 @@ class RemoteRendezvous(abc.ABC):
 
     def _deliver(self, call: RecvCall, value: Value) -> bool:
         """Settle ``call`` with ``value``; False if its caller already gave up or refuses
-        the tensor (its ``out`` is of another dtype or shape: InvalidArgumentError)."""
+        the tensor (its ``out`` is of another dtype or shape: InvalidArgumentError).
+        Whatever making its result raises settles it too."""
+        try:
+            return self._settle_with(call, value)
+        except Exception as exc:
+            settle(call.future, as_error(exc, f"{call.what}: delivering the tensor"))
+            return True
+
+    def _settle_with(self, call: RecvCall, value: Value) -> bool:
         if call.future.done():
             return False
         if call.out is not None:

@@ -5,7 +5,8 @@ recvs in flight; peers' requests are answered there without entering Python. Pyt
 sets channels up over gRPC (:mod:`.channels`), starts recvs and turns their answers into
 arrays: a recv calls into the core once and gets the result once (the blocking form
 waits with the GIL released; the asynchronous form's future is settled by the core's
-settler thread). A recv whose channel is not up yet first sets it up on the event loop.
+settler thread, or on the peer's lane when the tensor must be copied to its device). A
+recv whose channel is not up yet first sets it up on the event loop.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 from .. import _core
 from ..devices import HOST, Device
 from ..errors import Code, TensorverbsError, UnavailableError, as_error, from_code
+from ..rendezvous.future import add_internal_callback
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
 from ..out import Out
@@ -152,17 +154,18 @@ class VerbsRendezvous(RemoteRendezvous):
         src = self._direct(key)
         if src is None:
             return super().recv_async(key, step_id, timeout, device, out)
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut = self.future(key)
         what = describe_recv(key, step_id) if out is not None else ""
-        self._start(fut, src, key.name, step_id, _timeout(timeout), device, out, what)
+        self._start(fut, src, key.name, step_id, _timeout(timeout), device, out, what, time.monotonic())
         return fut
 
     def _start(self, fut: concurrent.futures.Future, src: int, name: str, step_id: int,
-               timeout: float, device: Device, out: Out | None, what: str) -> "_core.RecvHandle":
+               timeout: float, device: Device, out: Out | None, what: str, started: float) -> "_core.RecvHandle":
+        """Start the core's recv settling ``fut``; cancelling ``fut`` gives it up."""
         handle = self.core.recv_async(step_id, src, name, timeout, fut,
-                                      self._settler(device, src, time.monotonic(), out, what),
+                                      self._settler(device, src, started, out, what, step_id, name),
                                       out and out.destination)
-        fut.add_done_callback(functools.partial(_give_up_if_cancelled, handle))
+        add_internal_callback(fut, functools.partial(_give_up_if_cancelled, handle))
         return handle
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
@@ -180,43 +183,58 @@ class VerbsRendezvous(RemoteRendezvous):
             return
         timeout = call.timeout
         left = -1.0 if timeout is None else max(0.0, timeout - (time.monotonic() - began))
-        src = self.ids[call.key.src]
-        op.handle = self.core.recv_async(
-            call.step_id, src, call.key.name, left, call.future,
-            self._settler(call.device, src, call.started, call.out, call.what),
-            call.out and call.out.destination)
+        # a cancel from now on gives the core's recv up (also one that came meanwhile)
+        op.handle = self._start(call.future, self.ids[call.key.src], call.key.name, call.step_id,
+                                left, call.device, call.out, call.what, call.started)
 
-    def _settler(self, device: Device, src: int, started: float, out: Out | None = None,
-                 what: str = "") -> Callable[..., bool]:
-        """What settles the future of a recv from ``src`` started at ``started`` (into
-        ``out``, described by ``what``, if given)."""
-        return functools.partial(self._settle, device, src, started, out, what)
+    def _settler(self, device: Device, src: int, started: float, out: Out | None, what: str,
+                 step_id: int, name: str) -> Callable[..., bool]:
+        """What settles the future of a recv of ``name`` from ``src`` at ``step_id``
+        started at ``started`` (into ``out``, described by ``what``, if given)."""
+        return functools.partial(self._settle, device, src, started, out, what, step_id, name)
 
     def _settle(self, device: Device, src: int, started: float, out: Out | None, what: str,
-                fut: concurrent.futures.Future, code: int, message: str, dtype: int,
-                shape: tuple, is_dead: bool, payload: Any) -> bool:
+                step_id: int, name: str, fut: concurrent.futures.Future, code: int, message: str,
+                dtype: int, shape: tuple, is_dead: bool, payload: Any) -> bool:
         """Settle ``fut`` with a recv's answer (in the core's settler thread); False if it
         was cancelled already or ``out`` refuses the tensor (which then goes back to the
-        core for the next recv)."""
+        core for the next recv). A tensor for a device is handed to the peer's lane, which
+        copies it there and settles ``fut``."""
         if fut.done():
             return False
         if code:
-            settle(fut, from_code(code, self.ids.named(message)))
+            return settle(fut, from_code(code, self.ids.named(message)))
+        if not (out.device if out is not None else device).dma or dtype == DT_VARIANT:
+            self.rt.lanes.run(self._names[src], self._settle_on_lane, device, src, started, out,
+                              what, step_id, name, fut, dtype, shape, is_dead, payload)
             return True
-        if out is not None:
-            try:
-                meta = self.rt.shared.meta(dtype, shape, payload)
-            except TensorverbsError as exc:  # a malformed descriptor
-                settle(fut, exc)
-                return True
-            if not out.fits(*meta):
-                settle(fut, out.refusal(what, *meta))
-                return False
-        self._received(src, payload, started)
+        return self._settle_value(device, src, started, out, what, fut, dtype, shape, is_dead, payload)
+
+    def _settle_on_lane(self, device: Device, src: int, started: float, out: Out | None, what: str,
+                        step_id: int, name: str, fut: concurrent.futures.Future, dtype: int,
+                        shape: tuple, is_dead: bool, payload: Any) -> None:
+        """:meth:`_settle` of a tensor for a device, on its peer's lane; a tensor not taken
+        goes back to the core."""
+        if not self._settle_value(device, src, started, out, what, fut, dtype, shape, is_dead, payload):
+            self.core.give_back(step_id, src, name, dtype, shape, is_dead, payload)
+
+    def _settle_value(self, device: Device, src: int, started: float, out: Out | None, what: str,
+                      fut: concurrent.futures.Future, dtype: int, shape: tuple, is_dead: bool,
+                      payload: Any) -> bool:
+        """Settle ``fut`` with a received tensor; False if it was cancelled already or
+        ``out`` refuses the tensor. Whatever making the result raises settles ``fut``."""
         try:
+            if fut.done():
+                return False
+            if out is not None:
+                meta = self.rt.shared.meta(dtype, shape, payload)
+                if not out.fits(*meta):
+                    settle(fut, out.refusal(what, *meta))
+                    return False
+            self._received(src, payload, started)
             value = self._value(src, dtype, shape, is_dead, payload, device, out)
-        except TensorverbsError as exc:
-            settle(fut, exc)
+        except Exception as exc:
+            settle(fut, as_error(exc, what or "receiving a tensor"))
             return True
         return settle(fut, None, value)
 
