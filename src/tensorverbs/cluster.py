@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence, Union
 
+from . import arguments as check
 from .errors import InvalidArgumentError
 
 _TASK = re.compile(
@@ -61,10 +62,14 @@ def _task_table(job: str, tasks: JobSpec) -> dict[int, str]:
     """``{task index: address}`` of a job given as a list or as a mapping whose keys are
     task indices (ints, or strings of them as in TF_CONFIG's JSON), sorted by index."""
     if not isinstance(tasks, Mapping):
+        if not isinstance(tasks, Sequence) or isinstance(tasks, str):
+            raise InvalidArgumentError(
+                f"tasks of job {job!r} are {tasks!r}: expected a list of host:port "
+                "or a mapping of task index to host:port")
         return dict(enumerate(tasks))
     try:
         table = {int(index): address for index, address in tasks.items()}
-    except ValueError:
+    except (TypeError, ValueError):
         raise InvalidArgumentError(
             f"task indices of job {job!r} are {list(tasks)}: expected integers") from None
     return dict(sorted(table.items()))
@@ -73,7 +78,7 @@ def _task_table(job: str, tasks: JobSpec) -> dict[int, str]:
 def tf_config_entry(key: str, environ: Mapping[str, str] | None = None) -> Any:
     """Entry ``key`` ("cluster", "task") of the TF_CONFIG environment variable (JSON);
     InvalidArgumentError naming TF_CONFIG when it is unset, not JSON or has no ``key``."""
-    text = (os.environ if environ is None else environ).get("TF_CONFIG")
+    text = (os.environ if check.environ(environ) is None else environ).get("TF_CONFIG")
     if not text:
         raise InvalidArgumentError("TF_CONFIG is not set")
     try:
@@ -135,7 +140,7 @@ class ClusterSpec:
         """Add task ``index`` of ``job`` (a new job or an existing one) at ``address``;
         False if it is here already at that address, InvalidArgumentError if at another."""
         _check_job(job)
-        task = TaskName(str(job), int(index))
+        task = TaskName(str(job), check.integer(index, "index"))
         if task.task < 0:
             raise InvalidArgumentError(f"task index of {task} is negative")
         _check_address(task, address)

@@ -7,6 +7,11 @@ as the same class.
 from __future__ import annotations
 
 import enum
+import functools
+from typing import Callable, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Code(enum.IntEnum):
@@ -159,3 +164,18 @@ def as_error(exc: BaseException, what: str) -> TensorverbsError:
     if isinstance(exc, MemoryError):
         return ResourceExhaustedError(f"{what}: out of memory{': ' + str(exc) if str(exc) else ''}")
     return InternalError(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+def public(fn: Callable[P, T]) -> Callable[P, T]:
+    """``fn``, a public call, raising TensorverbsError only: any other Exception it lets
+    out (a bug, not the caller's mistake, which the call checks for) becomes one by
+    :func:`as_error`, naming the call, with the original as its cause."""
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except TensorverbsError:
+            raise
+        except Exception as exc:
+            raise as_error(exc, fn.__qualname__) from exc
+    return call

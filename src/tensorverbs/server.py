@@ -17,9 +17,10 @@ from typing import Any, Mapping
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from . import arguments as check
 from .cluster import ClusterSpec, TaskName
 from .devices import HOST, Device, device_of, get_device, host_array
-from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError
+from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError, public
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
 from .metrics.recvs import RecvMetrics
@@ -38,7 +39,7 @@ from .rpc.service import Servicer, start_server
 from .rpc.tls import TlsConfig
 from .runtime import TaskRuntime
 from .stats import Counters
-from .tensor import prepare
+from .tensor import numeric_dtype, prepare
 from .verbs.config import RdmaConfig
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_recei
 
 class Server:
     """A task of ``cluster`` running ``protocol``; also a context manager that stops it.
+
+    Every method raises TensorverbsError only; an argument of a wrong type or value is
+    InvalidArgumentError.
 
     Args:
         cluster: a ClusterSpec or the dict it is made from (the server keeps a copy, which
@@ -82,6 +86,7 @@ class Server:
             ``cpu:proxy`` stand-in's, False nothing.
     """
 
+    @public
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str, task_index: int,
                  protocol: str = "grpc", *, config: RdmaConfig | None = None,
                  startup_grace: float = 60.0, bind_address: str | None = None,
@@ -89,17 +94,20 @@ class Server:
                  metrics_port: int | None = None, spare_tasks: int = 0,
                  device_ipc: bool | None = None) -> None:
         self.cluster = ClusterSpec(cluster)
-        self._task = self.cluster.resolve(TaskName(job_name, int(task_index)))
-        if protocol not in PROTOCOLS:
+        self._task = self.cluster.resolve(
+            TaskName(check.text(job_name, "job_name"), check.integer(task_index, "task_index")))
+        if check.text(protocol, "protocol") not in PROTOCOLS:
             raise InvalidArgumentError(
                 f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self.protocol = protocol
-        if int(spare_tasks) < 0:
-            raise InvalidArgumentError(f"spare_tasks is {spare_tasks}: expected 0 or more")
+        spare_tasks = check.integer(spare_tasks, "spare_tasks", 0)
+        startup_grace = check.seconds(startup_grace, "startup_grace")
+        bind_address = check.optional_text(bind_address, "bind_address")
+        config = check.optional_instance(config, RdmaConfig, "config")
         metrics_port = port_from_env() if metrics_port is None else check_port(metrics_port, "metrics_port")
-        device_ipc = device_ipc_mode(device_ipc)
-        job_token = JobToken.resolve(token)
-        tls = tls or TlsConfig.from_env()
+        device_ipc = device_ipc_mode(check.optional_flag(device_ipc, "device_ipc"))
+        job_token = JobToken.resolve(check.optional_text(token, "token"))
+        tls = check.optional_instance(tls, TlsConfig, "tls") or TlsConfig.from_env()
         peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls)
         self.incarnation = secrets.randbits(64) or 1
         self._stopped = threading.Event()
@@ -113,7 +121,7 @@ class Server:
             protocol=protocol, table=LocalTable(), counters=counters, loop=self._loop,
             deadlines=Deadlines(), peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace,
             recvs=RecvMetrics(self._metrics, self.task, protocol),
-            lanes=Lanes(f"tensorverbs-{self._task.job}-{self._task.task}"), spare_tasks=int(spare_tasks))
+            lanes=Lanes(f"tensorverbs-{self._task.job}-{self._task.task}"), spare_tasks=spare_tasks)
         self._rt.shared = SharedTensors(self._rt, device_ipc)
         counters.gauge("ipc_exports", self._rt.shared.exports)
         module, cls = PROTOCOLS[protocol].split(":")
@@ -136,12 +144,15 @@ class Server:
                  " over TLS" if tls else "", " with a job token" if job_token else "")
 
     @classmethod
+    @public
     def from_resolver(cls, resolver: ClusterResolver, protocol: str = "grpc", **kwargs: Any) -> "Server":
         """Start the task ``resolver`` says this process is, in its cluster (a resolver of
         :mod:`tensorverbs.resolvers`: TF_CONFIG, Slurm, torchrun); ``kwargs`` as for the
         constructor."""
+        resolver = check.instance(resolver, ClusterResolver, "resolver")
         return cls(resolver.cluster_spec(), resolver.task_type, resolver.task_id, protocol, **kwargs)
 
+    @public
     def add_task(self, job_name: str, task_index: int, address: str) -> None:
         """Learn a task that joined the cluster at run time, at ``address`` (``host:port``):
         from now on this server sends to it and receives from it like any other task.
@@ -149,8 +160,8 @@ class Server:
         another. Each task learns the others it exchanges tensors with, in any order.
         With "grpc+verbs", ResourceExhaustedError past ``spare_tasks`` joined tasks."""
         self._check_running()
-        task = TaskName(str(job_name), int(task_index))
-        self._rendezvous.add_task(task, address)
+        task = TaskName(check.text(job_name, "job_name"), check.integer(task_index, "task_index", 0))
+        self._rendezvous.add_task(task, check.text(address, "address"))
         log.info("%s learned %s at %s", self._task, task, address)
 
     @property
@@ -173,6 +184,7 @@ class Server:
         if self._stopped.is_set():
             raise FailedPreconditionError(f"server of {self._task} is stopped")
 
+    @public
     def send(self, name: str, value: Any, to: str, step_id: int = 0, is_dead: bool = False) -> None:
         """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``.
 
@@ -186,7 +198,8 @@ class Server:
         """
         self._check_running()
         key = RendezvousKey(self._task, self.incarnation, self.cluster.resolve(to), check_name(name))
-        step, device = int(step_id), device_of(value)
+        step, device = check.integer(step_id, "step_id"), device_of(value)
+        is_dead = check.flag(is_dead, "is_dead")
         shared = self._rt.shared.offer(step, key, value, device) if not is_dead else None
         if shared is not None:  # passed by handle to a task of this host
             try:
@@ -199,18 +212,19 @@ class Server:
         array, copied = host_array(value, device)
         if copied:
             self._rt.counters.add("proxy_copies")
-        self._rendezvous.send(step, key, Value(prepare(array), bool(is_dead)))
+        self._rendezvous.send(step, key, Value(prepare(array), is_dead))
         self._rt.counters.add("sends")
 
+    @public
     def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
         """An uninitialised array in the memory this server's protocol sends from directly:
         with "grpc+verbs", registered memory (like TensorFlow's allocator visitor), so a
         tensor filled in place and sent needs no registration or copy; with "grpc", an
         ordinary array. It returns to the pool when the last view of it is dropped."""
         self._check_running()
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        return self._rendezvous.allocate(shape, np.dtype(dtype))
+        return self._rendezvous.allocate(check.shape(shape), numeric_dtype(dtype))
 
+    @public
     def recv_async(self, name: str, source: str, step_id: int = 0,
                    timeout: float | None = None, device: str | None = None,
                    out: Any = None) -> concurrent.futures.Future:
@@ -229,14 +243,15 @@ class Server:
         ``out`` raises InvalidArgumentError and is kept for the next recv of it. If the
         recv fails, ``out`` may have been written in part.
         """
-        return self._rendezvous.recv_async(self._recv_key(name, source), int(step_id), timeout,
-                                           *self._into(device, out))
+        return self._rendezvous.recv_async(self._recv_key(name, source), check.integer(step_id, "step_id"),
+                                           check.optional_seconds(timeout, "timeout"), *self._into(device, out))
 
+    @public
     def recv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None,
              device: str | None = None, out: Any = None) -> Any:
         """Receive tensor ``name`` from ``source`` (blocking); see :meth:`recv_async`."""
-        return self._rendezvous.recv(self._recv_key(name, source), int(step_id), timeout,
-                                     *self._into(device, out))
+        return self._rendezvous.recv(self._recv_key(name, source), check.integer(step_id, "step_id"),
+                                     check.optional_seconds(timeout, "timeout"), *self._into(device, out))
 
     def _into(self, device: str | None, out: Any) -> tuple[Device, Out | None]:
         """(the device a recv delivers to, its ``out``); ``out`` lands on the host and is
@@ -258,31 +273,40 @@ class Server:
             self._rt.counters.add("local_recvs")
         return RendezvousKey(src, 0, self._task, check_name(name))
 
+    @public
     def abort_step(self, step_id: int, reason: str = "") -> None:
         """Make every pending and later send/recv of ``step_id`` raise AbortedError."""
+        step_id = check.integer(step_id, "step_id")
+        reason = check.text(reason, "reason")
         message = f"step {step_id} was aborted" + (f": {reason}" if reason else "")
-        self._rendezvous.abort_step(int(step_id), AbortedError(message))
-        self._rt.shared.drop_step(int(step_id))
+        self._rendezvous.abort_step(step_id, AbortedError(message))
+        self._rt.shared.drop_step(step_id)
 
+    @public
     def cleanup_step(self, step_id: int) -> None:
         """Forget ``step_id``'s tensors and state (including an abort)."""
-        self._rendezvous.cleanup_step(int(step_id))
-        self._rt.shared.drop_step(int(step_id))
+        step_id = check.integer(step_id, "step_id")
+        self._rendezvous.cleanup_step(step_id)
+        self._rt.shared.drop_step(step_id)
 
+    @public
     def pending(self) -> tuple[int, int]:
         """(tensors sent and waiting for their recv, recvs of this task's tensors waiting for
         their send) in the local table."""
         return self._rendezvous.pending()
 
+    @public
     def stats(self) -> dict[str, int]:
         """Counters: sends, local_recvs, tensors_sent, bytes_sent, tensors_received,
         bytes_received, and the protocol's own."""
         return self._rt.counters.snapshot()
 
+    @public
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the server is stopped; False if ``timeout`` passed first."""
-        return self._stopped.wait(timeout)
+        return self._stopped.wait(check.optional_seconds(timeout, "timeout"))
 
+    @public
     def stop(self) -> None:
         """Fail pending recvs, close channels and stop serving. Idempotent."""
         if not self._stopped.is_set():

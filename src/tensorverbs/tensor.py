@@ -62,6 +62,18 @@ def dtype_enum(dtype: np.dtype) -> int:
         raise InvalidArgumentError(f"dtype {dtype} is not supported") from None
 
 
+def numeric_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` (anything ``numpy.dtype`` takes) as a numpy dtype of a numeric DataType;
+    InvalidArgumentError otherwise."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise InvalidArgumentError(f"{dtype!r} is not a dtype") from None
+    if dtype_enum(dtype) in (DT_STRING, DT_VARIANT):
+        raise InvalidArgumentError(f"dtype {dtype} is not numeric")
+    return dtype
+
+
 def numpy_dtype(enum: int) -> np.dtype:
     """The numpy dtype of a DataType number; InvalidArgumentError for unknown numbers."""
     try:
@@ -105,7 +117,10 @@ class TensorMeta:
 def prepare(value: Any) -> np.ndarray:
     """The array a send puts in the table: C-contiguous, of a supported dtype; strings as an
     object array of bytes."""
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # ragged sequences and the like
+        raise InvalidArgumentError(f"cannot make a tensor of {type(value).__name__}: {exc}") from None
     if array.dtype.kind in "OSU":
         flat = [v.encode() if isinstance(v, str) else v for v in array.reshape(-1).tolist()]
         if not all(isinstance(v, bytes) for v in flat):
