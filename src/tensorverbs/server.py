@@ -12,7 +12,10 @@ import importlib
 import logging
 import secrets
 import threading
+import weakref
 from typing import Any, Mapping
+
+import grpc
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -53,6 +56,64 @@ PROTOCOLS = {
 #: counters every server reports, whatever its protocol
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
             "bytes_received", "proxy_copies", "ipc_sent", "ipc_received")
+#: how long stopping may wait for the gRPC server and channels to close (seconds)
+CLOSE_TIMEOUT = 10.0
+
+
+class _Running:
+    """What a started Server runs: its threads, runtime ``rt``, protocol, gRPC server and
+    metrics endpoint, each set once started. It refers to nothing that refers to the
+    Server, so a finalizer can stop it once the Server is gone."""
+
+    def __init__(self, stopped: threading.Event) -> None:
+        self.stopped = stopped
+        self.loop: EventLoopThread | None = None
+        self.deadlines: Deadlines | None = None
+        self.lanes: Lanes | None = None
+        self.rt: TaskRuntime | None = None
+        self.rendezvous: RemoteRendezvous | None = None
+        self.grpc: grpc.aio.Server | None = None
+        self.metrics_endpoint: MetricsEndpoint | None = None
+        self._once = threading.Lock()
+        self._done = False
+
+    def shutdown(self) -> None:
+        """Fail pending recvs, close channels, stop serving and end the threads; once."""
+        with self._once:
+            if self._done:
+                return
+            self._done = True
+        self.stopped.set()
+        rt = self.rt
+        try:
+            if self.metrics_endpoint is not None:
+                self.metrics_endpoint.stop()
+            if self.rendezvous is not None:
+                self.rendezvous.stop()
+            if rt is not None:
+                if rt.shared is not None:
+                    rt.shared.close()
+                try:
+                    rt.loop.submit(self._close(rt)).result(timeout=CLOSE_TIMEOUT)
+                except concurrent.futures.TimeoutError:
+                    log.warning("%s: closing gRPC took more than %g s", rt.task, CLOSE_TIMEOUT)
+        finally:
+            for part in (self.loop, self.deadlines):
+                if part is not None:
+                    part.stop()
+            if self.lanes is not None:
+                self.lanes.close()
+
+    async def _close(self, rt: TaskRuntime) -> None:
+        if self.grpc is not None:
+            await self.grpc.stop(grace=0.5)
+        await rt.peers.close()
+
+
+def _shut_down_dropped(running: _Running) -> None:
+    """The finalizer of a Server dropped without stop(): its shutdown runs in a thread of
+    its own (the garbage collector may run anywhere, the event loop's thread included)."""
+    threading.Thread(target=running.shutdown, name="tensorverbs-finalizer", daemon=True).start()
 
 
 class Server:
@@ -108,37 +169,45 @@ class Server:
         device_ipc = device_ipc_mode(check.optional_flag(device_ipc, "device_ipc"))
         job_token = JobToken.resolve(check.optional_text(token, "token"))
         tls = check.optional_instance(tls, TlsConfig, "tls") or TlsConfig.from_env()
+        rdma_config = config or RdmaConfig.from_env()
+        bind = bind_address or self.cluster.address(self._task)
         peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls)
+        # every argument and setting is checked: from here on, what starts is stopped by
+        # _Running.shutdown, on a failure below, stop(), or the finalizer of a dropped server
         self.incarnation = secrets.randbits(64) or 1
         self._stopped = threading.Event()
-        self._loop = EventLoopThread(f"tensorverbs-{self._task.job}-{self._task.task}")
-        counters = Counters(*COUNTERS)
-        self._metrics = CollectorRegistry()
-        self._metrics.register(StatsCollector(counters.snapshot, self.task, protocol))
-        self._metrics_endpoint: MetricsEndpoint | None = None
-        self._rt = TaskRuntime(
-            cluster=self.cluster, task=self._task, incarnation=self.incarnation,
-            protocol=protocol, table=LocalTable(), counters=counters, loop=self._loop,
-            deadlines=Deadlines(), peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace,
-            recvs=RecvMetrics(self._metrics, self.task, protocol),
-            lanes=Lanes(f"tensorverbs-{self._task.job}-{self._task.task}"), spare_tasks=spare_tasks)
-        self._rt.shared = SharedTensors(self._rt, device_ipc)
-        counters.gauge("ipc_exports", self._rt.shared.exports)
-        module, cls = PROTOCOLS[protocol].split(":")
-        self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
-        counters.gauge("table_steps", self._rendezvous.table_steps)
-        bind = bind_address or self.cluster.address(self._task)
+        self._running = running = _Running(self._stopped)
+        self._finalizer = weakref.finalize(self, _shut_down_dropped, running)
+        self._finalizer.atexit = False
+        name = f"tensorverbs-{self._task.job}-{self._task.task}"
         try:
+            counters = Counters(*COUNTERS)
+            self._metrics = CollectorRegistry()
+            self._metrics.register(StatsCollector(counters.snapshot, self.task, protocol))
+            running.loop, running.deadlines, running.lanes = EventLoopThread(name), Deadlines(), Lanes(name)
+            self._rt = running.rt = TaskRuntime(
+                cluster=self.cluster, task=self._task, incarnation=self.incarnation,
+                protocol=protocol, table=LocalTable(), counters=counters, loop=running.loop,
+                deadlines=running.deadlines, peers=peers, rdma_config=rdma_config,
+                startup_grace=startup_grace, recvs=RecvMetrics(self._metrics, self.task, protocol),
+                lanes=running.lanes, spare_tasks=spare_tasks)
+            self._rt.shared = SharedTensors(self._rt, device_ipc)
+            counters.gauge("ipc_exports", self._rt.shared.exports)
+            module, cls = PROTOCOLS[protocol].split(":")
+            self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
+            running.rendezvous = self._rendezvous
+            counters.gauge("table_steps", self._rendezvous.table_steps)
             # everything a peer's first call needs is in place before the port opens
             self._rendezvous.start()
             servicer = Servicer(self._rt, self._rendezvous.setup_handler())
-            self._grpc = self._loop.submit(start_server(servicer, bind, job_token, tls)).result()
+            running.grpc = self._rt.loop.submit(start_server(servicer, bind, job_token, tls)).result()
             self._rt.shared.start()  # the address is this task's now
             if metrics_port is not None:
                 host = bind.rsplit(":", 1)[0].strip("[]")
-                self._metrics_endpoint = MetricsEndpoint(self._metrics, host, metrics_port)
+                running.metrics_endpoint = MetricsEndpoint(self._metrics, host, metrics_port)
         except BaseException:
-            self._shutdown()
+            self._finalizer.detach()
+            running.shutdown()
             raise
         log.info("%s serving %s on %s%s%s", self._task, protocol, bind,
                  " over TLS" if tls else "", " with a job token" if job_token else "")
@@ -173,7 +242,7 @@ class Server:
     def metrics_address(self) -> str | None:
         """``host:port`` of this task's Prometheus ``/metrics`` endpoint; None when it
         serves no metrics."""
-        endpoint = self._metrics_endpoint
+        endpoint = self._running.metrics_endpoint
         return endpoint.address if endpoint is not None else None
 
     @property
@@ -308,29 +377,10 @@ class Server:
 
     @public
     def stop(self) -> None:
-        """Fail pending recvs, close channels and stop serving. Idempotent."""
-        if not self._stopped.is_set():
-            self._shutdown()
-
-    def _shutdown(self) -> None:
-        self._stopped.set()
-        if self._metrics_endpoint is not None:
-            self._metrics_endpoint.stop()
-        self._rendezvous.stop()
-        if self._rt.shared is not None:
-            self._rt.shared.close()
-        grpc_server = getattr(self, "_grpc", None)
-
-        async def close() -> None:
-            if grpc_server is not None:
-                await grpc_server.stop(grace=0.5)
-            await self._rt.peers.close()
-        try:
-            self._loop.submit(close()).result(timeout=10)
-        finally:
-            self._loop.stop()
-            self._rt.deadlines.stop()
-            self._rt.lanes.close()
+        """Fail pending recvs, close channels and stop serving. Idempotent. A server
+        dropped without it is stopped when it is garbage-collected."""
+        self._finalizer.detach()
+        self._running.shutdown()
 
     def __enter__(self) -> "Server":
         return self
