@@ -50,6 +50,7 @@ verbs::VerbsConfig to_config(const nb::dict& d) {
   c.mtu = nb::cast<int>(d["mtu"]);
   c.traffic_class = nb::cast<int>(d["traffic_class"]);
   c.same_host = nb::cast<std::string>(d["same_host"]);
+  c.bind_host = nb::cast<std::string>(d["bind_host"]);
   return c;
 }
 

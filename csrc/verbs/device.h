@@ -45,6 +45,8 @@ struct VerbsConfig {
   int mtu = 0;                    // 0: the active MTU
   int traffic_class = 0;
   std::string same_host = "auto";  // soft provider: auto, yes, no
+  std::string bind_host;           // soft provider: where its TCP listener binds; empty: the
+                                   // host peers reach the process at (the one open() gets)
 };
 
 }  // namespace tensorverbs::verbs

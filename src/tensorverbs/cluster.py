@@ -136,18 +136,19 @@ class ClusterSpec:
             for index in list(table):
                 yield TaskName(job, index)
 
-    def add_task(self, job: str, index: int, address: str) -> bool:
+    def add_task(self, job: str, index: int, address: str, *, replace: bool = False) -> bool:
         """Add task ``index`` of ``job`` (a new job or an existing one) at ``address``;
-        False if it is here already at that address, InvalidArgumentError if at another."""
+        False if it is here already at that address. A task here at another address is
+        InvalidArgumentError, unless ``replace``: then it moves to ``address``."""
         _check_job(job)
         task = TaskName(str(job), check.integer(index, "index"))
         if task.task < 0:
             raise InvalidArgumentError(f"task index of {task} is negative")
         _check_address(task, address)
         known = self._jobs.get(task.job, {}).get(task.task)
-        if known is not None and known != address:
+        if known is not None and known != address and not check.flag(replace, "replace"):
             raise InvalidArgumentError(f"{task} is at {known} already, not at {address}")
-        if known is None:
+        if known != address:
             table = {**self._jobs.get(task.job, {}), task.task: address}
             self._jobs[task.job] = dict(sorted(table.items()))
         return known is None

@@ -41,8 +41,20 @@ class TaskRuntime:
     spare_tasks: int = 0
     #: this task's tensors passed by handle (set once the runtime exists)
     shared: "SharedTensors | None" = None
+    #: where the task listens (host:port), when not at its address in the cluster
+    bind: str | None = None
 
     @property
     def host(self) -> str:
         """This task's host, as the cluster spec writes it."""
-        return self.cluster.address(self.task).rsplit(":", 1)[0].strip("[]")
+        return _host(self.cluster.address(self.task))
+
+    @property
+    def bind_host(self) -> str:
+        """The host the task listens on, "" when it is :attr:`host`."""
+        return _host(self.bind) if self.bind else ""
+
+
+def _host(address: str) -> str:
+    """The host of ``host:port`` (an IPv6 address without its brackets)."""
+    return address.rsplit(":", 1)[0].strip("[]")

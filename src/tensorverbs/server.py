@@ -190,7 +190,7 @@ class Server:
                 protocol=protocol, table=LocalTable(), counters=counters, loop=running.loop,
                 deadlines=running.deadlines, peers=peers, rdma_config=rdma_config,
                 startup_grace=startup_grace, recvs=RecvMetrics(self._metrics, self.task, protocol),
-                lanes=running.lanes, spare_tasks=spare_tasks)
+                lanes=running.lanes, spare_tasks=spare_tasks, bind=bind_address)
             self._rt.shared = SharedTensors(self._rt, device_ipc)
             counters.gauge("ipc_exports", self._rt.shared.exports)
             module, cls = PROTOCOLS[protocol].split(":")
@@ -200,7 +200,8 @@ class Server:
             # everything a peer's first call needs is in place before the port opens
             self._rendezvous.start()
             servicer = Servicer(self._rt, self._rendezvous.setup_handler())
-            running.grpc = self._rt.loop.submit(start_server(servicer, bind, job_token, tls)).result()
+            running.grpc, port = self._rt.loop.submit(start_server(servicer, bind, job_token, tls)).result()
+            self._tell_port(port)
             self._rt.shared.start()  # the address is this task's now
             if metrics_port is not None:
                 host = bind.rsplit(":", 1)[0].strip("[]")
@@ -209,7 +210,7 @@ class Server:
             self._finalizer.detach()
             running.shutdown()
             raise
-        log.info("%s serving %s on %s%s%s", self._task, protocol, bind,
+        log.info("%s serving %s on %s%s%s", self._task, protocol, bind_address or self.target,
                  " over TLS" if tls else "", " with a job token" if job_token else "")
 
     @classmethod
@@ -247,7 +248,16 @@ class Server:
 
     @property
     def target(self) -> str:
+        """``grpc://host:port``: where the other tasks reach this one (the port it got
+        when its address in the cluster has port 0)."""
         return "grpc://" + self.cluster.address(self._task)
+
+    def _tell_port(self, port: int) -> None:
+        """The server listens on ``port``: if this task's address has port 0, it is this
+        port from now on."""
+        host, asked = self.cluster.address(self._task).rsplit(":", 1)
+        if int(asked) == 0:
+            self.cluster.add_task(self._task.job, self._task.task, f"{host}:{port}", replace=True)
 
     def _check_running(self) -> None:
         if self._stopped.is_set():

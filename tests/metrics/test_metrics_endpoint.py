@@ -19,7 +19,7 @@ PS, WORKER = Pair.PS, Pair.WORKER
 TENSORS = [(100, "<=4KiB"), (4096, "<=4KiB"), (40_000, "<=64KiB"), (300_000, "<=1MiB"),
            (3 << 20, "<=16MiB")]
 #: the stats() entries that are levels, and their gauges
-GAUGES = {"table_steps": "tensorverbs_table_steps",
+GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_table_steps",
           "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
           "registered_bytes": "tensorverbs_pool_registered_bytes"}
 

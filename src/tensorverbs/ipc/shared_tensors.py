@@ -62,7 +62,6 @@ class SharedTensors:
 
     def __init__(self, rt: "TaskRuntime", mode: bool | None) -> None:
         self.rt = rt
-        self._address = rt.cluster.address(rt.task)
         self._exports: dict[int, tuple[int, DeviceIpc, Export]] = {}  # id -> (step, ipc, export)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -98,7 +97,7 @@ class SharedTensors:
         if ipc is None or type(device) in self._noted or time.monotonic() < self._retry_at:
             return
         try:
-            self.registry.register(self._address, ipc.visible())
+            self.registry.register(self.rt.cluster.address(self.rt.task), ipc.visible())
             self._noted.add(type(device))
         except OSError as exc:  # meanwhile peers send it their tensors through host proxies
             self._retry_at = time.monotonic() + REGISTRY_RETRY

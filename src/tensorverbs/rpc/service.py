@@ -183,10 +183,10 @@ async def _abort(context, error: TensorverbsError) -> None:
 
 
 async def start_server(servicer: Servicer, bind: str, token: JobToken | None = None,
-                       tls: TlsConfig | None = None) -> grpc.aio.Server:
-    """Serve ``servicer`` and the health service on ``bind`` (host:port): over TLS with
-    ``tls``, and refusing the service's calls that do not carry ``token`` (either may be
-    None)."""
+                       tls: TlsConfig | None = None) -> tuple[grpc.aio.Server, int]:
+    """Serve ``servicer`` and the health service on ``bind`` (host:port, port 0 for a free
+    one): over TLS with ``tls``, and refusing the service's calls that do not carry
+    ``token`` (either may be None). Returns the server and the port it listens on."""
     credentials = tls.server_credentials() if tls is not None else None
     server = grpc.aio.server(options=SERVER_OPTIONS,
                              interceptors=[TokenInterceptor(token)] if token is not None else None)
@@ -204,4 +204,4 @@ async def start_server(servicer: Servicer, bind: str, token: JobToken | None = N
     await server.start()
     await health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health.set("", health_pb2.HealthCheckResponse.SERVING)
-    return server
+    return server, port

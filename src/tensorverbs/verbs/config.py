@@ -160,14 +160,15 @@ class RdmaConfig:
         values.update(overrides)
         return cls(**values)
 
-    def to_core(self) -> dict[str, object]:
-        """The verbs settings as the native core takes them (-1/0/"" for "from the device")."""
+    def to_core(self, bind_host: str = "") -> dict[str, object]:
+        """The verbs settings as the native core takes them (-1/0/"" for "from the device");
+        ``bind_host``: where the soft provider's listener binds ("": where peers reach it)."""
         return {"provider": self.provider, "device": self.device or "", "port": self.port or 0,
                 "gid_index": -1 if self.gid_index is None else self.gid_index,
                 "pkey_index": self.pkey_index, "queue_depth": self.queue_depth,
                 "timeout": self.timeout, "retry_cnt": self.retry_count, "sl": self.sl,
                 "mtu": self.mtu or 0, "traffic_class": self.traffic_class,
-                "same_host": self.same_host}
+                "same_host": self.same_host, "bind_host": bind_host}
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(variable, effective value, where it came from) for ``tensorverbs info``."""

@@ -87,7 +87,7 @@ class VerbsRendezvous(RemoteRendezvous):
     def start(self) -> None:
         cfg = self.rt.rdma_config
         self.core = _core.Rendezvous(
-            self.task_id, self.ids.core_names, cfg.to_core(), self.rt.host, cfg.rendezvous == "read",
+            self.task_id, self.ids.core_names, cfg.to_core(self.rt.bind_host), self.rt.host, cfg.rendezvous == "read",
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self.rt.counters.source(self.core.stats)
