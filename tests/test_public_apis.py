@@ -1,0 +1,45 @@
+"""tensorverbs uses Ray and torch through their public APIs only: no attribute of theirs
+whose name starts with "_" (dunders aside), no concurrency group of Ray's own."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import tensorverbs
+
+PACKAGE = pathlib.Path(tensorverbs.__file__).parent
+FOREIGN = ("ray", "torch")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _uses(path: pathlib.Path) -> list[str]:
+    """The private names of Ray and torch ``path`` uses: attributes reached from their
+    modules or from parameters annotated with their types, and "_ray..." strings."""
+    tree = ast.parse(path.read_text(), str(path))
+    foreign = {alias.asname or alias.name.split(".")[0]
+               for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+               for alias in node.names
+               if (getattr(node, "module", None) or alias.name).split(".")[0] in FOREIGN}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            if any(part in ast.unparse(node.annotation) for part in FOREIGN):
+                foreign.add(node.arg)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in foreign:
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_ray"):
+            found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_ray_and_torch_are_used_through_public_apis_only():
+    used = [use for path in sorted(PACKAGE.rglob("*.py")) for use in _uses(path)]
+    assert used == []
