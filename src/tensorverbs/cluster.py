@@ -98,8 +98,8 @@ def _check_address(task: TaskName, address: Any) -> None:
 
 
 class ClusterSpec:
-    """Jobs and the addresses (``host:port``) of their tasks. A spec grows, never shrinks:
-    :meth:`add_task` adds a task that joins a running cluster."""
+    """Jobs and the addresses (``host:port``) of their tasks. :meth:`add_task` adds a task
+    that joins a running cluster (or moves one), :meth:`remove_task` forgets one."""
 
     def __init__(self, jobs: Mapping[str, JobSpec]) -> None:
         if isinstance(jobs, ClusterSpec):
@@ -139,7 +139,7 @@ class ClusterSpec:
     def add_task(self, job: str, index: int, address: str, *, replace: bool = False) -> bool:
         """Add task ``index`` of ``job`` (a new job or an existing one) at ``address``;
         False if it is here already at that address. A task here at another address is
-        InvalidArgumentError, unless ``replace``: then it moves to ``address``."""
+        InvalidArgumentError, unless ``replace``: then it moves to ``address`` (True)."""
         _check_job(job)
         task = TaskName(str(job), check.integer(index, "index"))
         if task.task < 0:
@@ -151,7 +151,17 @@ class ClusterSpec:
         if known != address:
             table = {**self._jobs.get(task.job, {}), task.task: address}
             self._jobs[task.job] = dict(sorted(table.items()))
-        return known is None
+        return known != address
+
+    def remove_task(self, name: Union[str, TaskName]) -> None:
+        """Forget a task (InvalidArgumentError if it is not here); a job left without
+        tasks goes too."""
+        task = self.resolve(name)
+        table = {index: address for index, address in self._jobs[task.job].items() if index != task.task}
+        if table:
+            self._jobs[task.job] = table
+        else:
+            del self._jobs[task.job]
 
     def resolve(self, name: Union[str, TaskName]) -> TaskName:
         """The task called ``name``; InvalidArgumentError naming it if it is not in the cluster."""

@@ -223,15 +223,18 @@ class Server:
         return cls(resolver.cluster_spec(), resolver.task_type, resolver.task_id, protocol, **kwargs)
 
     @public
-    def add_task(self, job_name: str, task_index: int, address: str) -> None:
+    def add_task(self, job_name: str, task_index: int, address: str, *, replace: bool = False) -> None:
         """Learn a task that joined the cluster at run time, at ``address`` (``host:port``):
         from now on this server sends to it and receives from it like any other task.
         Nothing happens if it is known at that address already; InvalidArgumentError if at
-        another. Each task learns the others it exchanges tensors with, in any order.
-        With "grpc+verbs", ResourceExhaustedError past ``spare_tasks`` joined tasks."""
+        another, unless ``replace``: the task moved there (it restarted elsewhere), and its
+        channels are set up afresh. Each task learns the others it exchanges tensors with,
+        in any order. With "grpc+verbs", ResourceExhaustedError past ``spare_tasks`` joined
+        tasks alive at once (a joined task whose channel failed is forgotten, its room
+        freed)."""
         self._check_running()
         task = TaskName(check.text(job_name, "job_name"), check.integer(task_index, "task_index", 0))
-        self._rendezvous.add_task(task, check.text(address, "address"))
+        self._rendezvous.add_task(task, check.text(address, "address"), check.flag(replace, "replace"))
         log.info("%s learned %s at %s", self._task, task, address)
 
     @property

@@ -26,7 +26,7 @@ def _tensor(seed: int) -> torch.Tensor:
     return torch.arange(1024, dtype=torch.float32) + seed
 
 
-@ray.remote(enable_tensor_transport=True, max_restarts=1)
+@ray.remote(enable_tensor_transport=True, max_restarts=1, max_task_retries=3)
 class Peer:
     def __init__(self) -> None:
         # Ray registers a custom transport on an actor once, not again in its restarted
@@ -83,4 +83,5 @@ def test_a_restarted_actor_is_found_again(transports, protocol):
     assert ray.get(b.check.remote(a.make.options(tensor_transport=name).remote(3), 3), timeout=WAIT)
     _, b_after = ray.get(b.endpoint.remote(name), timeout=WAIT)
     assert b_after != b_before
-    assert ray.get(a.address_of.remote(name, task_b), timeout=WAIT) == b_after
+    if protocol == "grpc+verbs":  # on grpc the source never calls its destination, which pulls
+        assert ray.get(a.address_of.remote(name, task_b), timeout=WAIT) == b_after

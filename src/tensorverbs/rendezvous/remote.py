@@ -121,10 +121,18 @@ class RemoteRendezvous(abc.ABC):
         protocol needs no set-up beyond gRPC."""
         return None
 
-    def add_task(self, task: TaskName, address: str) -> None:
+    def add_task(self, task: TaskName, address: str, replace: bool = False) -> None:
         """Learn ``task``, which joined the cluster at run time at ``address``: the cluster
-        grows (InvalidArgumentError if it has the task at another address)."""
-        self.rt.cluster.add_task(task.job, task.task, address)
+        grows. A task known at another address is InvalidArgumentError, unless
+        ``replace``: it moved there (it restarted), and calls to it go there from now on."""
+        known = task in set(self.rt.cluster.tasks())
+        if self.rt.cluster.add_task(task.job, task.task, address, replace=replace) and known:
+            self.moved(task)
+
+    def moved(self, task: TaskName) -> None:
+        """``task`` is at another address now: its channels are set up afresh there (the
+        old one closes before the event loop runs anything asked of it later)."""
+        self.rt.loop.submit(self.rt.peers.forget(task))
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array that this protocol sends without preparing it first."""

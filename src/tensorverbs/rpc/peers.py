@@ -127,6 +127,13 @@ class Peers:
         peer.status = status
         return status
 
+    async def forget(self, task: TaskName) -> None:
+        """Close the channel to ``task`` (it moved, or left): the next call to it dials its
+        address in the cluster afresh."""
+        peer = self._peers.pop(task, None)
+        if peer is not None:
+            await peer.channel.close()
+
     def lost(self, task: TaskName) -> None:
         """Forget a peer's status after it failed; the next call does a fresh handshake."""
         peer = self._peers.get(task)

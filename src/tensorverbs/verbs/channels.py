@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -39,10 +39,13 @@ log = logging.getLogger(__name__)
 class VerbsChannels:
     """Sets up and watches the channels of one task's native rendezvous ``core``."""
 
-    def __init__(self, rt: "TaskRuntime", core: "_core.Rendezvous", ids: "TaskIds") -> None:
-        self.rt, self.core, self.ids = rt, core, ids
+    def __init__(self, rt: "TaskRuntime", core: "_core.Rendezvous", ids: "TaskIds",
+                 gone: Callable[[TaskName], None]) -> None:
+        self.rt, self.core, self.ids, self._gone = rt, core, ids, gone
         self._setups: dict[TaskName, asyncio.Future] = {}
         self._watches: dict[tuple[TaskName, int], asyncio.Future] = {}
+        #: the incarnation of each peer whose channel was connected last
+        self._incarnations: dict[TaskName, int] = {}
 
     def _describe(self, description: bytes) -> dict:
         return dict(host_name=str(self.rt.task), incarnation=self.rt.incarnation,
@@ -91,13 +94,16 @@ class VerbsChannels:
 
     # -- liveness -------------------------------------------------------------------------
     def _watch(self, peer: TaskName, incarnation: int) -> None:
-        """Fail the channel to ``peer`` when its health stream ends (on the event loop).
+        """Fail the channel to ``peer`` when its health stream ends (on the event loop), if
+        it is still the channel to that incarnation: a later one (the peer restarted) is
+        not the watch's; a peer that is gone is reported to ``gone``.
 
         The stream opens once the peer answers a GetStatus with the channel's incarnation:
         when the peer set the channel up, this side's gRPC channel to it may still be
         backing off from an attempt made before the peer was up, and a stream opened
         then would fail at once although the peer is fine."""
         key = (peer, incarnation)
+        self._incarnations[peer] = incarnation
         if key in self._watches and not self._watches[key].done():
             return
         stub = self.rt.peers.peer(peer)
@@ -119,8 +125,11 @@ class VerbsChannels:
                 return
             except Exception as exc:
                 why = f"watching it failed ({type(exc).__name__}: {exc})"
+            if self._incarnations.get(peer) != incarnation or peer not in self.ids:
+                return  # the channel is another incarnation's now, or the peer left
             self.rt.peers.lost(peer)
             self.core.fail_channel(self.ids[peer], int(Code.UNAVAILABLE), f"{peer} is unavailable: {why}")
+            self._gone(peer)
         self._watches[key] = asyncio.ensure_future(watch())
 
     def close(self) -> None:

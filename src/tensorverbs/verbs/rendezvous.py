@@ -10,6 +10,7 @@ recv whose channel is not up yet first sets it up on the event loop.
 """
 from __future__ import annotations
 
+import asyncio
 import atexit
 import concurrent.futures
 import functools
@@ -89,20 +90,34 @@ class VerbsRendezvous(RemoteRendezvous):
         self.core = _core.Rendezvous(
             self.task_id, self.ids.core_names, cfg.to_core(self.rt.bind_host), self.rt.host, cfg.rendezvous == "read",
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes)
-        self.channels = VerbsChannels(self.rt, self.core, self.ids)
+        self.channels = VerbsChannels(self.rt, self.core, self.ids, self.gone)
         self.rt.counters.source(self.core.stats)
 
     def setup_handler(self):
         """GetRemoteAddress is answered by the channels' set-up."""
         return self.channels.handle_setup
 
-    def add_task(self, task: "TaskName", address: str) -> None:
-        """The cluster grows and ``task`` takes a spare id of the core (ResourceExhaustedError
-        when none is left)."""
+    def add_task(self, task: "TaskName", address: str, replace: bool = False) -> None:
+        """The cluster grows and ``task`` takes a free spare id of the core
+        (ResourceExhaustedError when none is free)."""
         with self._joining:
             self.ids.check_room(task)  # before the cluster grows
-            super().add_task(task, address)
+            super().add_task(task, address, replace)
             self.ids.add(task)
+
+    def moved(self, task: "TaskName") -> None:
+        """The channel to ``task``'s old address fails; the next recv sets one up at its new."""
+        self.core.fail_channel(self.ids[task], int(Code.UNAVAILABLE), f"{task} moved")
+        super().moved(task)
+
+    def gone(self, task: "TaskName") -> None:
+        """``task``'s channel failed because it is gone (on the event loop). A task that
+        joined at run time is forgotten and its id freed for the next task that joins; it
+        may join again (``Server.add_task``)."""
+        with self._joining:
+            if self.ids.release(task):
+                self.rt.cluster.remove_task(task)
+                asyncio.ensure_future(self.rt.peers.forget(task))
 
     # -- this task's tensors ----------------------------------------------------------------
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
