@@ -77,7 +77,9 @@ def optional_instance(value: Any, cls: type[T], name: str) -> T | None:
 
 def environ(value: Any, name: str = "environ") -> Mapping[str, str] | None:
     """None (the process's environment), or a mapping of variables."""
-    return optional_instance(value, Mapping, name)
+    if value is not None and not isinstance(value, Mapping):
+        raise _refuse(name, "a mapping of environment variables", value)
+    return value
 
 
 def shape(value: Any, name: str = "shape") -> tuple[int, ...]:

@@ -78,7 +78,8 @@ def _task_table(job: str, tasks: JobSpec) -> dict[int, str]:
 def tf_config_entry(key: str, environ: Mapping[str, str] | None = None) -> Any:
     """Entry ``key`` ("cluster", "task") of the TF_CONFIG environment variable (JSON);
     InvalidArgumentError naming TF_CONFIG when it is unset, not JSON or has no ``key``."""
-    text = (os.environ if check.environ(environ) is None else environ).get("TF_CONFIG")
+    given = check.environ(environ)
+    text = (os.environ if given is None else given).get("TF_CONFIG")
     if not text:
         raise InvalidArgumentError("TF_CONFIG is not set")
     try:
@@ -101,7 +102,7 @@ class ClusterSpec:
     """Jobs and the addresses (``host:port``) of their tasks. :meth:`add_task` adds a task
     that joins a running cluster (or moves one), :meth:`remove_task` forgets one."""
 
-    def __init__(self, jobs: Mapping[str, JobSpec]) -> None:
+    def __init__(self, jobs: "ClusterSpec | Mapping[str, Any]") -> None:
         if isinstance(jobs, ClusterSpec):
             jobs = jobs.as_dict()
         if not isinstance(jobs, Mapping) or not jobs:

@@ -48,7 +48,8 @@ class TensorverbsError(Exception):
     def __str__(self) -> str:
         return f"{self.code.name}: {self.message}"
 
-    def __reduce__(self):  # picklable across multiprocessing pipes
+    def __reduce__(self) -> tuple[Callable[[int, str], TensorverbsError], tuple[int, str]]:
+        # picklable across multiprocessing pipes
         return (from_code, (int(self.code), self.message))
 
 

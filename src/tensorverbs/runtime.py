@@ -2,7 +2,7 @@
 loop, lanes and peers."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .cluster import ClusterSpec, TaskName
@@ -40,7 +40,7 @@ class TaskRuntime:
     #: how many tasks may join at run time beyond the cluster's (grpc+verbs sizes its core for them)
     spare_tasks: int = 0
     #: this task's tensors passed by handle (set once the runtime exists)
-    shared: "SharedTensors | None" = None
+    shared: "SharedTensors" = field(init=False)
     #: where the task listens (host:port), when not at its address in the cluster
     bind: str | None = None
 

@@ -91,7 +91,7 @@ class _Running:
             if self.rendezvous is not None:
                 self.rendezvous.stop()
             if rt is not None:
-                if rt.shared is not None:
+                if hasattr(rt, "shared"):
                     rt.shared.close()
                 try:
                     rt.loop.submit(self._close(rt)).result(timeout=CLOSE_TIMEOUT)
@@ -219,7 +219,8 @@ class Server:
         """Start the task ``resolver`` says this process is, in its cluster (a resolver of
         :mod:`tensorverbs.resolvers`: TF_CONFIG, Slurm, torchrun); ``kwargs`` as for the
         constructor."""
-        resolver = check.instance(resolver, ClusterResolver, "resolver")
+        if not isinstance(resolver, ClusterResolver):
+            raise InvalidArgumentError(f"resolver must be a ClusterResolver, not {type(resolver).__name__}")
         return cls(resolver.cluster_spec(), resolver.task_type, resolver.task_id, protocol, **kwargs)
 
     @public
@@ -309,7 +310,7 @@ class Server:
     @public
     def recv_async(self, name: str, source: str, step_id: int = 0,
                    timeout: float | None = None, device: str | None = None,
-                   out: Any = None) -> concurrent.futures.Future:
+                   out: Any = None) -> concurrent.futures.Future[Any]:
         """Start receiving tensor ``name`` sent by ``source`` to this task at ``step_id``.
 
         The future yields a numpy array, or a tensor on ``device`` ("cuda:0", or the

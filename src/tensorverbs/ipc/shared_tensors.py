@@ -94,7 +94,8 @@ class SharedTensors:
         write that failed is tried again at a later use, at most every
         :data:`REGISTRY_RETRY` seconds)."""
         ipc = self._ipc(device)
-        if ipc is None or type(device) in self._noted or time.monotonic() < self._retry_at:
+        if (ipc is None or self.registry is None or type(device) in self._noted
+                or time.monotonic() < self._retry_at):
             return
         try:
             self.registry.register(self.rt.cluster.address(self.rt.task), ipc.visible())
@@ -110,7 +111,7 @@ class SharedTensors:
         when it goes the usual way (the destination is not on this host or does not see
         the device, the device cannot share, or exporting failed: logged)."""
         ipc = self._ipc(device)
-        if ipc is None or key.dst == self.rt.task:
+        if ipc is None or self.registry is None or key.dst == self.rt.task:
             return None
         self.note(device)
         device_id = ipc.device_id(device)

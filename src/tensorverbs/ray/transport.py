@@ -58,6 +58,18 @@ class TensorverbsCommunicatorMetadata(CommunicatorMetadata):
     destination: Any = None
 
 
+def _transport(metadata: TensorTransportMetadata) -> TensorverbsTransportMetadata:
+    """Ray hands a transport back the metadata it made."""
+    assert isinstance(metadata, TensorverbsTransportMetadata)
+    return metadata
+
+
+def _communicator(metadata: CommunicatorMetadata) -> TensorverbsCommunicatorMetadata:
+    """Ray hands a transport back the communicator metadata it made."""
+    assert isinstance(metadata, TensorverbsCommunicatorMetadata)
+    return metadata
+
+
 def _step(obj_id: str, destination: str) -> int:
     """The tensorverbs step of the transfer of ``obj_id`` to task ``destination``."""
     digest = hashlib.blake2b(f"{obj_id}/{destination}".encode(), digest_size=8).digest()
@@ -69,7 +81,7 @@ def _bytes(tensor: torch.Tensor) -> Any:
     return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
-def _tensor(array: Any, shape: Any, dtype: torch.dtype) -> torch.Tensor:
+def _tensor(array: Any, shape: Any, dtype: Any) -> torch.Tensor:
     """The tensor of ``shape`` and ``dtype`` whose bytes ``array`` holds (no copy)."""
     return torch.from_numpy(array).view(dtype).reshape(shape)
 
@@ -122,11 +134,11 @@ class TensorverbsTransport(TensorTransportManager):
         return TensorverbsCommunicatorMetadata(destination=dst_actor)
 
     def send_multiple_tensors(self, tensors: List[torch.Tensor],
-                              tensor_transport_metadata: TensorverbsTransportMetadata,
-                              communicator_metadata: TensorverbsCommunicatorMetadata) -> None:
+                              tensor_transport_metadata: TensorTransportMetadata,
+                              communicator_metadata: CommunicatorMetadata) -> None:
         server = self.server.get()
-        destination = self._knowing(server, communicator_metadata.destination)
-        obj_id = tensor_transport_metadata.obj_id
+        destination = self._knowing(server, _communicator(communicator_metadata).destination)
+        obj_id = _transport(tensor_transport_metadata).obj_id
         step = _step(obj_id, destination)
         with self._lock:
             self._steps.setdefault(obj_id, set()).add(step)
@@ -165,12 +177,12 @@ class TensorverbsTransport(TensorTransportManager):
         return server
 
     def recv_multiple_tensors(self, obj_id: str,
-                              tensor_transport_metadata: TensorverbsTransportMetadata,
-                              communicator_metadata: TensorverbsCommunicatorMetadata,
+                              tensor_transport_metadata: TensorTransportMetadata,
+                              communicator_metadata: CommunicatorMetadata,
                               target_buffers: Optional[List[Any]] = None) -> List[torch.Tensor]:
         if target_buffers:
             raise UnimplementedError(f"the {self.name} transport does not receive into given buffers")
-        meta = tensor_transport_metadata
+        meta = _transport(tensor_transport_metadata)
         server = self.learn(meta.source, meta.address)
         step = _step(obj_id, own_task())
         try:
@@ -183,15 +195,15 @@ class TensorverbsTransport(TensorTransportManager):
         finally:
             server.cleanup_step(step)
 
-    def garbage_collect(self, obj_id: str, tensor_transport_meta: TensorverbsTransportMetadata,
+    def garbage_collect(self, obj_id: str, tensor_transport_meta: TensorTransportMetadata,
                         tensors: List[torch.Tensor]) -> None:
         with self._lock:
             steps = self._steps.pop(obj_id, ())
         for step in steps:
             self.server.get().cleanup_step(step)
 
-    def abort_transport(self, obj_id: str, communicator_metadata: TensorverbsCommunicatorMetadata) -> None:
-        destination = communicator_metadata.destination
+    def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
+        destination = _communicator(communicator_metadata).destination
         if destination is None or destination == ray.get_runtime_context().current_actor:
             task: str | None = own_task()  # the destination's recvs
         else:

@@ -10,7 +10,7 @@ from ..errors import CancelledError, DeadlineExceededError
 from .lanes import Lanes
 
 
-class RecvFuture(concurrent.futures.Future):
+class RecvFuture(concurrent.futures.Future[Any]):
     """A :class:`concurrent.futures.Future` of a recv from ``peer``. :meth:`result` and
     :meth:`exception` raise CancelledError once it is cancelled and DeadlineExceededError
     when their ``timeout`` passes first (the recv goes on). A callback added while it is
@@ -21,7 +21,7 @@ class RecvFuture(concurrent.futures.Future):
         super().__init__()
         self._lanes, self._peer = lanes, peer
 
-    def add_done_callback(self, fn: Callable[[concurrent.futures.Future], object]) -> None:
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
         if self._lanes is not None and not self.done():
             fn = functools.partial(self._lanes.run, self._peer, fn)
         super().add_done_callback(fn)
@@ -45,7 +45,8 @@ class RecvFuture(concurrent.futures.Future):
                                      "(it goes on)")
 
 
-def add_internal_callback(fut: concurrent.futures.Future, fn: Callable[[concurrent.futures.Future], object]) -> None:
+def add_internal_callback(fut: concurrent.futures.Future[Any],
+                          fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
     """Run ``fn`` (tensorverbs' own, quick and never raising) when ``fut`` is done, in the
     thread that settles it, whatever kind of future it is."""
     concurrent.futures.Future.add_done_callback(fut, fn)

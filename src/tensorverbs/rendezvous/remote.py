@@ -79,7 +79,7 @@ class RecvCall:
         return describe_recv(self.key, self.step_id)
 
     @property
-    def match(self) -> Hashable:
+    def match(self) -> tuple[int, Hashable]:
         return (self.step_id, self.key.matching)
 
     def fail(self, error: TensorverbsError) -> bool:
@@ -110,7 +110,7 @@ class RemoteRendezvous(abc.ABC):
         # future holds (its done callbacks, deadline timers) refers back to the call: a
         # result is freed as soon as the caller drops it and its future
         self._ops: dict[concurrent.futures.Future, tuple[RecvCall, PendingRecv]] = {}
-        self._late: dict[Hashable, collections.deque[Value]] = {}
+        self._late: dict[tuple[int, Hashable], collections.deque[Value]] = {}
         self._stopped = False
 
     def start(self) -> None:
@@ -195,8 +195,7 @@ class RemoteRendezvous(abc.ABC):
                 call.fail(CancelledError("the server stopped"))
                 return
             if key.src == self.rt.task:
-                waiter = self.rt.table.recv_async(
-                    step_id, key, lambda err, value: call.fail(err) if err else self.complete(call, value))
+                waiter = self.rt.table.recv_async(step_id, key, functools.partial(self._local, call))
                 op: PendingRecv | None = _LocalRecv(waiter) if waiter is not None else None
             else:
                 op = self._remote(call)
@@ -206,6 +205,13 @@ class RemoteRendezvous(abc.ABC):
         deadline = (self.rt.deadlines.add(timeout, self._expire, weakref.ref(fut), timeout)
                     if timeout is not None else None)
         add_internal_callback(fut, functools.partial(self._done, deadline))
+
+    def _local(self, call: RecvCall, error: TensorverbsError | None, value: Value | None) -> None:
+        """The local table's answer to ``call``."""
+        if value is not None:
+            self.complete(call, value)
+        elif error is not None:
+            call.fail(error)
 
     def _remote(self, call: RecvCall) -> PendingRecv | None:
         error = self.rt.table.aborted(call.step_id)
@@ -315,6 +321,7 @@ class RemoteRendezvous(abc.ABC):
     def _fill(self, call: RecvCall, value: Value) -> bool:
         """:meth:`_deliver` into ``call.out``."""
         out, array = call.out, value.array
+        assert out is not None
         shared = is_descriptor(array)
         try:
             dtype, shape = self.rt.shared.meta(dtype_enum(array.dtype), array.shape, array)

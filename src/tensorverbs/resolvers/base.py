@@ -32,7 +32,8 @@ class ClusterResolver(abc.ABC):
 def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     """``environ``, or the process's environment where it is None (InvalidArgumentError if
     it is not a mapping)."""
-    return os.environ if check.environ(environ) is None else environ
+    given = check.environ(environ)
+    return os.environ if given is None else given
 
 
 def read_var(environ: Mapping[str, str], *names: str, parse: Callable[[str], T], hint: str) -> T:

@@ -117,9 +117,12 @@ class Peers:
                 now = loop.time()
                 if not waits:
                     why = refusal(exc.details() or "")
-                    refused_since = None if why is None else (refused_since or now)
-                    if why is not None and now - refused_since >= REFUSAL_SECONDS:
-                        raise UnauthenticatedError(f"{peer}: {why}") from None
+                    if why is None:
+                        refused_since = None
+                    else:
+                        refused_since = now if refused_since is None else refused_since
+                        if now - refused_since >= REFUSAL_SECONDS:
+                            raise UnauthenticatedError(f"{peer}: {why}") from None
                 if now >= deadline:
                     raise UnavailableError(
                         f"{peer} did not answer within the start-up grace period of "

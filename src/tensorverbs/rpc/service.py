@@ -11,7 +11,7 @@ a tensor, set up (or replace) a verbs channel or learn the task's incarnation.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable, NoReturn
 
 import grpc
 from grpc_health.v1 import _async as health_async
@@ -141,8 +141,7 @@ class Servicer:
 
     async def release_shared_tensor(self, request: pb.ReleaseSharedTensorRequest,
                                     context) -> pb.ReleaseSharedTensorResponse:
-        if self.rt.shared is not None:
-            self.rt.shared.release(request.incarnation, request.export_id)
+        self.rt.shared.release(request.incarnation, request.export_id)
         return pb.ReleaseSharedTensorResponse()
 
     def check_request(self, src, incarnation: int) -> TensorverbsError | None:
@@ -177,9 +176,10 @@ class Servicer:
         })
 
 
-async def _abort(context, error: TensorverbsError) -> None:
+async def _abort(context, error: TensorverbsError) -> NoReturn:
     code, message = to_status(error)
     await context.abort(code, message)
+    raise AssertionError("context.abort returned")  # it raises
 
 
 async def start_server(servicer: Servicer, bind: str, token: JobToken | None = None,

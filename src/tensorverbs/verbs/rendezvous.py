@@ -82,8 +82,8 @@ class VerbsRendezvous(RemoteRendezvous):
         self._names = self.ids.names
         self.task_id = self.ids[runtime.task]
         self._joining = threading.Lock()
-        self.core: _core.Rendezvous | None = None
-        self.channels: VerbsChannels | None = None
+        self.core: _core.Rendezvous  # once started
+        self.channels: VerbsChannels
 
     def start(self) -> None:
         cfg = self.rt.rdma_config
@@ -122,17 +122,16 @@ class VerbsRendezvous(RemoteRendezvous):
     # -- this task's tensors ----------------------------------------------------------------
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
         array = value.array
-        if array.dtype == object:
-            dtype, data = DT_STRING, encode_proto(array)
-        else:
-            dtype, data = dtype_enum(array.dtype), array
+        dtype: int = DT_STRING if array.dtype == object else dtype_enum(array.dtype)
+        data = encode_proto(array) if dtype == DT_STRING else array
         self.core.send(step_id, self.ids[key.dst], key.name, dtype, array.shape, value.is_dead, data)
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An array in registered memory: sending it needs no registration or copy."""
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return np.frombuffer(self.core.allocate(nbytes), np.uint8).view(dtype).reshape(shape)
+        memory: Any = self.core.allocate(nbytes)  # a ByteView, exporting its bytes
+        return np.frombuffer(memory, np.uint8).view(dtype).reshape(shape)
 
     def pending(self) -> tuple[int, int]:
         return self.core.pending()
@@ -149,7 +148,7 @@ class VerbsRendezvous(RemoteRendezvous):
     def recv(self, key: RendezvousKey, step_id: int, timeout: float | None,
              device: Device = HOST, out: Out | None = None) -> Any:
         src = self._direct(key)
-        if src is None or self.core is None:
+        if src is None:
             return super().recv(key, step_id, timeout, device, out)
         started = time.monotonic()
         code, message, dtype, shape, is_dead, payload = self.core.recv(
@@ -298,6 +297,6 @@ class VerbsRendezvous(RemoteRendezvous):
 
     def stop(self) -> None:
         super().stop()
-        if self.core is not None:
+        if hasattr(self, "core"):  # it started
             self.channels.close()
             self.core.stop()
