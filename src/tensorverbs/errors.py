@@ -167,16 +167,20 @@ def as_error(exc: BaseException, what: str) -> TensorverbsError:
     return InternalError(f"{what} failed: {type(exc).__name__}: {exc}")
 
 
+#: Python's own exception families: let out of tensorverbs' code, they mean a bug there
+_BUGS = (ArithmeticError, AssertionError, AttributeError, BufferError, LookupError, MemoryError,
+         NameError, OSError, RuntimeError, TypeError, ValueError)
+
+
 def public(fn: Callable[P, T]) -> Callable[P, T]:
-    """``fn``, a public call, raising TensorverbsError only: any other Exception it lets
-    out (a bug, not the caller's mistake, which the call checks for) becomes one by
-    :func:`as_error`, naming the call, with the original as its cause."""
+    """``fn``, a public call, raising TensorverbsError only: one of Python's own exceptions
+    it lets out (a bug, not the caller's mistake, which the call checks for) becomes one by
+    :func:`as_error`, naming the call, with the original as its cause. Exceptions of other
+    classes pass through: those of the caller's own code, such as a signal handler's."""
     @functools.wraps(fn)
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return fn(*args, **kwargs)
-        except TensorverbsError:
-            raise
-        except Exception as exc:
+        except _BUGS as exc:
             raise as_error(exc, fn.__qualname__) from exc
     return call
