@@ -21,7 +21,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from . import arguments as check
-from .cluster import ClusterSpec, TaskName
+from .cluster import ClusterSpec, TaskName, parse_task
 from .devices import HOST, Device, device_of, get_device, host_array
 from .errors import AbortedError, FailedPreconditionError, InvalidArgumentError, public
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
@@ -237,6 +237,14 @@ class Server:
         task = TaskName(check.text(job_name, "job_name"), check.integer(task_index, "task_index", 0))
         self._rendezvous.add_task(task, check.text(address, "address"), check.flag(replace, "replace"))
         log.info("%s learned %s at %s", self._task, task, address)
+
+    @public
+    def knows(self, task: str) -> bool:
+        """Whether this server knows where ``task`` is: it is in the cluster and, with
+        "grpc+verbs", its channel did not fail nor come back as another incarnation of
+        the task (it may have restarted elsewhere: ``add_task(..., replace=True)`` tells
+        where) since it was learned."""
+        return self._rendezvous.knows(parse_task(check.text(task, "task")))
 
     @property
     def task(self) -> str:

@@ -149,7 +149,7 @@ class TensorverbsTransport(TensorTransportManager):
         """The task of ``destination`` (an actor handle), once ``server`` knows it."""
         with self._lock:
             task = self._destinations.get(destination)
-        if task is not None and parse_task(task) in set(server.cluster.tasks()):
+        if task is not None and server.knows(task):
             return task
         # not "_ray_system": there the destination may be waiting for a send queued here
         call = destination.__ray_call__.options(concurrency_group="_ray_system_error")

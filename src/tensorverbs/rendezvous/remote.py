@@ -129,6 +129,10 @@ class RemoteRendezvous(abc.ABC):
         if self.rt.cluster.add_task(task.job, task.task, address, replace=replace) and known:
             self.moved(task)
 
+    def knows(self, task: TaskName) -> bool:
+        """Whether ``task`` is in the cluster, at an address it is known to be at."""
+        return task in set(self.rt.cluster.tasks())
+
     def moved(self, task: TaskName) -> None:
         """``task`` is at another address now: its channels are set up afresh there (the
         old one closes before the event loop runs anything asked of it later)."""

@@ -10,7 +10,6 @@ recv whose channel is not up yet first sets it up on the event loop.
 """
 from __future__ import annotations
 
-import asyncio
 import atexit
 import concurrent.futures
 import functools
@@ -90,7 +89,7 @@ class VerbsRendezvous(RemoteRendezvous):
         self.core = _core.Rendezvous(
             self.task_id, self.ids.core_names, cfg.to_core(self.rt.bind_host), self.rt.host, cfg.rendezvous == "read",
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes)
-        self.channels = VerbsChannels(self.rt, self.core, self.ids, self.gone)
+        self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self.rt.counters.source(self.core.stats)
 
     def setup_handler(self):
@@ -98,26 +97,33 @@ class VerbsRendezvous(RemoteRendezvous):
         return self.channels.handle_setup
 
     def add_task(self, task: "TaskName", address: str, replace: bool = False) -> None:
-        """The cluster grows and ``task`` takes a free spare id of the core
-        (ResourceExhaustedError when none is free)."""
+        """The cluster grows and ``task`` takes a free spare id of the core, the id of a
+        task that joined and is gone if none is free (ResourceExhaustedError when there is
+        none either)."""
         with self._joining:
+            if task not in self.ids and not self.ids.spare:
+                self._reclaim()
             self.ids.check_room(task)  # before the cluster grows
             super().add_task(task, address, replace)
             self.ids.add(task)
+            self.channels.learned(task)
+
+    def knows(self, task: "TaskName") -> bool:
+        return super().knows(task) and not self.channels.unsure(task)
+
+    def _reclaim(self) -> None:
+        """Forget a task that joined at run time and is gone: its id is free again."""
+        gone = next((t for t in self.rt.cluster.tasks() if self.ids.joined(t) and self.channels.gone(t)), None)
+        if gone is not None:
+            self.ids.release(gone)
+            self.rt.cluster.remove_task(gone)
+            self.channels.forget(gone)
+            self.rt.loop.submit(self.rt.peers.forget(gone))
 
     def moved(self, task: "TaskName") -> None:
         """The channel to ``task``'s old address fails; the next recv sets one up at its new."""
         self.core.fail_channel(self.ids[task], int(Code.UNAVAILABLE), f"{task} moved")
         super().moved(task)
-
-    def gone(self, task: "TaskName") -> None:
-        """``task``'s channel failed because it is gone (on the event loop). A task that
-        joined at run time is forgotten and its id freed for the next task that joins; it
-        may join again (``Server.add_task``)."""
-        with self._joining:
-            if self.ids.release(task):
-                self.rt.cluster.remove_task(task)
-                asyncio.ensure_future(self.rt.peers.forget(task))
 
     # -- this task's tensors ----------------------------------------------------------------
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
