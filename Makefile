@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - install into .venv and run the demo (a local cluster, grpc+verbs against grpc)
 #   make test   - install into .venv and run the tests: the native core's unit tests, the
-#                 Python suite, then the soft-RoCE lane where it can run
+#                 type check (mypy), the Python suite, then the soft-RoCE lane where it can run
 # and for the native core (csrc/):
 #   make sanitize  - its unit tests under AddressSanitizer + UBSan, then under ThreadSanitizer
 #   make fuzz      - each of its libFuzzer targets over its seeds, then for FUZZ_SECONDS (default 30)
@@ -46,6 +46,7 @@ demo: install
 
 test: deps install
 	$(call preset,release)
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 	$(MAKE) rxe-lane
 

@@ -51,3 +51,25 @@ def test_grpc_verbs_has_room_for_spare_tasks_only():
             ps.add_task("worker", 0, f"{HOST}:1")
         with pytest.raises(tv.InvalidArgumentError, match="not in the cluster"):
             ps.send("w", pattern(16, 0), to=WORKER)  # the failed join left the cluster as it was
+
+
+def test_a_task_that_left_frees_its_id_for_the_next():
+    """grpc+verbs with room for one joining task: once the first has died (its channel
+    failed), a second one joins in its place."""
+    protocol, env = VARIANTS["verbs"]
+    ps_address, first_address = _addresses()
+    with tv.Server({"ps": [ps_address]}, "ps", 0, protocol, config=RdmaConfig.from_env(env),
+                   spare_tasks=1) as ps:
+        for index in range(2):
+            address = first_address if index == 0 else _addresses()[1]
+            worker = TaskProcess({"ps": [ps_address], "worker": {index: address}}, "worker", index,
+                                 protocol, env)
+            try:
+                ps.add_task("worker", index, address)
+                worker.send_pattern("g", PS, 1, 4096, index)
+                assert same(ps.recv("g", f"/job:worker/task:{index}", 1, timeout=60), pattern(4096, index))
+                waiting = ps.recv_async("never", f"/job:worker/task:{index}", 2)
+            finally:
+                worker.kill()
+            with pytest.raises(tv.UnavailableError):
+                waiting.result(60)  # the ps saw it die

@@ -110,11 +110,19 @@ void BlockingRecv::complete(RecvResult result) {
   cv_.notify_one();
 }
 
-RecvResult BlockingRecv::wait() {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
-  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
-    spin_pause();
+bool BlockingRecv::wait_for(std::chrono::nanoseconds slice) {
+  if (!spun_) {
+    spun_ = true;
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      spin_pause();
+    }
   }
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, slice, [this] { return done_.load(std::memory_order_acquire); });
+}
+
+RecvResult BlockingRecv::wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return done_.load(std::memory_order_acquire); });
   return std::move(result_);

@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -38,11 +39,15 @@ class PyRecvCallback : public RecvCallback {
 class BlockingRecv final : public PyRecvCallback {
  public:
   void complete(RecvResult result) override;
-  // Waits (call without the GIL).
+  // Waits up to `slice` for the answer (spinning briefly the first time: most answers on
+  // one host come sooner); true once it is in. Call without the GIL, from one thread.
+  bool wait_for(std::chrono::nanoseconds slice);
+  // Waits for the answer and takes it (call without the GIL).
   RecvResult wait();
 
  private:
   std::atomic<bool> done_{false};
+  bool spun_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   RecvResult result_;

@@ -6,6 +6,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,15 @@ namespace tensorverbs::binding {
 
 namespace {
 
+// How often a recv blocked on the main thread runs the signal handlers: Ctrl-C interrupts
+// it within this (plus the time to take the GIL).
+constexpr auto kSignalSlice = std::chrono::milliseconds(20);
+
+// Python's main thread, the only one that runs signal handlers (set when the module loads).
+unsigned long main_thread_ident = 0;
+
+bool on_main_thread() { return PyThread_get_thread_ident() == main_thread_ident; }
+
 verbs::VerbsConfig to_config(const nb::dict& d) {
   verbs::VerbsConfig c;
   c.provider = nb::cast<std::string>(d["provider"]);
@@ -42,6 +52,7 @@ verbs::VerbsConfig to_config(const nb::dict& d) {
   c.traffic_class = nb::cast<int>(d["traffic_class"]);
   c.same_host = nb::cast<std::string>(d["same_host"]);
   c.ib_windows = nb::cast<std::string>(d["ib_windows"]);
+  c.bind_host = nb::cast<std::string>(d["bind_host"]);
   return c;
 }
 
@@ -152,13 +163,13 @@ class Rendezvous {
                  const nb::object& destination) {
     auto waiting = std::make_shared<BlockingRecv>();
     std::optional<RecvDestination> into = to_destination(destination, waiting);
-    RecvResult result;
+    StepKey key{step, RendezvousKey{src, rv_->task(), name}};
+    std::shared_ptr<PendingRecv> pending;
     {
       nb::gil_scoped_release release;
-      rv_->recv(step, src, std::move(name), timeout, waiting, std::move(into));
-      result = waiting->wait();
+      pending = rv_->recv(step, src, std::move(name), timeout, waiting, std::move(into));
     }
-    return to_python(result);
+    return to_python(wait_interruptibly(*waiting, pending, key));
   }
 
   RecvHandle recv_async(std::int64_t step, std::int32_t src, std::string name, double timeout,
@@ -207,11 +218,39 @@ class Rendezvous {
   }
 
   std::shared_ptr<RdmaRendezvous> rv_;
+
+ private:
+  // Waits (the GIL released) for a blocking recv's answer. On the main thread it waits in
+  // slices and runs the signal handlers in between: when one raises (Ctrl-C's
+  // KeyboardInterrupt), the recv is given up, a tensor that came anyway goes to the next
+  // recv of `key`, and the handler's exception is raised.
+  RecvResult wait_interruptibly(BlockingRecv& waiting, const std::shared_ptr<PendingRecv>& pending,
+                                const StepKey& key) {
+    const bool signals = on_main_thread();
+    for (;;) {
+      {
+        nb::gil_scoped_release release;
+        if (!signals) return waiting.wait();
+        if (waiting.wait_for(kSignalSlice)) return waiting.wait();
+      }
+      if (PyErr_CheckSignals() == 0) continue;
+      nb::python_error raised;  // takes the handler's exception
+      {
+        nb::gil_scoped_release release;
+        if (pending) pending->give_up(Status(Code::kCancelled, "the recv was interrupted"));
+        RecvResult result = waiting.wait();
+        if (result.status.ok()) rv_->keep_late(key, std::move(result.value));
+      }
+      throw raised;
+    }
+  }
 };
 
 }  // namespace
 
 void bind_rendezvous(nb::module_& m) {
+  main_thread_ident = nb::cast<unsigned long>(
+      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
   nb::class_<RecvHandle>(m, "RecvHandle", "A recv in flight.")
       .def("give_up", &RecvHandle::give_up, "code"_a, "message"_a,
            "Stop waiting: the recv's caller gets (code, message); a tensor that arrives "

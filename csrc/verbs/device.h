@@ -49,6 +49,8 @@ struct VerbsConfig {
   // pair, a "registration" of the landing's range, or "auto" (type 2 where the device
   // has them, except soft-RoCE)
   std::string ib_windows = "auto";
+  std::string bind_host;           // soft provider: where its TCP listener binds; empty: the
+                                   // host peers reach the process at (the one open() gets)
 };
 
 }  // namespace tensorverbs::verbs

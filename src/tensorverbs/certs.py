@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .cluster import ClusterSpec, TaskName
+from .errors import InvalidArgumentError
 
 CA_CERT, CA_KEY = "ca.pem", "ca.key"
 
@@ -80,6 +81,8 @@ def issue(ca: Issued, task: TaskName, host: str, days: int = 365) -> Issued:
     """A certificate of ``ca`` for ``task`` on ``host``, good for serving and calling."""
     ca_cert = x509.load_pem_x509_certificate(ca.cert)
     ca_key = serialization.load_pem_private_key(ca.key, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise InvalidArgumentError("the CA key is not an elliptic-curve key (tensorverbs certs makes those)")
     key = ec.generate_private_key(ec.SECP256R1())
     cert = _sign(str(task), key, ca_cert.subject, ca_key, days, [
         (x509.BasicConstraints(ca=False, path_length=None), True),

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence, Union
 
+from . import arguments as check
 from .errors import InvalidArgumentError
 
 _TASK = re.compile(
@@ -61,10 +62,14 @@ def _task_table(job: str, tasks: JobSpec) -> dict[int, str]:
     """``{task index: address}`` of a job given as a list or as a mapping whose keys are
     task indices (ints, or strings of them as in TF_CONFIG's JSON), sorted by index."""
     if not isinstance(tasks, Mapping):
+        if not isinstance(tasks, Sequence) or isinstance(tasks, str):
+            raise InvalidArgumentError(
+                f"tasks of job {job!r} are {tasks!r}: expected a list of host:port "
+                "or a mapping of task index to host:port")
         return dict(enumerate(tasks))
     try:
         table = {int(index): address for index, address in tasks.items()}
-    except ValueError:
+    except (TypeError, ValueError):
         raise InvalidArgumentError(
             f"task indices of job {job!r} are {list(tasks)}: expected integers") from None
     return dict(sorted(table.items()))
@@ -73,7 +78,8 @@ def _task_table(job: str, tasks: JobSpec) -> dict[int, str]:
 def tf_config_entry(key: str, environ: Mapping[str, str] | None = None) -> Any:
     """Entry ``key`` ("cluster", "task") of the TF_CONFIG environment variable (JSON);
     InvalidArgumentError naming TF_CONFIG when it is unset, not JSON or has no ``key``."""
-    text = (os.environ if environ is None else environ).get("TF_CONFIG")
+    given = check.environ(environ)
+    text = (os.environ if given is None else given).get("TF_CONFIG")
     if not text:
         raise InvalidArgumentError("TF_CONFIG is not set")
     try:
@@ -93,10 +99,10 @@ def _check_address(task: TaskName, address: Any) -> None:
 
 
 class ClusterSpec:
-    """Jobs and the addresses (``host:port``) of their tasks. A spec grows, never shrinks:
-    :meth:`add_task` adds a task that joins a running cluster."""
+    """Jobs and the addresses (``host:port``) of their tasks. :meth:`add_task` adds a task
+    that joins a running cluster (or moves one), :meth:`remove_task` forgets one."""
 
-    def __init__(self, jobs: Mapping[str, JobSpec]) -> None:
+    def __init__(self, jobs: "ClusterSpec | Mapping[str, Any]") -> None:
         if isinstance(jobs, ClusterSpec):
             jobs = jobs.as_dict()
         if not isinstance(jobs, Mapping) or not jobs:
@@ -131,21 +137,32 @@ class ClusterSpec:
             for index in list(table):
                 yield TaskName(job, index)
 
-    def add_task(self, job: str, index: int, address: str) -> bool:
+    def add_task(self, job: str, index: int, address: str, *, replace: bool = False) -> bool:
         """Add task ``index`` of ``job`` (a new job or an existing one) at ``address``;
-        False if it is here already at that address, InvalidArgumentError if at another."""
+        False if it is here already at that address. A task here at another address is
+        InvalidArgumentError, unless ``replace``: then it moves to ``address`` (True)."""
         _check_job(job)
-        task = TaskName(str(job), int(index))
+        task = TaskName(str(job), check.integer(index, "index"))
         if task.task < 0:
             raise InvalidArgumentError(f"task index of {task} is negative")
         _check_address(task, address)
         known = self._jobs.get(task.job, {}).get(task.task)
-        if known is not None and known != address:
+        if known is not None and known != address and not check.flag(replace, "replace"):
             raise InvalidArgumentError(f"{task} is at {known} already, not at {address}")
-        if known is None:
+        if known != address:
             table = {**self._jobs.get(task.job, {}), task.task: address}
             self._jobs[task.job] = dict(sorted(table.items()))
-        return known is None
+        return known != address
+
+    def remove_task(self, name: Union[str, TaskName]) -> None:
+        """Forget a task (InvalidArgumentError if it is not here); a job left without
+        tasks goes too."""
+        task = self.resolve(name)
+        table = {index: address for index, address in self._jobs[task.job].items() if index != task.task}
+        if table:
+            self._jobs[task.job] = table
+        else:
+            del self._jobs[task.job]
 
     def resolve(self, name: Union[str, TaskName]) -> TaskName:
         """The task called ``name``; InvalidArgumentError naming it if it is not in the cluster."""

@@ -7,6 +7,11 @@ as the same class.
 from __future__ import annotations
 
 import enum
+import functools
+from typing import Callable, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Code(enum.IntEnum):
@@ -43,7 +48,8 @@ class TensorverbsError(Exception):
     def __str__(self) -> str:
         return f"{self.code.name}: {self.message}"
 
-    def __reduce__(self):  # picklable across multiprocessing pipes
+    def __reduce__(self) -> tuple[Callable[[int, str], TensorverbsError], tuple[int, str]]:
+        # picklable across multiprocessing pipes
         return (from_code, (int(self.code), self.message))
 
 
@@ -159,3 +165,22 @@ def as_error(exc: BaseException, what: str) -> TensorverbsError:
     if isinstance(exc, MemoryError):
         return ResourceExhaustedError(f"{what}: out of memory{': ' + str(exc) if str(exc) else ''}")
     return InternalError(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+#: Python's own exception families: let out of tensorverbs' code, they mean a bug there
+_BUGS = (ArithmeticError, AssertionError, AttributeError, BufferError, LookupError, MemoryError,
+         NameError, OSError, RuntimeError, TypeError, ValueError)
+
+
+def public(fn: Callable[P, T]) -> Callable[P, T]:
+    """``fn``, a public call, raising TensorverbsError only: one of Python's own exceptions
+    it lets out (a bug, not the caller's mistake, which the call checks for) becomes one by
+    :func:`as_error`, naming the call, with the original as its cause. Exceptions of other
+    classes pass through: those of the caller's own code, such as a signal handler's."""
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except _BUGS as exc:
+            raise as_error(exc, fn.__qualname__) from exc
+    return call

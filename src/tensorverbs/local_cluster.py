@@ -17,7 +17,7 @@ import os
 import signal
 import time
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def _task_main(conn, cluster, job: str, index: int, protocol: str, env: dict, ne
         seconds = time.perf_counter() - start
         return seconds, same(out, pattern(nbytes, seed, dtype))
 
-    commands = {
+    commands: dict[str, Callable[..., Any]] = {
         "send_pattern": lambda name, to, step_id, nbytes, seed, dtype="uint8":
             server.send(name, pattern(nbytes, seed, dtype), to, step_id),
         "recv_pattern": recv_pattern,
@@ -210,6 +210,7 @@ class TaskProcess:
 
     def kill(self) -> None:
         """SIGKILL: the task dies without a chance to clean up."""
+        assert self.process.pid is not None  # started
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.join(10)
 

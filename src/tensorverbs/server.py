@@ -12,14 +12,18 @@ import importlib
 import logging
 import secrets
 import threading
+import weakref
 from typing import Any, Mapping
+
+import grpc
 
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from .cluster import ClusterSpec, TaskName
+from . import arguments as check
+from .cluster import ClusterSpec, TaskName, parse_task
 from .devices import HOST, Device, device_of, get_device, host_array
-from .errors import AbortedError, Code, FailedPreconditionError, InvalidArgumentError
+from .errors import AbortedError, Code, FailedPreconditionError, InvalidArgumentError, public
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
 from .metrics.recvs import RecvMetrics
@@ -28,6 +32,7 @@ from .out import Out
 from .rendezvous.completion import SendHandle, Sends
 from .rendezvous.deadlines import Deadlines
 from .rendezvous.key import RendezvousKey, check_name
+from .rendezvous.lanes import Lanes
 from .rendezvous.local import LocalTable, Value
 from .rendezvous.remote import RemoteRendezvous
 from .resolvers.base import ClusterResolver
@@ -38,7 +43,7 @@ from .rpc.service import Servicer, start_server
 from .rpc.tls import TlsConfig
 from .runtime import TaskRuntime
 from .stats import Counters
-from .tensor import prepare
+from .tensor import numeric_dtype, prepare
 from .verbs.config import RdmaConfig
 
 log = logging.getLogger(__name__)
@@ -52,10 +57,73 @@ PROTOCOLS = {
 #: counters every server reports, whatever its protocol
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
             "bytes_received", "proxy_copies", "ipc_sent", "ipc_received")
+#: how long stopping may wait for the gRPC server and channels to close (seconds)
+CLOSE_TIMEOUT = 10.0
+
+
+class _Running:
+    """What a started Server runs: its threads, runtime ``rt``, protocol, gRPC server and
+    metrics endpoint, each set once started. It refers to nothing that refers to the
+    Server, so a finalizer can stop it once the Server is gone."""
+
+    def __init__(self, stopped: threading.Event, sends: Sends) -> None:
+        self.stopped = stopped
+        self.sends = sends
+        self.loop: EventLoopThread | None = None
+        self.deadlines: Deadlines | None = None
+        self.lanes: Lanes | None = None
+        self.rt: TaskRuntime | None = None
+        self.rendezvous: RemoteRendezvous | None = None
+        self.grpc: grpc.aio.Server | None = None
+        self.metrics_endpoint: MetricsEndpoint | None = None
+        self._once = threading.Lock()
+        self._done = False
+
+    def shutdown(self) -> None:
+        """Fail pending recvs, close channels, stop serving and end the threads; once."""
+        with self._once:
+            if self._done:
+                return
+            self._done = True
+        self.stopped.set()
+        rt = self.rt
+        try:
+            if self.metrics_endpoint is not None:
+                self.metrics_endpoint.stop()
+            if self.rendezvous is not None:
+                self.rendezvous.stop()
+            self.sends.close(int(Code.CANCELLED), "the server stopped before its receiver took it")
+            if rt is not None:
+                if hasattr(rt, "shared"):
+                    rt.shared.close()
+                try:
+                    rt.loop.submit(self._close(rt)).result(timeout=CLOSE_TIMEOUT)
+                except concurrent.futures.TimeoutError:
+                    log.warning("%s: closing gRPC took more than %g s", rt.task, CLOSE_TIMEOUT)
+        finally:
+            for part in (self.loop, self.deadlines):
+                if part is not None:
+                    part.stop()
+            if self.lanes is not None:
+                self.lanes.close()
+
+    async def _close(self, rt: TaskRuntime) -> None:
+        if self.grpc is not None:
+            await self.grpc.stop(grace=0.5)
+        await rt.peers.close()
+
+
+def _shut_down_dropped(running: _Running) -> None:
+    """The finalizer of a Server dropped without stop(): its shutdown runs in a thread of
+    its own (the garbage collector may run anywhere, the event loop's thread included)."""
+    threading.Thread(target=running.shutdown, name="tensorverbs-finalizer", daemon=True).start()
 
 
 class Server:
     """A task of ``cluster`` running ``protocol``; also a context manager that stops it.
+
+    Every method raises TensorverbsError only; an argument of a wrong type or value is
+    InvalidArgumentError.
 
     Args:
         cluster: a ClusterSpec or the dict it is made from (the server keeps a copy, which
@@ -82,6 +150,7 @@ class Server:
             ``cpu:proxy`` stand-in's, False nothing.
     """
 
+    @public
     def __init__(self, cluster: ClusterSpec | Mapping[str, Any], job_name: str, task_index: int,
                  protocol: str = "grpc", *, config: RdmaConfig | None = None,
                  startup_grace: float = 60.0, bind_address: str | None = None,
@@ -89,69 +158,97 @@ class Server:
                  metrics_port: int | None = None, spare_tasks: int = 0,
                  device_ipc: bool | None = None) -> None:
         self.cluster = ClusterSpec(cluster)
-        self._task = self.cluster.resolve(TaskName(job_name, int(task_index)))
-        if protocol not in PROTOCOLS:
+        self._task = self.cluster.resolve(
+            TaskName(check.text(job_name, "job_name"), check.integer(task_index, "task_index")))
+        if check.text(protocol, "protocol") not in PROTOCOLS:
             raise InvalidArgumentError(
                 f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self.protocol = protocol
-        if int(spare_tasks) < 0:
-            raise InvalidArgumentError(f"spare_tasks is {spare_tasks}: expected 0 or more")
+        spare_tasks = check.integer(spare_tasks, "spare_tasks", 0)
+        startup_grace = check.seconds(startup_grace, "startup_grace")
+        bind_address = check.optional_text(bind_address, "bind_address")
+        config = check.optional_instance(config, RdmaConfig, "config")
         metrics_port = port_from_env() if metrics_port is None else check_port(metrics_port, "metrics_port")
-        device_ipc = device_ipc_mode(device_ipc)
-        job_token = JobToken.resolve(token)
-        tls = tls or TlsConfig.from_env()
+        device_ipc = device_ipc_mode(check.optional_flag(device_ipc, "device_ipc"))
+        job_token = JobToken.resolve(check.optional_text(token, "token"))
+        tls = check.optional_instance(tls, TlsConfig, "tls") or TlsConfig.from_env()
+        rdma_config = config or RdmaConfig.from_env()
+        bind = bind_address or self.cluster.address(self._task)
         peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls)
+        # every argument and setting is checked: from here on, what starts is stopped by
+        # _Running.shutdown, on a failure below, stop(), or the finalizer of a dropped server
         self.incarnation = secrets.randbits(64) or 1
         self._stopped = threading.Event()
         self._sends = Sends()
-        self._loop = EventLoopThread(f"tensorverbs-{self._task.job}-{self._task.task}")
-        counters = Counters(*COUNTERS)
-        self._metrics = CollectorRegistry()
-        self._metrics.register(StatsCollector(counters.snapshot, self.task, protocol))
-        self._metrics_endpoint: MetricsEndpoint | None = None
-        self._rt = TaskRuntime(
-            cluster=self.cluster, task=self._task, incarnation=self.incarnation,
-            protocol=protocol, table=LocalTable(), counters=counters, loop=self._loop,
-            deadlines=Deadlines(), peers=peers, rdma_config=config or RdmaConfig.from_env(), startup_grace=startup_grace,
-            recvs=RecvMetrics(self._metrics, self.task, protocol), spare_tasks=int(spare_tasks))
-        self._rt.shared = SharedTensors(self._rt, device_ipc)
-        counters.gauge("ipc_exports", self._rt.shared.exports)
-        module, cls = PROTOCOLS[protocol].split(":")
-        self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
-        counters.gauge("table_steps", self._rendezvous.table_steps)
-        bind = bind_address or self.cluster.address(self._task)
+        self._running = running = _Running(self._stopped, self._sends)
+        self._finalizer = weakref.finalize(self, _shut_down_dropped, running)
+        self._finalizer.atexit = False
+        name = f"tensorverbs-{self._task.job}-{self._task.task}"
         try:
+            counters = Counters(*COUNTERS)
+            self._metrics = CollectorRegistry()
+            self._metrics.register(StatsCollector(counters.snapshot, self.task, protocol))
+            running.loop, running.deadlines, running.lanes = EventLoopThread(name), Deadlines(), Lanes(name)
+            self._rt = running.rt = TaskRuntime(
+                cluster=self.cluster, task=self._task, incarnation=self.incarnation,
+                protocol=protocol, table=LocalTable(), counters=counters, loop=running.loop,
+                deadlines=running.deadlines, peers=peers, rdma_config=rdma_config,
+                startup_grace=startup_grace, recvs=RecvMetrics(self._metrics, self.task, protocol),
+                lanes=running.lanes, spare_tasks=spare_tasks, bind=bind_address)
+            self._rt.shared = SharedTensors(self._rt, device_ipc)
+            counters.gauge("ipc_exports", self._rt.shared.exports)
+            module, cls = PROTOCOLS[protocol].split(":")
+            self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
+            running.rendezvous = self._rendezvous
+            counters.gauge("table_steps", self._rendezvous.table_steps)
             # everything a peer's first call needs is in place before the port opens
             self._rendezvous.start()
             servicer = Servicer(self._rt, self._rendezvous.setup_handler())
-            self._grpc = self._loop.submit(start_server(servicer, bind, job_token, tls)).result()
+            running.grpc, port = self._rt.loop.submit(start_server(servicer, bind, job_token, tls)).result()
+            self._tell_port(port)
             self._rt.shared.start()  # the address is this task's now
             if metrics_port is not None:
                 host = bind.rsplit(":", 1)[0].strip("[]")
-                self._metrics_endpoint = MetricsEndpoint(self._metrics, host, metrics_port)
+                running.metrics_endpoint = MetricsEndpoint(self._metrics, host, metrics_port)
         except BaseException:
-            self._shutdown()
+            self._finalizer.detach()
+            running.shutdown()
             raise
-        log.info("%s serving %s on %s%s%s", self._task, protocol, bind,
+        log.info("%s serving %s on %s%s%s", self._task, protocol, bind_address or self.target,
                  " over TLS" if tls else "", " with a job token" if job_token else "")
 
     @classmethod
+    @public
     def from_resolver(cls, resolver: ClusterResolver, protocol: str = "grpc", **kwargs: Any) -> "Server":
         """Start the task ``resolver`` says this process is, in its cluster (a resolver of
         :mod:`tensorverbs.resolvers`: TF_CONFIG, Slurm, torchrun); ``kwargs`` as for the
         constructor."""
+        if not isinstance(resolver, ClusterResolver):
+            raise InvalidArgumentError(f"resolver must be a ClusterResolver, not {type(resolver).__name__}")
         return cls(resolver.cluster_spec(), resolver.task_type, resolver.task_id, protocol, **kwargs)
 
-    def add_task(self, job_name: str, task_index: int, address: str) -> None:
+    @public
+    def add_task(self, job_name: str, task_index: int, address: str, *, replace: bool = False) -> None:
         """Learn a task that joined the cluster at run time, at ``address`` (``host:port``):
         from now on this server sends to it and receives from it like any other task.
         Nothing happens if it is known at that address already; InvalidArgumentError if at
-        another. Each task learns the others it exchanges tensors with, in any order.
-        With "grpc+verbs", ResourceExhaustedError past ``spare_tasks`` joined tasks."""
+        another, unless ``replace``: the task moved there (it restarted elsewhere), and its
+        channels are set up afresh. Each task learns the others it exchanges tensors with,
+        in any order. With "grpc+verbs", ResourceExhaustedError past ``spare_tasks`` joined
+        tasks alive at once (a joined task whose channel failed is forgotten, its room
+        freed)."""
         self._check_running()
-        task = TaskName(str(job_name), int(task_index))
-        self._rendezvous.add_task(task, address)
+        task = TaskName(check.text(job_name, "job_name"), check.integer(task_index, "task_index", 0))
+        self._rendezvous.add_task(task, check.text(address, "address"), check.flag(replace, "replace"))
         log.info("%s learned %s at %s", self._task, task, address)
+
+    @public
+    def knows(self, task: str) -> bool:
+        """Whether this server knows where ``task`` is: it is in the cluster and, with
+        "grpc+verbs", its channel did not fail nor come back as another incarnation of
+        the task (it may have restarted elsewhere: ``add_task(..., replace=True)`` tells
+        where) since it was learned."""
+        return self._rendezvous.knows(parse_task(check.text(task, "task")))
 
     @property
     def task(self) -> str:
@@ -162,17 +259,27 @@ class Server:
     def metrics_address(self) -> str | None:
         """``host:port`` of this task's Prometheus ``/metrics`` endpoint; None when it
         serves no metrics."""
-        endpoint = self._metrics_endpoint
+        endpoint = self._running.metrics_endpoint
         return endpoint.address if endpoint is not None else None
 
     @property
     def target(self) -> str:
+        """``grpc://host:port``: where the other tasks reach this one (the port it got
+        when its address in the cluster has port 0)."""
         return "grpc://" + self.cluster.address(self._task)
+
+    def _tell_port(self, port: int) -> None:
+        """The server listens on ``port``: if this task's address has port 0, it is this
+        port from now on."""
+        host, asked = self.cluster.address(self._task).rsplit(":", 1)
+        if int(asked) == 0:
+            self.cluster.add_task(self._task.job, self._task.task, f"{host}:{port}", replace=True)
 
     def _check_running(self) -> None:
         if self._stopped.is_set():
             raise FailedPreconditionError(f"server of {self._task} is stopped")
 
+    @public
     def send(self, name: str, value: Any, to: str, step_id: int = 0,
              is_dead: bool = False) -> SendHandle:
         """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``.
@@ -191,7 +298,8 @@ class Server:
         """
         self._check_running()
         key = RendezvousKey(self._task, self.incarnation, self.cluster.resolve(to), check_name(name))
-        step, device = int(step_id), device_of(value)
+        step, device = check.integer(step_id, "step_id"), device_of(value)
+        is_dead = check.flag(is_dead, "is_dead")
         ticket = self._sends.open(f"{key.name!r} to {key.dst} at step {step}")
         shared = self._rt.shared.offer(step, key, value, device) if not is_dead else None
         if shared is not None:  # passed by handle to a task of this host
@@ -205,29 +313,31 @@ class Server:
             array, copied = host_array(value, device)
             if copied:
                 self._rt.counters.add("proxy_copies")
-            self._rendezvous.send(step, key, Value(prepare(array), bool(is_dead), ticket))
+            self._rendezvous.send(step, key, Value(prepare(array), is_dead, ticket))
         self._rt.counters.add("sends")
         return SendHandle(ticket.completion)
 
+    @public
     def flush(self, timeout: float | None = None) -> None:
         """Wait until the receiver of every tensor this task has sent has it (or the send
         failed: its :class:`SendHandle` tells); DeadlineExceededError naming the sends
         still waiting if ``timeout`` seconds pass first. Call it before a process that
         sent tensors exits, or they are lost with it."""
-        self._sends.flush(timeout)
+        self._sends.flush(check.optional_seconds(timeout, "timeout"))
 
+    @public
     def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
         """An uninitialised array in the memory this server's protocol sends from directly:
         with "grpc+verbs", registered memory (like TensorFlow's allocator visitor), so a
         tensor filled in place and sent needs no registration or copy; with "grpc", an
         ordinary array. It returns to the pool when the last view of it is dropped."""
         self._check_running()
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        return self._rendezvous.allocate(shape, np.dtype(dtype))
+        return self._rendezvous.allocate(check.shape(shape), numeric_dtype(dtype))
 
+    @public
     def recv_async(self, name: str, source: str, step_id: int = 0,
                    timeout: float | None = None, device: str | None = None,
-                   out: Any = None) -> concurrent.futures.Future:
+                   out: Any = None) -> concurrent.futures.Future[Any]:
         """Start receiving tensor ``name`` sent by ``source`` to this task at ``step_id``.
 
         The future yields a numpy array, or a tensor on ``device`` ("cuda:0", or the
@@ -243,14 +353,15 @@ class Server:
         ``out`` raises InvalidArgumentError and is kept for the next recv of it. If the
         recv fails, ``out`` may have been written in part.
         """
-        return self._rendezvous.recv_async(self._recv_key(name, source), int(step_id), timeout,
-                                           *self._into(device, out))
+        return self._rendezvous.recv_async(self._recv_key(name, source), check.integer(step_id, "step_id"),
+                                           check.optional_seconds(timeout, "timeout"), *self._into(device, out))
 
+    @public
     def recv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None,
              device: str | None = None, out: Any = None) -> Any:
         """Receive tensor ``name`` from ``source`` (blocking); see :meth:`recv_async`."""
-        return self._rendezvous.recv(self._recv_key(name, source), int(step_id), timeout,
-                                     *self._into(device, out))
+        return self._rendezvous.recv(self._recv_key(name, source), check.integer(step_id, "step_id"),
+                                     check.optional_seconds(timeout, "timeout"), *self._into(device, out))
 
     def _into(self, device: str | None, out: Any) -> tuple[Device, Out | None]:
         """(the device a recv delivers to, its ``out``); ``out`` lands on the host and is
@@ -272,55 +383,45 @@ class Server:
             self._rt.counters.add("local_recvs")
         return RendezvousKey(src, 0, self._task, check_name(name))
 
+    @public
     def abort_step(self, step_id: int, reason: str = "") -> None:
         """Make every pending and later send/recv of ``step_id`` raise AbortedError."""
+        step_id = check.integer(step_id, "step_id")
+        reason = check.text(reason, "reason")
         message = f"step {step_id} was aborted" + (f": {reason}" if reason else "")
-        self._rendezvous.abort_step(int(step_id), AbortedError(message))
-        self._rt.shared.drop_step(int(step_id))
+        self._rendezvous.abort_step(step_id, AbortedError(message))
+        self._rt.shared.drop_step(step_id)
 
+    @public
     def cleanup_step(self, step_id: int) -> None:
         """Forget ``step_id``'s tensors and state (including an abort)."""
-        self._rendezvous.cleanup_step(int(step_id))
-        self._rt.shared.drop_step(int(step_id))
+        step_id = check.integer(step_id, "step_id")
+        self._rendezvous.cleanup_step(step_id)
+        self._rt.shared.drop_step(step_id)
 
+    @public
     def pending(self) -> tuple[int, int]:
         """(tensors sent and waiting for their recv, recvs of this task's tensors waiting for
         their send) in the local table."""
         return self._rendezvous.pending()
 
+    @public
     def stats(self) -> dict[str, int]:
         """Counters: sends, local_recvs, tensors_sent, bytes_sent, tensors_received,
         bytes_received, and the protocol's own."""
         return self._rt.counters.snapshot()
 
+    @public
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the server is stopped; False if ``timeout`` passed first."""
-        return self._stopped.wait(timeout)
+        return self._stopped.wait(check.optional_seconds(timeout, "timeout"))
 
+    @public
     def stop(self) -> None:
-        """Fail pending recvs, close channels and stop serving. Idempotent."""
-        if not self._stopped.is_set():
-            self._shutdown()
-
-    def _shutdown(self) -> None:
-        self._stopped.set()
-        if self._metrics_endpoint is not None:
-            self._metrics_endpoint.stop()
-        self._rendezvous.stop()
-        self._sends.close(int(Code.CANCELLED), "the server stopped before its receiver took it")
-        if self._rt.shared is not None:
-            self._rt.shared.close()
-        grpc_server = getattr(self, "_grpc", None)
-
-        async def close() -> None:
-            if grpc_server is not None:
-                await grpc_server.stop(grace=0.5)
-            await self._rt.peers.close()
-        try:
-            self._loop.submit(close()).result(timeout=10)
-        finally:
-            self._loop.stop()
-            self._rt.deadlines.stop()
+        """Fail pending recvs, close channels and stop serving. Idempotent. A server
+        dropped without it is stopped when it is garbage-collected."""
+        self._finalizer.detach()
+        self._running.shutdown()
 
     def __enter__(self) -> "Server":
         return self

@@ -62,6 +62,18 @@ def dtype_enum(dtype: np.dtype) -> int:
         raise InvalidArgumentError(f"dtype {dtype} is not supported") from None
 
 
+def numeric_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` (anything ``numpy.dtype`` takes) as a numpy dtype of a numeric DataType;
+    InvalidArgumentError otherwise."""
+    try:
+        numeric: np.dtype = np.dtype(dtype)
+    except TypeError:
+        raise InvalidArgumentError(f"{dtype!r} is not a dtype") from None
+    if dtype_enum(numeric) in (DT_STRING, DT_VARIANT):
+        raise InvalidArgumentError(f"dtype {numeric} is not numeric")
+    return numeric
+
+
 def numpy_dtype(enum: int) -> np.dtype:
     """The numpy dtype of a DataType number; InvalidArgumentError for unknown numbers."""
     try:
@@ -105,7 +117,10 @@ class TensorMeta:
 def prepare(value: Any) -> np.ndarray:
     """The array a send puts in the table: C-contiguous, of a supported dtype; strings as an
     object array of bytes."""
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # ragged sequences and the like
+        raise InvalidArgumentError(f"cannot make a tensor of {type(value).__name__}: {exc}") from None
     if array.dtype.kind in "OSU":
         flat = [v.encode() if isinstance(v, str) else v for v in array.reshape(-1).tolist()]
         if not all(isinstance(v, bytes) for v in flat):
@@ -135,16 +150,16 @@ def meta_of(array: np.ndarray, is_dead: bool, proto_size: int = 0) -> TensorMeta
 def encode_proto(array: np.ndarray) -> bytes:
     """Serialize a prepared array as a TensorProto (string_val for strings, tensor_content
     for the rest)."""
-    proto = tensor_pb2.TensorProto(dtype=dtype_enum(array.dtype))
+    proto = tensor_pb2.TensorProto(dtype=tensor_pb2.DataType.ValueType(dtype_enum(array.dtype)))
     proto.tensor_shape.dim.extend(tensor_pb2.TensorShapeProto.Dim(size=d) for d in array.shape)
     if array.dtype == object:
         proto.string_val.extend(array.reshape(-1).tolist())
     else:
         proto.tensor_content = array.tobytes()
-    return proto.SerializeToString()
+    return bytes(proto.SerializeToString())
 
 
-def decode_proto(data: bytes | memoryview) -> np.ndarray:
+def decode_proto(data: bytes | memoryview | np.ndarray) -> np.ndarray:
     """Parse a TensorProto into an array; InvalidArgumentError if it is malformed."""
     proto = tensor_pb2.TensorProto()
     try:
@@ -163,7 +178,8 @@ def decode_proto(data: bytes | memoryview) -> np.ndarray:
         return out
     if len(proto.tensor_content) != count * dtype.itemsize:
         raise InvalidArgumentError(f"TensorProto content does not match {dtype} {shape}")
-    return np.frombuffer(proto.tensor_content, dtype=dtype).reshape(shape).copy()
+    array: np.ndarray = np.frombuffer(proto.tensor_content, dtype=dtype).reshape(shape).copy()
+    return array
 
 
 class DeadTensor(np.ndarray):

@@ -99,3 +99,13 @@ def test_a_bad_device_ipc_setting_is_named(monkeypatch):
     monkeypatch.setenv("TENSORVERBS_DEVICE_IPC", "maybe")
     with pytest.raises(tv.InvalidArgumentError, match="TENSORVERBS_DEVICE_IPC='maybe'"):
         device_ipc_mode(None)
+
+
+def test_a_registration_that_could_not_be_written_is_retried(registry):
+    reader = HostRegistry(registry.directory)
+    registry.directory.rmdir()  # the write fails
+    with pytest.raises(OSError):
+        registry.register("127.0.0.1:1002", {"GPU-a"})
+    registry.directory.mkdir(mode=0o700)
+    registry.register("127.0.0.1:1002", {"GPU-a"})
+    assert reader.sees("127.0.0.1:1002", "GPU-a")

@@ -19,7 +19,7 @@ PS, WORKER = Pair.PS, Pair.WORKER
 TENSORS = [(100, "<=4KiB"), (4096, "<=4KiB"), (40_000, "<=64KiB"), (300_000, "<=1MiB"),
            (3 << 20, "<=16MiB")]
 #: the stats() entries that are levels, and their gauges
-GAUGES = {"table_steps": "tensorverbs_table_steps",
+GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_table_steps",
           "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
           "registered_bytes": "tensorverbs_pool_registered_bytes"}
 
@@ -139,3 +139,15 @@ def test_a_bad_metrics_port_variable_is_named(monkeypatch, port):
     monkeypatch.setenv("TENSORVERBS_METRICS_PORT", port)
     with pytest.raises(tv.InvalidArgumentError, match=f"TENSORVERBS_METRICS_PORT='{port}'"):
         tv.Server(cluster_spec({"worker": 1}), "worker", 0)
+
+
+def test_levels_are_gauges_and_counts_counters(step):
+    """A level that goes up and down (ipc_exports: copies not released yet) is a gauge."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with tv.Server(cluster_spec({"ps": 1}), "ps", 0, metrics_port=0) as server:
+        with urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=30) as response:
+            types = {f.name: f.type for f in text_string_to_metric_families(response.read().decode())}
+        assert types["tensorverbs_ipc_exports"] == "gauge"
+        assert types["tensorverbs_table_steps"] == "gauge"
+        assert types["tensorverbs_tensors_sent"] == "counter"

@@ -60,7 +60,7 @@ class Actor:
         task, address = source
         meta = TensorverbsTransportMetadata(tensor_meta=[((4,), torch.float32)], tensor_device="cpu",
                                             obj_id="never-sent", source=task, address=address)
-        comm = TensorverbsCommunicatorMetadata(destination_actor=ray.get_runtime_context().get_actor_id())
+        comm = TensorverbsCommunicatorMetadata(destination=ray.get_runtime_context().current_actor)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             recv = pool.submit(manager.recv_multiple_tensors, "never-sent", meta, comm)
             manager.abort_transport("never-sent", comm)

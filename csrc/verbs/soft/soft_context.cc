@@ -49,7 +49,7 @@ Status SoftContext::init(const VerbsConfig& config, const std::string& listen_ho
   if (!progress.ok()) return progress.status();
   progress_ = progress.take();
   auto listener = Listener::start(
-      listen_host_, same_host_ != SameHost::kNo,
+      config.bind_host.empty() ? listen_host_ : config.bind_host, same_host_ != SameHost::kNo,
       [this](const Hello& hello, UniqueFd sock, bool is_unix, std::vector<UniqueFd> fds) {
         on_dial(hello, std::move(sock), is_unix, std::move(fds));
       },

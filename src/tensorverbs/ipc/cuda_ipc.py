@@ -62,6 +62,7 @@ class CudaIpc(DeviceIpc):
     kind = KIND
 
     def device_id(self, device: Device) -> str:
+        assert isinstance(device, Cuda)
         return _uuids()[device.index]
 
     def visible(self) -> set[str]:

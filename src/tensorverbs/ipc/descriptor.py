@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,8 @@ class SharedTensorDescriptor:
     @classmethod
     def decode(cls, data: bytes | memoryview | np.ndarray) -> "SharedTensorDescriptor":
         """Parse DT_VARIANT bytes from a peer; DataLossError if they are not a descriptor."""
-        reader = _Reader(bytes(memoryview(data).cast("B")))
+        raw: Any = data  # numpy's stubs leave out arrays' buffer protocol
+        reader = _Reader(bytes(memoryview(raw).cast("B")))
         magic, version, kind, dtype, rank = reader.take(_HEAD)
         if magic != MAGIC or version != VERSION:
             raise DataLossError(f"not a shared tensor descriptor (magic {magic!r}, version {version})")

@@ -66,17 +66,17 @@ class HostRegistry:
         return self.directory / ("task-" + hashlib.sha256(address.encode()).hexdigest()[:32])
 
     def register(self, address: str, devices: set[str]) -> None:
-        """Say that the task at ``address`` (this process) sees ``devices`` too."""
-        known = self._mine.get(address, set())
-        if devices <= known:
+        """Say that the task at ``address`` (this process) sees ``devices`` too; OSError if
+        the entry cannot be written (the next call tries again)."""
+        if devices <= self._mine.get(address, set()):
             return
         with self._writing:
-            known = self._mine.setdefault(address, set())
-            known |= devices
+            known = self._mine.get(address, set()) | devices
             path = self._file(address)
             scratch = path.with_name(path.name + f".{os.getpid()}")
             scratch.write_text(json.dumps({"pid": os.getpid(), "devices": sorted(known)}))
             os.replace(scratch, path)
+            self._mine[address] = known  # only once written: a failed write is tried again
 
     def sees(self, address: str, device: str) -> bool:
         """Whether the task at ``address`` runs on this host and sees ``device``."""

@@ -17,6 +17,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..devices import Cuda, Device, StandIn
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: how long a receiver's ReleaseSharedTensor may take (the sender frees at its step's end otherwise)
 RELEASE_TIMEOUT = 30.0
+#: seconds between tries to write this task's host registry entry after a write failed
+REGISTRY_RETRY = 5.0
 _MODES = {"auto": None, "1": True, "yes": True, "on": True, "true": True,
           "0": False, "no": False, "off": False, "false": False}
 
@@ -59,12 +62,12 @@ class SharedTensors:
 
     def __init__(self, rt: "TaskRuntime", mode: bool | None) -> None:
         self.rt = rt
-        self._address = rt.cluster.address(rt.task)
         self._exports: dict[int, tuple[int, DeviceIpc, Export]] = {}  # id -> (step, ipc, export)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._ipcs: dict[type, DeviceIpc] = {}
         self._noted: set[type] = set()  # kinds of device the host knows this task sees
+        self._retry_at = 0.0  # when a failed registry write may be tried again
         self.registry: HostRegistry | None = None
         if mode is False:
             return
@@ -87,15 +90,20 @@ class SharedTensors:
         return self._ipcs.get(type(device))
 
     def note(self, device: Device) -> None:
-        """This task uses ``device``: tell the host which devices of its kind it sees."""
+        """This task uses ``device``: tell the host which devices of its kind it sees (a
+        write that failed is tried again at a later use, at most every
+        :data:`REGISTRY_RETRY` seconds)."""
         ipc = self._ipc(device)
-        if ipc is None or type(device) in self._noted:
+        if (ipc is None or self.registry is None or type(device) in self._noted
+                or time.monotonic() < self._retry_at):
             return
         try:
-            self.registry.register(self._address, ipc.visible())
+            self.registry.register(self.rt.cluster.address(self.rt.task), ipc.visible())
             self._noted.add(type(device))
-        except OSError as exc:  # then peers send it their tensors through host proxies
-            log.warning("%s: cannot write to the host registry: %s", self.rt.task, exc)
+        except OSError as exc:  # meanwhile peers send it their tensors through host proxies
+            self._retry_at = time.monotonic() + REGISTRY_RETRY
+            log.warning("%s: cannot write to the host registry (tried again in %g s): %s",
+                        self.rt.task, REGISTRY_RETRY, exc)
 
     # -- sending -----------------------------------------------------------------------------
     def offer(self, step_id: int, key: "RendezvousKey", value: Any, device: Device) -> Value | None:
@@ -103,7 +111,7 @@ class SharedTensors:
         when it goes the usual way (the destination is not on this host or does not see
         the device, the device cannot share, or exporting failed: logged)."""
         ipc = self._ipc(device)
-        if ipc is None or key.dst == self.rt.task:
+        if ipc is None or self.registry is None or key.dst == self.rt.task:
             return None
         self.note(device)
         device_id = ipc.device_id(device)

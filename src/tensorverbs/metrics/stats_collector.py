@@ -8,6 +8,7 @@ from prometheus_client.registry import Collector
 
 #: the stats() entries that are levels, not counts -> their gauges' names
 GAUGES = {
+    "ipc_exports": "tensorverbs_ipc_exports",
     "table_steps": "tensorverbs_table_steps",
     "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
     "registered_bytes": "tensorverbs_pool_registered_bytes",

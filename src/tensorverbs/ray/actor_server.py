@@ -1,4 +1,5 @@
-"""The tensorverbs Server of a Ray actor, started on first use."""
+"""The tensorverbs Server of a Ray actor, one per transport name and process, started on
+first use."""
 from __future__ import annotations
 
 import threading
@@ -6,23 +7,23 @@ import threading
 import ray
 
 from ..cluster import parse_task
+from ..ports import host_port
 from ..server import Server
-from .node import listen_address
 
 
-def task_of(actor_id: str) -> str:
-    """The task name of the server of the actor whose id (hex) is ``actor_id``."""
-    return f"/job:actor-{actor_id}/replica:0/task:0"
+def own_task() -> str:
+    """The task name of this actor's servers: task 0 of job ``actor-<actor id>``."""
+    return f"/job:actor-{ray.get_runtime_context().get_actor_id()}/replica:0/task:0"
 
 
 class ActorServer:
-    """This actor's Server, started on first use: the task :func:`task_of` the actor,
-    listening on a free port of its node, knowing only itself at first; the actors it
+    """This actor's Server, started on first use: the task :func:`own_task`, listening on
+    a port of its node the server picks, knowing only itself at first; the actors it
     exchanges tensors with join its cluster as transfers name them (``Server.add_task``).
 
     Args:
         protocol: "grpc" or "grpc+verbs".
-        spare_tasks: how many other actors it may exchange tensors with ("grpc+verbs").
+        spare_tasks: how many other actors it may exchange tensors with at once ("grpc+verbs").
     """
 
     def __init__(self, protocol: str, spare_tasks: int) -> None:
@@ -34,12 +35,24 @@ class ActorServer:
         """The server, started now if it is not running yet."""
         with self._lock:
             if self._server is None:
-                task = parse_task(task_of(ray.get_runtime_context().get_actor_id()))
-                self._server = Server({task.job: [listen_address()]}, task.job, task.task,
-                                      self.protocol, spare_tasks=self.spare_tasks)
+                task = parse_task(own_task())
+                address = host_port(ray.util.get_node_ip_address(), 0)  # the server tells its port
+                self._server = Server({task.job: [address]}, task.job, task.task, self.protocol,
+                                      spare_tasks=self.spare_tasks)
             return self._server
 
     def endpoint(self) -> tuple[str, str]:
         """(task name, ``host:port``) of the server, started now if need be."""
         server = self.get()
         return server.task, server.cluster.address(server.task)
+
+
+_servers: dict[str, ActorServer] = {}
+_servers_lock = threading.Lock()
+
+
+def actor_server(name: str, protocol: str, spare_tasks: int) -> ActorServer:
+    """This process's server of the transport called ``name`` (made with these settings
+    the first time it is asked for)."""
+    with _servers_lock:
+        return _servers.setdefault(name, ActorServer(protocol, spare_tasks))

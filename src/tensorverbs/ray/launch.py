@@ -32,6 +32,7 @@ class _Task:
         self.server = Server(cluster, job, index, protocol, bind_address=self.address, **kwargs)
 
     def run(self, fn: Callable[[Server], Any]) -> Any:
+        assert self.server is not None, "start() first"
         return fn(self.server)
 
 
@@ -63,7 +64,8 @@ def run_cluster(fn: Callable[[Server], Any], jobs: Mapping[str, int], protocol: 
         raise InvalidArgumentError(f"jobs {dict(jobs)} must give each job a task count >= 1")
     tasks = [TaskName(job, i) for job, n in jobs.items() for i in range(n)]
     options = {"scheduling_strategy": "SPREAD", **(actor_options or {})}
-    actors = {task: _Task.options(**options).remote() for task in tasks}
+    task_class: Any = _Task  # an actor class (ray.remote's typing does not say so)
+    actors = {task: task_class.options(**options).remote() for task in tasks}
     try:
         where = _gather({t: a.where.remote() for t, a in actors.items()}, "start", start_timeout)
         cluster = {job: [where[str(TaskName(job, i))] for i in range(n)] for job, n in jobs.items()}

@@ -3,15 +3,21 @@ the actors that take them as arguments through the actors' tensorverbs servers.
 
 Every actor's server is task 0 of job ``actor-<actor id>``. Ray orchestrates a transfer
 in three places. On the owner of the object (usually the driver),
-:meth:`TensorverbsTransport.get_communicator_metadata` names the destination actor. On
-the source, :meth:`~TensorverbsTransport.send_multiple_tensors` learns the destination's
-server (``Server.add_task``; the first time, it asks the destination for its address in
-the concurrency group Ray keeps for aborts, the one that never waits for a transfer) and
-offers each tensor to it (``send``, passive). On the destination, :meth:`~TensorverbsTransport.recv_multiple_tensors`
-learns the source from the object's metadata and receives the tensors (``recv``). The
-bytes travel as they are; Ray's metadata gives them back their shape and dtype. One
-transfer is one tensorverbs step, derived from the object and the destination, so
-:meth:`~TensorverbsTransport.abort_transport` fails exactly its pending recvs.
+:meth:`TensorverbsTransport.get_communicator_metadata` names the destination actor (its
+handle). On the source, :meth:`~TensorverbsTransport.send_multiple_tensors` learns the
+destination's server (``Server.add_task``; the first time, and again once its server
+forgot the destination because its channel failed, it asks the destination for its task
+and address in the concurrency group Ray keeps for aborts, the one that never waits for a
+transfer) and offers each tensor to it (``send``, passive). On the destination,
+:meth:`~TensorverbsTransport.recv_multiple_tensors` learns the source from the object's
+metadata (a source that Ray restarted elsewhere moves there) and receives the tensors
+(``recv``). The bytes travel as they are; Ray's metadata gives them back their shape and
+dtype. One transfer is one tensorverbs step, derived from the object and the
+destination's task, so :meth:`~TensorverbsTransport.abort_transport` fails exactly its
+pending recvs.
+
+Ray registers a custom transport on an actor once: an actor Ray may restart calls
+:func:`register_transport` in its ``__init__`` too, so that its restarted process has it.
 """
 from __future__ import annotations
 
@@ -27,12 +33,13 @@ from ray.experimental import (
     CommunicatorMetadata, TensorTransportManager, TensorTransportMetadata, register_tensor_transport,
 )
 
+from .. import arguments as check
 from ..cluster import parse_task
 from ..errors import (
     DeadlineExceededError, InvalidArgumentError, UnavailableError, UnimplementedError,
 )
 from ..server import PROTOCOLS, Server
-from .actor_server import ActorServer, task_of
+from .actor_server import actor_server, own_task
 
 
 @dataclass
@@ -46,15 +53,26 @@ class TensorverbsTransportMetadata(TensorTransportMetadata):
 
 @dataclass
 class TensorverbsCommunicatorMetadata(CommunicatorMetadata):
-    """The destination of one transfer: its actor id and handle."""
+    """The destination of one transfer: its actor handle."""
 
-    destination_actor: str = ""
     destination: Any = None
 
 
-def _step(obj_id: str, destination_actor: str) -> int:
-    """The tensorverbs step of the transfer of ``obj_id`` to ``destination_actor``."""
-    digest = hashlib.blake2b(f"{obj_id}/{destination_actor}".encode(), digest_size=8).digest()
+def _transport(metadata: TensorTransportMetadata) -> TensorverbsTransportMetadata:
+    """Ray hands a transport back the metadata it made."""
+    assert isinstance(metadata, TensorverbsTransportMetadata)
+    return metadata
+
+
+def _communicator(metadata: CommunicatorMetadata) -> TensorverbsCommunicatorMetadata:
+    """Ray hands a transport back the communicator metadata it made."""
+    assert isinstance(metadata, TensorverbsCommunicatorMetadata)
+    return metadata
+
+
+def _step(obj_id: str, destination: str) -> int:
+    """The tensorverbs step of the transfer of ``obj_id`` to task ``destination``."""
+    digest = hashlib.blake2b(f"{obj_id}/{destination}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
 
 
@@ -63,21 +81,14 @@ def _bytes(tensor: torch.Tensor) -> Any:
     return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
-def _tensor(array: Any, shape: Any, dtype: torch.dtype) -> torch.Tensor:
+def _tensor(array: Any, shape: Any, dtype: Any) -> torch.Tensor:
     """The tensor of ``shape`` and ``dtype`` whose bytes ``array`` holds (no copy)."""
     return torch.from_numpy(array).view(dtype).reshape(shape)
 
 
-def _manager(transport: str) -> "TensorverbsTransport":
-    from ray.experimental.rdt.util import get_tensor_transport_manager
-
-    return get_tensor_transport_manager(transport)
-
-
-def _endpoint(actor: Any, transport: str) -> tuple[str, str]:
+def _endpoint(actor: Any, transport: str, protocol: str, spare_tasks: int) -> tuple[str, str]:
     """On an actor, through ``__ray_call__``: its server's (task name, host:port)."""
-    return _manager(transport).server.endpoint()
-
+    return actor_server(transport, protocol, spare_tasks).endpoint()
 
 
 class TensorverbsTransport(TensorTransportManager):
@@ -90,9 +101,10 @@ class TensorverbsTransport(TensorTransportManager):
     timeout = 60.0
 
     def __init__(self) -> None:
-        self.server = ActorServer(self.protocol, self.spare_tasks)
+        self.server = actor_server(self.name, self.protocol, self.spare_tasks)
         self._lock = threading.Lock()
         self._steps: dict[str, set[int]] = {}  # the source's: object id -> its transfers' steps
+        self._destinations: dict[Any, str] = {}  # the source's: actor handle -> its task
 
     def tensor_transport_backend(self) -> str:
         return self.name
@@ -119,56 +131,60 @@ class TensorverbsTransport(TensorTransportManager):
     def get_communicator_metadata(self, src_actor: "ray.actor.ActorHandle",
                                   dst_actor: "ray.actor.ActorHandle",
                                   backend: Optional[str] = None) -> TensorverbsCommunicatorMetadata:
-        return TensorverbsCommunicatorMetadata(destination_actor=dst_actor._actor_id.hex(),
-                                               destination=dst_actor)
+        return TensorverbsCommunicatorMetadata(destination=dst_actor)
 
     def send_multiple_tensors(self, tensors: List[torch.Tensor],
-                              tensor_transport_metadata: TensorverbsTransportMetadata,
-                              communicator_metadata: TensorverbsCommunicatorMetadata) -> None:
-        comm = communicator_metadata
-        server = self._knowing(comm)
-        obj_id = tensor_transport_metadata.obj_id
-        step = _step(obj_id, comm.destination_actor)
+                              tensor_transport_metadata: TensorTransportMetadata,
+                              communicator_metadata: CommunicatorMetadata) -> None:
+        server = self.server.get()
+        destination = self._knowing(server, _communicator(communicator_metadata).destination)
+        obj_id = _transport(tensor_transport_metadata).obj_id
+        step = _step(obj_id, destination)
         with self._lock:
             self._steps.setdefault(obj_id, set()).add(step)
         for i, tensor in enumerate(tensors):
-            server.send(str(i), _bytes(tensor), to=task_of(comm.destination_actor), step_id=step)
+            server.send(str(i), _bytes(tensor), to=destination, step_id=step)
 
-    def _knowing(self, comm: TensorverbsCommunicatorMetadata) -> Server:
-        """This actor's server, once it knows the destination's."""
-        server = self.server.get()
-        if task_of(comm.destination_actor) in map(str, server.cluster.tasks()):
-            return server
+    def _knowing(self, server: Server, destination: Any) -> str:
+        """The task of ``destination`` (an actor handle), once ``server`` knows it."""
+        with self._lock:
+            task = self._destinations.get(destination)
+        if task is not None and server.knows(task):
+            return task
         # not "_ray_system": there the destination may be waiting for a send queued here
-        call = comm.destination.__ray_call__.options(concurrency_group="_ray_system_error")
+        call = destination.__ray_call__.options(concurrency_group="_ray_system_error")
         try:
-            endpoint = ray.get(call.remote(_endpoint, self.name), timeout=self.timeout)
+            task, address = ray.get(call.remote(_endpoint, self.name, self.protocol, self.spare_tasks),
+                                    timeout=self.timeout)
         except GetTimeoutError:
             raise DeadlineExceededError(
-                f"actor {comm.destination_actor} did not tell its {self.name} server's address "
-                f"within {self.timeout:g} s") from None
+                f"actor {destination} did not tell its {self.name} server's address within "
+                f"{self.timeout:g} s") from None
         except RayError as exc:
             raise UnavailableError(
-                f"actor {comm.destination_actor} could not tell its {self.name} server's address: "
-                f"{exc}") from None
-        return self.learn(*endpoint)
+                f"actor {destination} could not tell its {self.name} server's address: {exc}") from None
+        self.learn(task, address)
+        with self._lock:
+            self._destinations[destination] = task
+        return task
 
     def learn(self, task: str, address: str) -> Server:
-        """This actor's server, having learned ``task`` at ``address``."""
+        """This actor's server, having learned ``task`` at ``address`` (where a task Ray
+        restarted moved)."""
         server = self.server.get()
         name = parse_task(task)
-        server.add_task(name.job, name.task, address)
+        server.add_task(name.job, name.task, address, replace=True)
         return server
 
     def recv_multiple_tensors(self, obj_id: str,
-                              tensor_transport_metadata: TensorverbsTransportMetadata,
-                              communicator_metadata: TensorverbsCommunicatorMetadata,
+                              tensor_transport_metadata: TensorTransportMetadata,
+                              communicator_metadata: CommunicatorMetadata,
                               target_buffers: Optional[List[Any]] = None) -> List[torch.Tensor]:
         if target_buffers:
             raise UnimplementedError(f"the {self.name} transport does not receive into given buffers")
-        meta = tensor_transport_metadata
+        meta = _transport(tensor_transport_metadata)
         server = self.learn(meta.source, meta.address)
-        step = _step(obj_id, communicator_metadata.destination_actor)
+        step = _step(obj_id, own_task())
         try:
             futures = [server.recv_async(str(i), meta.source, step, self.timeout)
                        for i in range(len(meta.tensor_meta))]
@@ -179,16 +195,26 @@ class TensorverbsTransport(TensorTransportManager):
         finally:
             server.cleanup_step(step)
 
-    def garbage_collect(self, obj_id: str, tensor_transport_meta: TensorverbsTransportMetadata,
+    def garbage_collect(self, obj_id: str, tensor_transport_meta: TensorTransportMetadata,
                         tensors: List[torch.Tensor]) -> None:
         with self._lock:
             steps = self._steps.pop(obj_id, ())
         for step in steps:
             self.server.get().cleanup_step(step)
 
-    def abort_transport(self, obj_id: str, communicator_metadata: TensorverbsCommunicatorMetadata) -> None:
-        step = _step(obj_id, communicator_metadata.destination_actor)
-        self.server.get().abort_step(step, f"Ray aborted the transfer of object {obj_id}")
+    def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:
+        destination = _communicator(communicator_metadata).destination
+        if destination is None or destination == ray.get_runtime_context().current_actor:
+            task: str | None = own_task()  # the destination's recvs
+        else:
+            with self._lock:
+                task = self._destinations.get(destination)  # the source's sends, if any
+        if task is not None:
+            self.server.get().abort_step(_step(obj_id, task), f"Ray aborted the transfer of object {obj_id}")
+
+
+#: the transports registered in this process: name -> settings
+_registered: dict[str, dict[str, Any]] = {}
 
 
 def register_transport(name: str = "TENSORVERBS", protocol: str = "grpc+verbs", *,
@@ -198,16 +224,26 @@ def register_transport(name: str = "TENSORVERBS", protocol: str = "grpc+verbs", 
     (upper case). Call it in the driver before creating the actors, which need
     ``@ray.remote(enable_tensor_transport=True)``; then
     ``@ray.method(tensor_transport=name)`` on a method sends what it returns that way.
+    An actor that Ray may restart calls it in its ``__init__`` too (Ray registers a
+    transport on an actor once, not in its restarted process); registering a name again
+    with the same settings does nothing.
 
     Args:
-        spare_tasks: how many other actors each actor may exchange tensors with
+        spare_tasks: how many other actors each actor may exchange tensors with at once
             ("grpc+verbs"; see ``Server(spare_tasks=...)``).
         timeout: seconds a transfer may take before its recv fails.
     """
-    if protocol not in PROTOCOLS:
+    if check.text(protocol, "protocol") not in PROTOCOLS:
         raise InvalidArgumentError(f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-    name = name.upper()
-    settings = {"name": name, "protocol": protocol, "spare_tasks": int(spare_tasks), "timeout": float(timeout)}
+    name = check.text(name, "name").upper()
+    settings = {"name": name, "protocol": protocol, "spare_tasks": check.integer(spare_tasks, "spare_tasks", 0),
+                "timeout": check.seconds(timeout, "timeout")}
+    known = _registered.get(name)
+    if known is not None:
+        if known != settings:
+            raise InvalidArgumentError(f"transport {name} is registered already with {known}")
+        return name
     transport = type(f"TensorverbsTransport_{name}", (TensorverbsTransport,), settings)
     register_tensor_transport(name, ["cpu"], transport, torch.Tensor)
+    _registered[name] = settings
     return name

@@ -65,7 +65,9 @@ class SendHandle:
         """Block like :meth:`wait`; the send's error, or None once it was delivered."""
         if not wait_in_slices(self._completion.wait, timeout):
             raise DeadlineExceededError(f"{self.what} was not received within {timeout:g} s")
-        code, message = self._completion.outcome()
+        outcome = self._completion.outcome()
+        assert outcome is not None  # settled: the wait returned True
+        code, message = outcome
         return from_code(code, message) if code else None
 
     def __repr__(self) -> str:

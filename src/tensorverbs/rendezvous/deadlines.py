@@ -27,7 +27,7 @@ class Deadline:
 
     __slots__ = ("when", "seq", "fn", "args", "_owner")
 
-    def __init__(self, when: float, seq: int, fn: Callable[..., Any], args: tuple,
+    def __init__(self, when: float, seq: int, fn: Callable[..., Any] | None, args: tuple,
                  owner: "Deadlines") -> None:
         self.when, self.seq, self.fn, self.args, self._owner = when, seq, fn, args, owner
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..arguments import instance, text as check_text
 from ..cluster import TaskName, parse_task
 from ..errors import InvalidArgumentError
 
@@ -52,13 +53,14 @@ class RendezvousKey:
 
 def format_key(key: RendezvousKey) -> str:
     """The key as TensorFlow writes it."""
+    key = instance(key, RendezvousKey, "key")
     return (f"{key.src.device};{key.src_incarnation:016x};{key.dst.device};{key.name};"
             f"{key.frame_id}:{key.iter_id}")
 
 
 def parse_key(text: str) -> RendezvousKey:
     """Parse a key written by :func:`format_key` (or by TensorFlow)."""
-    parts = text.split(";")
+    parts = check_text(text, "text").split(";")
     if len(parts) != 5:
         raise InvalidArgumentError(f"malformed rendezvous key {text!r}: expected 5 ';'-parts")
     src, incarnation, dst, name, frame_iter = parts

@@ -8,7 +8,10 @@ tensors.
 
 A tensor that arrives for a recv whose caller already gave up (its deadline passed just
 as the tensor was sent) is not lost: it is kept and handed to the next recv of the same
-key and step.
+key and step. A tensor that must be copied to its device (or opened from a handle) is
+delivered on the lane of its peer (:mod:`.lanes`), never on the event loop or in the
+thread of the send that completed a local recv; a recv's future is settled whatever its
+delivery raises.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from ..ipc.descriptor import is_descriptor
 from ..out import Out
 from ..tensor import dtype_enum, mark_dead
 from .deadlines import Deadline
+from .future import RecvFuture, add_internal_callback
 from .key import RendezvousKey
 from .local import Value
 
@@ -64,16 +68,18 @@ class RecvCall:
     step_id: int
     device: Device = HOST
     timeout: float | None = None
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    future: concurrent.futures.Future = field(default_factory=RecvFuture)
     started: float = field(default_factory=time.monotonic)
     out: Out | None = None
+    #: the value the future was settled with (a blocking recv interrupted just then passes it on)
+    delivered: Value | None = None
 
     @property
     def what(self) -> str:
         return describe_recv(self.key, self.step_id)
 
     @property
-    def match(self) -> Hashable:
+    def match(self) -> tuple[int, Hashable]:
         return (self.step_id, self.key.matching)
 
     def fail(self, error: TensorverbsError) -> bool:
@@ -104,7 +110,7 @@ class RemoteRendezvous(abc.ABC):
         # future holds (its done callbacks, deadline timers) refers back to the call: a
         # result is freed as soon as the caller drops it and its future
         self._ops: dict[concurrent.futures.Future, tuple[RecvCall, PendingRecv]] = {}
-        self._late: dict[Hashable, collections.deque[Value]] = {}
+        self._late: dict[tuple[int, Hashable], collections.deque[Value]] = {}
         self._stopped = False
 
     def start(self) -> None:
@@ -115,10 +121,22 @@ class RemoteRendezvous(abc.ABC):
         protocol needs no set-up beyond gRPC."""
         return None
 
-    def add_task(self, task: TaskName, address: str) -> None:
+    def add_task(self, task: TaskName, address: str, replace: bool = False) -> None:
         """Learn ``task``, which joined the cluster at run time at ``address``: the cluster
-        grows (InvalidArgumentError if it has the task at another address)."""
-        self.rt.cluster.add_task(task.job, task.task, address)
+        grows. A task known at another address is InvalidArgumentError, unless
+        ``replace``: it moved there (it restarted), and calls to it go there from now on."""
+        known = task in set(self.rt.cluster.tasks())
+        if self.rt.cluster.add_task(task.job, task.task, address, replace=replace) and known:
+            self.moved(task)
+
+    def knows(self, task: TaskName) -> bool:
+        """Whether ``task`` is in the cluster, at an address it is known to be at."""
+        return task in set(self.rt.cluster.tasks())
+
+    def moved(self, task: TaskName) -> None:
+        """``task`` is at another address now: its channels are set up afresh there (the
+        old one closes before the event loop runs anything asked of it later)."""
+        self.rt.loop.submit(self.rt.peers.forget(task))
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array that this protocol sends without preparing it first."""
@@ -138,8 +156,17 @@ class RemoteRendezvous(abc.ABC):
 
     def recv(self, key: RendezvousKey, step_id: int, timeout: float | None,
              device: Device = HOST, out: Out | None = None) -> Any:
-        """Receive (blocking); see :meth:`recv_async`."""
-        return self.recv_async(key, step_id, timeout, device, out).result()
+        """Receive (blocking); see :meth:`recv_async`. A signal handler's exception
+        (Ctrl-C's KeyboardInterrupt) raised while it waits gives the recv up: its tensor
+        goes to the next recv of its key and step."""
+        call = RecvCall(key, step_id, device, timeout, out=out)
+        self._begin(call)
+        try:
+            return call.future.result()
+        except BaseException:
+            if not call.future.cancel() and call.delivered is not None:
+                self._pass_on(call, call.delivered)  # interrupted as the tensor came
+            raise
 
     def stop(self) -> None:
         """Fail every pending recv and release the protocol's resources."""
@@ -155,25 +182,40 @@ class RemoteRendezvous(abc.ABC):
                    device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
         """Start a recv; the future yields the tensor (on ``device``, or ``out`` filled
         with it) or raises a TensorverbsError."""
-        call = RecvCall(key, step_id, device, timeout, out=out)
-        fut = call.future
+        call = RecvCall(key, step_id, device, timeout, out=out, future=self.future(key))
+        self._begin(call)
+        return call.future
+
+    def future(self, key: RendezvousKey) -> RecvFuture:
+        """The future of a recv of ``key``, running its caller's callbacks on the lane of
+        ``key.src``."""
+        return RecvFuture(self.rt.lanes, str(key.src))
+
+    def _begin(self, call: RecvCall) -> None:
+        """Start ``call``: from the local table, or through the protocol."""
+        key, step_id, timeout, fut = call.key, call.step_id, call.timeout, call.future
         with self._lock:  # against a concurrent abort_step of this step, or stop
             if self._stopped:
                 call.fail(CancelledError("the server stopped"))
-                return fut
+                return
             if key.src == self.rt.task:
-                waiter = self.rt.table.recv_async(
-                    step_id, key, lambda err, value: call.fail(err) if err else self.complete(call, value))
+                waiter = self.rt.table.recv_async(step_id, key, functools.partial(self._local, call))
                 op: PendingRecv | None = _LocalRecv(waiter) if waiter is not None else None
             else:
                 op = self._remote(call)
             if op is None or fut.done():
-                return fut
+                return
             self._ops[fut] = (call, op)
         deadline = (self.rt.deadlines.add(timeout, self._expire, weakref.ref(fut), timeout)
                     if timeout is not None else None)
-        fut.add_done_callback(functools.partial(self._done, deadline))
-        return fut
+        add_internal_callback(fut, functools.partial(self._done, deadline))
+
+    def _local(self, call: RecvCall, error: TensorverbsError | None, value: Value | None) -> None:
+        """The local table's answer to ``call``."""
+        if value is not None:
+            self.complete(call, value)
+        elif error is not None:
+            call.fail(error)
 
     def _remote(self, call: RecvCall) -> PendingRecv | None:
         error = self.rt.table.aborted(call.step_id)
@@ -216,7 +258,28 @@ class RemoteRendezvous(abc.ABC):
             self.rt.counters.add("tensors_received")
             self.rt.counters.add("bytes_received", nbytes)
             self.rt.recvs.observe(str(call.key.src), nbytes, time.monotonic() - call.started)
-        while not self._deliver(call, value):
+        if self._copies(call, value):
+            self.rt.lanes.run(str(call.key.src), self._hand_over, call, value)
+        else:
+            self._hand_over(call, value)
+
+    @staticmethod
+    def _copies(call: RecvCall, value: Value) -> bool:
+        """Whether delivering ``value`` to ``call`` copies it to a device or opens a
+        shared tensor."""
+        out_device = call.out.device if call.out is not None else call.device
+        return not out_device.dma or is_descriptor(value.array)
+
+    def _hand_over(self, call: RecvCall, value: Value) -> None:
+        if self._deliver(call, value):
+            value.delivered()  # a local recv took this task's own tensor: its send completes
+        else:
+            self._pass_on(call, value)
+
+    def _pass_on(self, call: RecvCall, value: Value) -> None:
+        """Hand ``value``, which ``call``'s caller gave up or refused, to another recv of
+        its key and step in flight, else back to the local table or aside for the next."""
+        while True:
             if call.out is not None and value.array is call.out.landing:
                 value = Value(value.array.copy(), value.is_dead, value.ticket)  # that caller may reuse out
             with self._lock:
@@ -230,11 +293,21 @@ class RemoteRendezvous(abc.ABC):
                     return
             call, op = other
             op.cancel()
-        value.delivered()  # a local recv took this task's own tensor
+            if self._deliver(call, value):
+                value.delivered()
+                return
 
     def _deliver(self, call: RecvCall, value: Value) -> bool:
         """Settle ``call`` with ``value``; False if its caller already gave up or refuses
-        the tensor (its ``out`` is of another dtype or shape: InvalidArgumentError)."""
+        the tensor (its ``out`` is of another dtype or shape: InvalidArgumentError).
+        Whatever making its result raises settles it too."""
+        try:
+            return self._settle_with(call, value)
+        except Exception as exc:
+            settle(call.future, as_error(exc, f"{call.what}: delivering the tensor"))
+            return True
+
+    def _settle_with(self, call: RecvCall, value: Value) -> bool:
         if call.future.done():
             return False
         if call.out is not None:
@@ -250,11 +323,12 @@ class RemoteRendezvous(abc.ABC):
                 return True
             if not shared:
                 self.rt.counters.add("proxy_copies")
-        return settle(call.future, None, result)
+        return self._succeed(call, result, None if shared else value)
 
     def _fill(self, call: RecvCall, value: Value) -> bool:
         """:meth:`_deliver` into ``call.out``."""
         out, array = call.out, value.array
+        assert out is not None
         shared = is_descriptor(array)
         try:
             dtype, shape = self.rt.shared.meta(dtype_enum(array.dtype), array.shape, array)
@@ -272,6 +346,13 @@ class RemoteRendezvous(abc.ABC):
             return True
         if not out.device.dma and not shared:
             self.rt.counters.add("proxy_copies")
+        return self._succeed(call, result, None if shared else value)
+
+    @staticmethod
+    def _succeed(call: RecvCall, result: Any, value: Value | None) -> bool:
+        """Settle ``call`` with ``result``, made of ``value`` (None: a value that cannot be
+        passed on, a shared tensor's handle already released)."""
+        call.delivered = value
         return settle(call.future, None, result)
 
     def abort_step(self, step_id: int, error: AbortedError) -> None:

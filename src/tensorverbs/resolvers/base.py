@@ -6,6 +6,7 @@ import abc
 import os
 from typing import Callable, Mapping, Sequence, TypeVar
 
+from .. import arguments as check
 from ..cluster import ClusterSpec
 from ..errors import InvalidArgumentError
 
@@ -29,8 +30,10 @@ class ClusterResolver(abc.ABC):
 
 
 def environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
-    """``environ``, or the process's environment where it is None."""
-    return os.environ if environ is None else environ
+    """``environ``, or the process's environment where it is None (InvalidArgumentError if
+    it is not a mapping)."""
+    given = check.environ(environ)
+    return os.environ if given is None else given
 
 
 def read_var(environ: Mapping[str, str], *names: str, parse: Callable[[str], T], hint: str) -> T:

@@ -101,7 +101,7 @@ def _route_address(host: str, port: int) -> str:
         family, kind, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, kind) as s:
             s.connect(sockaddr)
-            return s.getsockname()[0]
+            return str(s.getsockname()[0])
     except OSError as exc:
         raise UnavailableError(f"no route to MASTER_ADDR {host}: {exc}") from None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 T = TypeVar("T")
 
@@ -25,7 +25,7 @@ class EventLoopThread:
             self.loop.run_until_complete(self.loop.shutdown_default_executor())
             self.loop.close()
 
-    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Run ``coro`` on the loop; cancelling the returned future cancels the coroutine."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 

@@ -117,15 +117,25 @@ class Peers:
                 now = loop.time()
                 if not waits:
                     why = refusal(exc.details() or "")
-                    refused_since = None if why is None else (refused_since or now)
-                    if why is not None and now - refused_since >= REFUSAL_SECONDS:
-                        raise UnauthenticatedError(f"{peer}: {why}") from None
+                    if why is None:
+                        refused_since = None
+                    else:
+                        refused_since = now if refused_since is None else refused_since
+                        if now - refused_since >= REFUSAL_SECONDS:
+                            raise UnauthenticatedError(f"{peer}: {why}") from None
                 if now >= deadline:
                     raise UnavailableError(
                         f"{peer} did not answer within the start-up grace period of "
                         f"{self.startup_grace:g} s") from None
         peer.status = status
         return status
+
+    async def forget(self, task: TaskName) -> None:
+        """Close the channel to ``task`` (it moved, or left): the next call to it dials its
+        address in the cluster afresh."""
+        peer = self._peers.pop(task, None)
+        if peer is not None:
+            await peer.channel.close()
 
     def lost(self, task: TaskName) -> None:
         """Forget a peer's status after it failed; the next call does a fresh handshake."""

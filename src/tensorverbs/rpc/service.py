@@ -11,7 +11,7 @@ a tensor, set up (or replace) a verbs channel or learn the task's incarnation.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable, NoReturn
 
 import grpc
 from grpc_health.v1 import _async as health_async
@@ -142,8 +142,7 @@ class Servicer:
 
     async def release_shared_tensor(self, request: pb.ReleaseSharedTensorRequest,
                                     context) -> pb.ReleaseSharedTensorResponse:
-        if self.rt.shared is not None:
-            self.rt.shared.release(request.incarnation, request.export_id)
+        self.rt.shared.release(request.incarnation, request.export_id)
         return pb.ReleaseSharedTensorResponse()
 
     def check_request(self, src, incarnation: int) -> TensorverbsError | None:
@@ -178,16 +177,17 @@ class Servicer:
         })
 
 
-async def _abort(context, error: TensorverbsError) -> None:
+async def _abort(context, error: TensorverbsError) -> NoReturn:
     code, message = to_status(error)
     await context.abort(code, message)
+    raise AssertionError("context.abort returned")  # it raises
 
 
 async def start_server(servicer: Servicer, bind: str, token: JobToken | None = None,
-                       tls: TlsConfig | None = None) -> grpc.aio.Server:
-    """Serve ``servicer`` and the health service on ``bind`` (host:port): over TLS with
-    ``tls``, and refusing the service's calls that do not carry ``token`` (either may be
-    None)."""
+                       tls: TlsConfig | None = None) -> tuple[grpc.aio.Server, int]:
+    """Serve ``servicer`` and the health service on ``bind`` (host:port, port 0 for a free
+    one): over TLS with ``tls``, and refusing the service's calls that do not carry
+    ``token`` (either may be None). Returns the server and the port it listens on."""
     credentials = tls.server_credentials() if tls is not None else None
     server = grpc.aio.server(options=SERVER_OPTIONS,
                              interceptors=[TokenInterceptor(token)] if token is not None else None)
@@ -205,4 +205,4 @@ async def start_server(servicer: Servicer, bind: str, token: JobToken | None = N
     await server.start()
     await health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health.set("", health_pb2.HealthCheckResponse.SERVING)
-    return server
+    return server, port

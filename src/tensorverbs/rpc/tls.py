@@ -37,10 +37,11 @@ class TlsConfig:
         given = {field: env.get(var) or None for field, var in _VARIABLES.items()}
         if not any(given.values()):
             return None
-        missing = [_VARIABLES[f] for f in ("cert", "key") if given[f] is None]
-        if missing:
+        cert, key = given["cert"], given["key"]
+        if cert is None or key is None:
+            missing = [_VARIABLES[f] for f in ("cert", "key") if given[f] is None]
             raise InvalidArgumentError(f"TLS needs {' and '.join(missing)} too")
-        return cls(**given)
+        return cls(cert, key, given["ca"])
 
     def _read(self, field: str) -> bytes:
         path = getattr(self, field)

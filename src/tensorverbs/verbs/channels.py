@@ -43,6 +43,29 @@ class VerbsChannels:
         self.rt, self.core, self.ids = rt, core, ids
         self._setups: dict[TaskName, asyncio.Future] = {}
         self._watches: dict[tuple[TaskName, int], asyncio.Future] = {}
+        #: the incarnation of each peer whose channel was connected last
+        self._incarnations: dict[TaskName, int] = {}
+        #: peers whose latest channel failed, or that came back as another incarnation:
+        #: where they are is unsure until they are learned again
+        self._unsure: set[TaskName] = set()
+
+    def unsure(self, peer: TaskName) -> bool:
+        """Whether ``peer``'s latest channel failed, or it set one up as another
+        incarnation than before (it may have restarted elsewhere)."""
+        return peer in self._unsure
+
+    def gone(self, peer: TaskName) -> bool:
+        """Whether ``peer``'s latest channel failed and none replaced it."""
+        return peer in self._unsure and not self.core.ready(self.ids[peer])
+
+    def learned(self, peer: TaskName) -> None:
+        """``peer``'s address was (learned) again."""
+        self._unsure.discard(peer)
+
+    def forget(self, peer: TaskName) -> None:
+        """``peer`` left the cluster."""
+        self._unsure.discard(peer)
+        self._incarnations.pop(peer, None)
 
     def _describe(self, description: bytes) -> dict:
         return dict(host_name=str(self.rt.task), incarnation=self.rt.incarnation,
@@ -76,6 +99,7 @@ class VerbsChannels:
         await loop.run_in_executor(None, self.core.connect, pid, status.incarnation,
                                    reply.channel.provider_info)
         self._watch(peer, status.incarnation)
+        self.learned(peer)  # it answered at its address
         log.info("%s: verbs channel to %s connected (%s)", self.rt.task, peer, self.core.provider)
 
     # -- the peer starts ------------------------------------------------------------------
@@ -84,6 +108,8 @@ class VerbsChannels:
         peer = parse_task(request.host_name)
         # a task that joined at run time may call before this task has learned it
         pid, offered = self.ids.wait_for(peer, self.rt.startup_grace), request.channel.provider_info
+        if self._incarnations.get(peer, request.incarnation) != request.incarnation:
+            self._unsure.add(peer)  # it restarted, maybe elsewhere
         mine = self.core.channel(pid, request.incarnation, offered)
         self.core.connect(pid, request.incarnation, offered)
         self.rt.loop.call_soon(self._watch, peer, request.incarnation)
@@ -91,13 +117,16 @@ class VerbsChannels:
 
     # -- liveness -------------------------------------------------------------------------
     def _watch(self, peer: TaskName, incarnation: int) -> None:
-        """Fail the channel to ``peer`` when its health stream ends (on the event loop).
+        """Fail the channel to ``peer`` when its health stream ends (on the event loop), if
+        it is still the channel to that incarnation: a later one (the peer restarted) is
+        not the watch's. Its peer is then :meth:`unsure`.
 
         The stream opens once the peer answers a GetStatus with the channel's incarnation:
         when the peer set the channel up, this side's gRPC channel to it may still be
         backing off from an attempt made before the peer was up, and a stream opened
         then would fail at once although the peer is fine."""
         key = (peer, incarnation)
+        self._incarnations[peer] = incarnation
         if key in self._watches and not self._watches[key].done():
             return
         stub = self.rt.peers.peer(peer)
@@ -119,6 +148,9 @@ class VerbsChannels:
                 return
             except Exception as exc:
                 why = f"watching it failed ({type(exc).__name__}: {exc})"
+            if self._incarnations.get(peer) != incarnation or peer not in self.ids:
+                return  # the channel is another incarnation's now, or the peer left
+            self._unsure.add(peer)
             self.rt.peers.lost(peer)
             self.core.fail_channel(self.ids[peer], int(Code.UNAVAILABLE), f"{peer} is unavailable: {why}")
         self._watches[key] = asyncio.ensure_future(watch())

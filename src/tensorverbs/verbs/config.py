@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, fields
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import InvalidArgumentError
 
@@ -143,7 +143,7 @@ class RdmaConfig:
         """Read every variable from ``environ`` (default ``os.environ``); keyword
         arguments override the environment."""
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}
         for name, (names, parse) in _VARIABLES.items():
             given = [(n, env[n]) for n in names if env.get(n, "") != ""]
             if not given:
@@ -154,7 +154,7 @@ class RdmaConfig:
                     parsed.append((var, parse(text)))
                 except ValueError:
                     raise InvalidArgumentError(
-                        f"{var}={text!r} is not valid: expected {parse.allowed}") from None
+                        f"{var}={text!r} is not valid: expected {getattr(parse, 'allowed', 'another value')}") from None
             if len({v for _, v in parsed}) > 1:
                 shown = " and ".join(f"{var}={env[var]!r}" for var, _ in parsed)
                 raise InvalidArgumentError(f"{shown} disagree: set one of them")
@@ -162,14 +162,16 @@ class RdmaConfig:
         values.update(overrides)
         return cls(**values)
 
-    def to_core(self) -> dict[str, object]:
-        """The verbs settings as the native core takes them (-1/0/"" for "from the device")."""
+    def to_core(self, bind_host: str = "") -> dict[str, Any]:
+        """The verbs settings as the native core takes them (-1/0/"" for "from the device");
+        ``bind_host``: where the soft provider's listener binds ("": where peers reach it)."""
         return {"provider": self.provider, "device": self.device or "", "port": self.port or 0,
                 "gid_index": -1 if self.gid_index is None else self.gid_index,
                 "pkey_index": self.pkey_index, "queue_depth": self.queue_depth,
                 "timeout": self.timeout, "retry_cnt": self.retry_count, "sl": self.sl,
                 "mtu": self.mtu or 0, "traffic_class": self.traffic_class,
-                "same_host": self.same_host, "ib_windows": self.ib_windows}
+                "same_host": self.same_host, "ib_windows": self.ib_windows,
+                "bind_host": bind_host}
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(variable, effective value, where it came from) for ``tensorverbs info``."""

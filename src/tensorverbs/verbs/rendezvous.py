@@ -5,7 +5,8 @@ recvs in flight; peers' requests are answered there without entering Python. Pyt
 sets channels up over gRPC (:mod:`.channels`), starts recvs and turns their answers into
 arrays: a recv calls into the core once and gets the result once (the blocking form
 waits with the GIL released; the asynchronous form's future is settled by the core's
-settler thread). A recv whose channel is not up yet first sets it up on the event loop.
+settler thread, or on the peer's lane when the tensor must be copied to its device). A
+recv whose channel is not up yet first sets it up on the event loop.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 from .. import _core
 from ..devices import HOST, Device
 from ..errors import Code, TensorverbsError, UnavailableError, as_error, from_code
+from ..rendezvous.future import add_internal_callback
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
 from ..out import Out
@@ -79,13 +81,13 @@ class VerbsRendezvous(RemoteRendezvous):
         self._names = self.ids.names
         self.task_id = self.ids[runtime.task]
         self._joining = threading.Lock()
-        self.core: _core.Rendezvous | None = None
-        self.channels: VerbsChannels | None = None
+        self.core: _core.Rendezvous  # once started
+        self.channels: VerbsChannels
 
     def start(self) -> None:
         cfg = self.rt.rdma_config
         self.core = _core.Rendezvous(
-            self.task_id, self.ids.core_names, cfg.to_core(), self.rt.host, cfg.rendezvous == "read",
+            self.task_id, self.ids.core_names, cfg.to_core(self.rt.bind_host), self.rt.host, cfg.rendezvous == "read",
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self.rt.counters.source(self.core.stats)
@@ -94,21 +96,40 @@ class VerbsRendezvous(RemoteRendezvous):
         """GetRemoteAddress is answered by the channels' set-up."""
         return self.channels.handle_setup
 
-    def add_task(self, task: "TaskName", address: str) -> None:
-        """The cluster grows and ``task`` takes a spare id of the core (ResourceExhaustedError
-        when none is left)."""
+    def add_task(self, task: "TaskName", address: str, replace: bool = False) -> None:
+        """The cluster grows and ``task`` takes a free spare id of the core, the id of a
+        task that joined and is gone if none is free (ResourceExhaustedError when there is
+        none either)."""
         with self._joining:
+            if task not in self.ids and not self.ids.spare:
+                self._reclaim()
             self.ids.check_room(task)  # before the cluster grows
-            super().add_task(task, address)
+            super().add_task(task, address, replace)
             self.ids.add(task)
+            self.channels.learned(task)
+
+    def knows(self, task: "TaskName") -> bool:
+        return super().knows(task) and not self.channels.unsure(task)
+
+    def _reclaim(self) -> None:
+        """Forget a task that joined at run time and is gone: its id is free again."""
+        gone = next((t for t in self.rt.cluster.tasks() if self.ids.joined(t) and self.channels.gone(t)), None)
+        if gone is not None:
+            self.ids.release(gone)
+            self.rt.cluster.remove_task(gone)
+            self.channels.forget(gone)
+            self.rt.loop.submit(self.rt.peers.forget(gone))
+
+    def moved(self, task: "TaskName") -> None:
+        """The channel to ``task``'s old address fails; the next recv sets one up at its new."""
+        self.core.fail_channel(self.ids[task], int(Code.UNAVAILABLE), f"{task} moved")
+        super().moved(task)
 
     # -- this task's tensors ----------------------------------------------------------------
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
         array = value.array
-        if array.dtype == object:
-            dtype, data = DT_STRING, encode_proto(array)
-        else:
-            dtype, data = dtype_enum(array.dtype), array
+        dtype: int = DT_STRING if array.dtype == object else dtype_enum(array.dtype)
+        data = encode_proto(array) if dtype == DT_STRING else array
         self.core.send(step_id, self.ids[key.dst], key.name, dtype, array.shape, value.is_dead, data,
                        value.ticket)
 
@@ -116,7 +137,8 @@ class VerbsRendezvous(RemoteRendezvous):
         """An array in registered memory: sending it needs no registration or copy."""
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return np.frombuffer(self.core.allocate(nbytes), np.uint8).view(dtype).reshape(shape)
+        memory: Any = self.core.allocate(nbytes)  # a ByteView, exporting its bytes
+        return np.frombuffer(memory, np.uint8).view(dtype).reshape(shape)
 
     def pending(self) -> tuple[int, int]:
         return self.core.pending()
@@ -133,7 +155,7 @@ class VerbsRendezvous(RemoteRendezvous):
     def recv(self, key: RendezvousKey, step_id: int, timeout: float | None,
              device: Device = HOST, out: Out | None = None) -> Any:
         src = self._direct(key)
-        if src is None or self.core is None:
+        if src is None:
             return super().recv(key, step_id, timeout, device, out)
         started = time.monotonic()
         code, message, dtype, shape, is_dead, payload = self.core.recv(
@@ -153,17 +175,18 @@ class VerbsRendezvous(RemoteRendezvous):
         src = self._direct(key)
         if src is None:
             return super().recv_async(key, step_id, timeout, device, out)
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        fut = self.future(key)
         what = describe_recv(key, step_id) if out is not None else ""
-        self._start(fut, src, key.name, step_id, _timeout(timeout), device, out, what)
+        self._start(fut, src, key.name, step_id, _timeout(timeout), device, out, what, time.monotonic())
         return fut
 
     def _start(self, fut: concurrent.futures.Future, src: int, name: str, step_id: int,
-               timeout: float, device: Device, out: Out | None, what: str) -> "_core.RecvHandle":
+               timeout: float, device: Device, out: Out | None, what: str, started: float) -> "_core.RecvHandle":
+        """Start the core's recv settling ``fut``; cancelling ``fut`` gives it up."""
         handle = self.core.recv_async(step_id, src, name, timeout, fut,
-                                      self._settler(device, src, time.monotonic(), out, what),
+                                      self._settler(device, src, started, out, what, step_id, name),
                                       out and out.destination)
-        fut.add_done_callback(functools.partial(_give_up_if_cancelled, handle))
+        add_internal_callback(fut, functools.partial(_give_up_if_cancelled, handle))
         return handle
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
@@ -181,43 +204,58 @@ class VerbsRendezvous(RemoteRendezvous):
             return
         timeout = call.timeout
         left = -1.0 if timeout is None else max(0.0, timeout - (time.monotonic() - began))
-        src = self.ids[call.key.src]
-        op.handle = self.core.recv_async(
-            call.step_id, src, call.key.name, left, call.future,
-            self._settler(call.device, src, call.started, call.out, call.what),
-            call.out and call.out.destination)
+        # a cancel from now on gives the core's recv up (also one that came meanwhile)
+        op.handle = self._start(call.future, self.ids[call.key.src], call.key.name, call.step_id,
+                                left, call.device, call.out, call.what, call.started)
 
-    def _settler(self, device: Device, src: int, started: float, out: Out | None = None,
-                 what: str = "") -> Callable[..., bool]:
-        """What settles the future of a recv from ``src`` started at ``started`` (into
-        ``out``, described by ``what``, if given)."""
-        return functools.partial(self._settle, device, src, started, out, what)
+    def _settler(self, device: Device, src: int, started: float, out: Out | None, what: str,
+                 step_id: int, name: str) -> Callable[..., bool]:
+        """What settles the future of a recv of ``name`` from ``src`` at ``step_id``
+        started at ``started`` (into ``out``, described by ``what``, if given)."""
+        return functools.partial(self._settle, device, src, started, out, what, step_id, name)
 
     def _settle(self, device: Device, src: int, started: float, out: Out | None, what: str,
-                fut: concurrent.futures.Future, code: int, message: str, dtype: int,
-                shape: tuple, is_dead: bool, payload: Any) -> bool:
+                step_id: int, name: str, fut: concurrent.futures.Future, code: int, message: str,
+                dtype: int, shape: tuple, is_dead: bool, payload: Any) -> bool:
         """Settle ``fut`` with a recv's answer (in the core's settler thread); False if it
         was cancelled already or ``out`` refuses the tensor (which then goes back to the
-        core for the next recv)."""
+        core for the next recv). A tensor for a device is handed to the peer's lane, which
+        copies it there and settles ``fut``."""
         if fut.done():
             return False
         if code:
-            settle(fut, from_code(code, self.ids.named(message)))
+            return settle(fut, from_code(code, self.ids.named(message)))
+        if not (out.device if out is not None else device).dma or dtype == DT_VARIANT:
+            self.rt.lanes.run(self._names[src], self._settle_on_lane, device, src, started, out,
+                              what, step_id, name, fut, dtype, shape, is_dead, payload)
             return True
-        if out is not None:
-            try:
-                meta = self.rt.shared.meta(dtype, shape, payload)
-            except TensorverbsError as exc:  # a malformed descriptor
-                settle(fut, exc)
-                return True
-            if not out.fits(*meta):
-                settle(fut, out.refusal(what, *meta))
-                return False
-        self._received(src, payload, started)
+        return self._settle_value(device, src, started, out, what, fut, dtype, shape, is_dead, payload)
+
+    def _settle_on_lane(self, device: Device, src: int, started: float, out: Out | None, what: str,
+                        step_id: int, name: str, fut: concurrent.futures.Future, dtype: int,
+                        shape: tuple, is_dead: bool, payload: Any) -> None:
+        """:meth:`_settle` of a tensor for a device, on its peer's lane; a tensor not taken
+        goes back to the core."""
+        if not self._settle_value(device, src, started, out, what, fut, dtype, shape, is_dead, payload):
+            self.core.give_back(step_id, src, name, dtype, shape, is_dead, payload)
+
+    def _settle_value(self, device: Device, src: int, started: float, out: Out | None, what: str,
+                      fut: concurrent.futures.Future, dtype: int, shape: tuple, is_dead: bool,
+                      payload: Any) -> bool:
+        """Settle ``fut`` with a received tensor; False if it was cancelled already or
+        ``out`` refuses the tensor. Whatever making the result raises settles ``fut``."""
         try:
+            if fut.done():
+                return False
+            if out is not None:
+                meta = self.rt.shared.meta(dtype, shape, payload)
+                if not out.fits(*meta):
+                    settle(fut, out.refusal(what, *meta))
+                    return False
+            self._received(src, payload, started)
             value = self._value(src, dtype, shape, is_dead, payload, device, out)
-        except TensorverbsError as exc:
-            settle(fut, exc)
+        except Exception as exc:
+            settle(fut, as_error(exc, what or "receiving a tensor"))
             return True
         return settle(fut, None, value)
 
@@ -266,6 +304,6 @@ class VerbsRendezvous(RemoteRendezvous):
 
     def stop(self) -> None:
         super().stop()
-        if self.core is not None:
+        if hasattr(self, "core"):  # it started
             self.channels.close()
             self.core.stop()

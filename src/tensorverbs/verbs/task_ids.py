@@ -2,9 +2,10 @@
 
 The core (``tensorverbs._core.Rendezvous``) knows its peers as ids into a list of names
 fixed when it starts. A cluster that grows needs spare ids: the list ends with
-``spare`` placeholders, and a task that joins (:meth:`TaskIds.add`) takes the next one.
-The core names a peer by its placeholder in its messages; :meth:`TaskIds.named` puts the
-task's name back.
+``spare`` placeholders, and a task that joins (:meth:`TaskIds.add`) takes a free one. A
+joined task that is gone (:meth:`TaskIds.release`) frees its id for the next. The core
+names a peer by its placeholder in its messages; :meth:`TaskIds.named` puts the task's
+name back.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from typing import Iterable
 
 from ..cluster import TaskName
-from ..errors import InvalidArgumentError, ResourceExhaustedError
+from ..errors import InvalidArgumentError, ResourceExhaustedError, UnavailableError
 
 
 def _placeholder(slot: int) -> str:
@@ -26,15 +27,21 @@ class TaskIds:
     def __init__(self, tasks: Iterable[TaskName], spare: int) -> None:
         tasks = list(tasks)
         self._ids = {task: i for i, task in enumerate(tasks)}
-        #: the core's names, by id (a placeholder until a task takes a spare id)
+        self._first_spare = len(tasks)
+        #: the core's names, by id (a placeholder for a spare id)
         self.core_names = [str(task) for task in tasks] + [_placeholder(s) for s in range(spare)]
-        #: the tasks' names, by id
+        #: the tasks' names, by id (a free spare id's is its placeholder)
         self.names = list(self.core_names)
+        self._free = list(range(self._first_spare, len(self.core_names)))
         self.spare_total = spare
         self._joined = threading.Condition()
 
     def __getitem__(self, task: TaskName) -> int:
-        return self._ids[task]
+        """The id of ``task``; UnavailableError if it has none (it joined and left)."""
+        try:
+            return self._ids[task]
+        except KeyError:
+            raise UnavailableError(f"{task} left the cluster") from None
 
     def __contains__(self, task: TaskName) -> bool:
         return task in self._ids
@@ -42,26 +49,43 @@ class TaskIds:
     @property
     def spare(self) -> int:
         """How many more tasks may join."""
-        return len(self.core_names) - len(self._ids)
+        return len(self._free)
+
+    def joined(self, task: TaskName) -> bool:
+        """Whether ``task`` holds an id it took when it joined at run time."""
+        return self._ids.get(task, -1) >= self._first_spare
 
     def check_room(self, task: TaskName) -> None:
         """ResourceExhaustedError unless ``task`` has an id or can get one."""
         if task not in self._ids and not self.spare:
             raise ResourceExhaustedError(
                 f"{task} cannot join: no room is left for tasks joining at run time "
-                f"({self.spare_total} spare; Server(spare_tasks=...) sets how many)")
+                f"({self.spare_total} spare, each taken until its task is gone; "
+                "Server(spare_tasks=...) sets how many)")
 
     def add(self, task: TaskName) -> None:
-        """Give ``task`` the next spare id (nothing if it has one); ResourceExhaustedError
-        when none is left."""
+        """Give ``task`` a free spare id (nothing if it has one); ResourceExhaustedError
+        when none is free."""
         with self._joined:
             self.check_room(task)
             if task in self._ids:
                 return
-            slot = len(self._ids)
+            slot = self._free.pop(0)
             self._ids[task] = slot
             self.names[slot] = str(task)
             self._joined.notify_all()
+
+    def release(self, task: TaskName) -> bool:
+        """Free the id of ``task``, which joined at run time and is gone, for the next task
+        that joins; False (nothing done) for a task of the cluster it started with."""
+        with self._joined:
+            if not self.joined(task):
+                return False
+            slot = self._ids.pop(task)
+            self.names[slot] = self.core_names[slot]
+            self._free.append(slot)
+            self._free.sort()
+            return True
 
     def wait_for(self, task: TaskName, timeout: float) -> int:
         """The id of ``task``, waiting up to ``timeout`` seconds for it to join while there

@@ -1,0 +1,385 @@
+"""tensorverbs' native core"""
+
+from collections.abc import Sequence
+import enum
+
+
+def build_info() -> dict:
+    """
+    How the core was built: compiler, cxx_standard, build_type, sanitizers, ibverbs (whether the ibverbs provider is built) and ibverbs_reason.
+    """
+
+def encode_message(type: int, request_index: int, name: str = '', step_id: int = 0, remote_addr: int = 0, rkey: int = 0, meta: tuple[int, Sequence[int], bool, int] | None = None, error_code: int = 0, error_message: str = '', acked: int = 0, payload: bytes = ...) -> bytes:
+    """
+    The bytes of one control message (meta: (dtype, shape, is_dead, nbytes)); ValueError if it cannot be encoded. For tests.
+    """
+
+class MessageType(enum.IntEnum):
+    """The control messages' types."""
+
+    META_DATA_RESPONSE = 0
+
+    TENSOR_RE_REQUEST = 1
+
+    TENSOR_REQUEST = 2
+
+    ERROR_STATUS = 3
+
+    RELEASE = 4
+
+    CANCEL = 5
+
+    TENSOR_INLINE = 6
+
+SLOT_BYTES: int = 8192
+
+HEADER_BYTES: int = 821
+
+MAX_TAIL_BYTES: int = 7371
+
+MAX_REQUEST_INDEX: int = 4294967293
+
+IMM_MESSAGE: int = 4294967295
+
+IMM_ACK: int = 4294967294
+
+LOCAL_WRITE: int = 1
+
+REMOTE_WRITE: int = 2
+
+REMOTE_READ: int = 4
+
+WR_RDMA_WRITE: int = 0
+
+WR_RDMA_WRITE_WITH_IMM: int = 1
+
+WR_RDMA_READ: int = 4
+
+def describe_channel(provider: str, endpoint: bytes, rx_addr: int, rx_rkey: int, rx_length: int, slots: int, max_message_bytes: int) -> bytes:
+    """A channel description's bytes (as GetRemoteAddress carries them)."""
+
+def parse_channel(bytes: bytes) -> object:
+    """A channel description as a dict, or None if the bytes are not one."""
+
+class ByteView:
+    """
+    Bytes held by the native core (a registered pool allocation), exported through the buffer protocol: numpy.frombuffer views them.
+    """
+
+    @property
+    def nbytes(self) -> int: ...
+
+class RecvHandle:
+    """A recv in flight."""
+
+    def give_up(self, code: int, message: str) -> None:
+        """
+        Stop waiting: the recv's caller gets (code, message); a tensor that arrives anyway is kept for the next recv of its key and step.
+        """
+
+class Rendezvous:
+    """The grpc+verbs protocol of one task: channels, tensors, recvs."""
+
+    def __init__(self, task: int, task_names: Sequence[str], config: dict, listen_host: str, read_mode: bool, validate: bool, slots: int, pool_block: int, pool_limit: int) -> None: ...
+
+    def channel(self, peer: int, incarnation: int, offered: bytes) -> bytes:
+        """
+        This side's channel to `peer` (created or replaced as needed), described.
+        """
+
+    def connect(self, peer: int, incarnation: int, remote: bytes) -> None:
+        """Connect this side's channel to the peer's description."""
+
+    def fail_channel(self, peer: int, code: int, message: str) -> None:
+        """The peer is gone: fail the channel and everything on it."""
+
+    def ready(self, peer: int) -> bool:
+        """Whether the channel to `peer` is connected and working."""
+
+    def send(self, step: int, dst: int, name: str, dtype: int, shape: Sequence[int], is_dead: bool, data: object, ticket: SendTicket | None = None) -> None:
+        """
+        Offer a tensor: `data` exports its bytes (buffer protocol); `ticket` (a SendTicket) is told when the receiver has it.
+        """
+
+    def recv(self, step: int, src: int, name: str, timeout: float, destination: object | None = None) -> tuple:
+        """
+        Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), lands in it where it can (payload then views it).
+        """
+
+    def recv_async(self, step: int, src: int, name: str, timeout: float, future: object, settle: object, destination: object | None = None) -> RecvHandle:
+        """
+        Start a recv; settle(future, code, message, dtype, shape, is_dead, payload) is called with its answer (returning False if the future was cancelled or the tensor is refused: it goes to the next recv). `destination` as for recv.
+        """
+
+    def give_back(self, step: int, src: int, name: str, dtype: int, shape: Sequence[int], is_dead: bool, payload: object) -> None:
+        """
+        Hand a received tensor its caller refused to the next recv of its key and step.
+        """
+
+    def abort_step(self, step: int, code: int, message: str) -> None: ...
+
+    def cleanup_step(self, step: int) -> None: ...
+
+    def allocate(self, nbytes: int) -> ByteView:
+        """Registered memory, as a ByteView."""
+
+    def stats(self) -> dict: ...
+
+    def pending(self) -> tuple[int, int]: ...
+
+    def table_steps(self) -> int: ...
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+class SendCompletion:
+    """The outcome of one send, once settled."""
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until settled (timeout < 0: none); False if the timeout passed."""
+
+    def outcome(self) -> tuple[int, str] | None:
+        """(code, message) once settled (code 0: delivered), else None."""
+
+    @property
+    def what(self) -> str: ...
+
+class SendTicket:
+    """
+    What a send's value carries: settles its completion, as dropped when it is freed unsettled.
+    """
+
+    def deliver(self) -> None:
+        """The receiver has the tensor."""
+
+    def fail(self, code: int, message: str) -> None:
+        """The send failed: '<what>: <message>'."""
+
+    @property
+    def completion(self) -> SendCompletion: ...
+
+class SendLedger:
+    """The completions of one task's sends not settled yet."""
+
+    def __init__(self) -> None: ...
+
+    def open(self, what: str) -> SendTicket:
+        """A ticket for a new send described by `what`."""
+
+    def wait_all(self, timeout: float) -> bool:
+        """
+        Wait until every send is settled (timeout < 0: none); False if it passed.
+        """
+
+    def open_count(self) -> int: ...
+
+    def describe_open(self, limit: int) -> list[str]:
+        """What the oldest `limit` open sends are."""
+
+    def fail_all(self, code: int, message: str) -> None:
+        """Settle every open send with (code, '<what>: <message>')."""
+
+def providers() -> list:
+    """Every verbs provider: (name, available, reason, devices)."""
+
+def select(provider: str, device: str = '', port: int = 0, gid_index: int = -1, mtu: int = 0) -> dict:
+    """
+    What a context opened with these settings would use: the provider, and for ibverbs the device, port, GID and MTU (an error says why none).
+    """
+
+class SendWR:
+    """A send work request (ibv_send_wr, one SGE)."""
+
+    def __init__(self) -> None: ...
+
+    @property
+    def wr_id(self) -> int: ...
+
+    @wr_id.setter
+    def wr_id(self, arg: int, /) -> None: ...
+
+    @property
+    def opcode(self) -> int: ...
+
+    @opcode.setter
+    def opcode(self, arg: int, /) -> None: ...
+
+    @property
+    def addr(self) -> int: ...
+
+    @addr.setter
+    def addr(self, arg: int, /) -> None: ...
+
+    @property
+    def length(self) -> int: ...
+
+    @length.setter
+    def length(self, arg: int, /) -> None: ...
+
+    @property
+    def lkey(self) -> int: ...
+
+    @lkey.setter
+    def lkey(self, arg: int, /) -> None: ...
+
+    @property
+    def remote_addr(self) -> int: ...
+
+    @remote_addr.setter
+    def remote_addr(self, arg: int, /) -> None: ...
+
+    @property
+    def rkey(self) -> int: ...
+
+    @rkey.setter
+    def rkey(self, arg: int, /) -> None: ...
+
+    @property
+    def imm(self) -> int: ...
+
+    @imm.setter
+    def imm(self, arg: int, /) -> None: ...
+
+    @property
+    def signaled(self) -> bool: ...
+
+    @signaled.setter
+    def signaled(self, arg: bool, /) -> None: ...
+
+class WorkCompletion:
+    """A work completion (ibv_wc)."""
+
+    @property
+    def wr_id(self) -> int: ...
+
+    @property
+    def qp_num(self) -> int: ...
+
+    @property
+    def byte_len(self) -> int: ...
+
+    @property
+    def imm(self) -> int: ...
+
+    @property
+    def has_imm(self) -> bool: ...
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def status_name(self) -> str: ...
+
+    @property
+    def opcode(self) -> int: ...
+
+    @property
+    def ok(self) -> bool: ...
+
+class MemoryRegion:
+    """A registered region (ibv_mr)."""
+
+    @property
+    def addr(self) -> int: ...
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def lkey(self) -> int: ...
+
+    @property
+    def rkey(self) -> int: ...
+
+    @property
+    def buffer(self) -> ByteView:
+        """The region's bytes (buffer protocol)."""
+
+class MemoryWindow:
+    """Remote access to a range, until revoked."""
+
+    @property
+    def addr(self) -> int: ...
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def rkey(self) -> int: ...
+
+    def revoke(self) -> bool: ...
+
+    def quiesced(self) -> bool: ...
+
+class ProtectionDomain:
+    """A protection domain (ibv_pd)."""
+
+    def allocate_memory(self, length: int, access: int) -> MemoryRegion: ...
+
+    def register_memory(self, buffer: object, access: int) -> MemoryRegion: ...
+
+    def bind_window(self, region: MemoryRegion, addr: int, length: int, access: int) -> MemoryWindow: ...
+
+class CompletionQueue:
+    """A completion queue (ibv_cq)."""
+
+    def poll(self, max: int = 64) -> list[WorkCompletion]: ...
+
+    def wait(self, max: int = 64, timeout_ms: int = -1) -> list[WorkCompletion]:
+        """Up to `max` completions, waiting (GIL released)."""
+
+    def wake(self) -> None: ...
+
+class QueuePair:
+    """A reliable-connected queue pair (ibv_qp)."""
+
+    @property
+    def qp_num(self) -> int: ...
+
+    @property
+    def state(self) -> int: ...
+
+    @property
+    def endpoint(self) -> bytes: ...
+
+    @property
+    def mtu(self) -> int: ...
+
+    def connect(self, remote: bytes) -> None: ...
+
+    def post_send(self, wrs: Sequence[SendWR]) -> None: ...
+
+    def post_recv(self, wr_ids: Sequence[int]) -> None: ...
+
+    def to_error(self, why: str) -> None: ...
+
+    @property
+    def error_detail(self) -> str: ...
+
+class Context:
+    """An open device (ibv_context)."""
+
+    @property
+    def device(self) -> dict: ...
+
+    def alloc_pd(self) -> ProtectionDomain: ...
+
+    def create_cq(self, depth: int) -> CompletionQueue: ...
+
+    def create_qp(self, pd: ProtectionDomain, send_cq: CompletionQueue, recv_cq: CompletionQueue, max_send_wr: int = 1024, max_recv_wr: int = 1024) -> QueuePair: ...
+
+def open_context(provider: str = 'auto', listen_host: str = '127.0.0.1', same_host: str = 'auto') -> Context:
+    """Open a device of `provider` (auto, soft, ibverbs)."""
+
+def shutdown() -> None:
+    """End the core's Python threads (at interpreter exit)."""
+
+def decode_message(data: bytes) -> dict:
+    """
+    One control message as a dict; on a malformed message, error is its reason and request_index/type are set when attributable. For tests.
+    """

@@ -1,0 +1,141 @@
+"""Every public call raises TensorverbsError subclasses only: a caller's mistake (an
+argument of a wrong type or value) is InvalidArgumentError, a cancelled recv's future
+raises CancelledError and a wait on it that times out DeadlineExceededError."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.local_cluster import cluster_spec
+
+#: an argument of a type no public call takes
+BAD = object()
+PS = "/job:ps/replica:0/task:0"
+
+
+class _Resolver(tv.resolvers.ClusterResolver):
+    def __init__(self, cluster: dict) -> None:
+        super().__init__("worker", 0)
+        self._cluster = cluster
+
+    def cluster_spec(self) -> tv.ClusterSpec:
+        return tv.ClusterSpec(self._cluster)
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return cluster_spec({"ps": 1, "worker": 1})
+
+
+@pytest.fixture(scope="module")
+def server(spec):
+    with tv.Server(spec, "worker", 0, startup_grace=1.0) as server:
+        yield server
+
+
+def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
+    """Server's public callables -> (how to call it on a server, valid arguments)."""
+    def method(name: str) -> Callable[..., Any]:
+        return lambda server, **kw: getattr(server, name)(**kw)
+
+    recv = dict(name="w", source=PS, step_id=1, timeout=0.01, device=None, out=None)
+    return {
+        "send": (method("send"), dict(name="w", value=np.ones(2), to=PS, step_id=1, is_dead=False)),
+        "recv": (method("recv"), recv),
+        "recv_async": (lambda server, **kw: server.recv_async(**kw).result(10), recv),
+        "allocate": (method("allocate"), dict(shape=(2,), dtype=np.float32)),
+        "add_task": (method("add_task"), dict(job_name="extra", task_index=0, address="127.0.0.1:1")),
+        "abort_step": (method("abort_step"), dict(step_id=1, reason="")),
+        "cleanup_step": (method("cleanup_step"), dict(step_id=1)),
+        "join": (method("join"), dict(timeout=0.0)),
+        "knows": (method("knows"), dict(task=PS)),
+        "from_resolver": (lambda server, **kw: tv.Server.from_resolver(**kw).stop(),
+                          dict(resolver=_Resolver(spec), protocol="grpc")),
+    }
+
+
+#: Server's public methods and properties that take no argument
+NO_ARGUMENTS = {"pending", "stats", "stop", "task", "target", "metrics_address"}
+
+
+def test_every_public_method_is_driven(spec):
+    public = {name for name in dir(tv.Server) if not name.startswith("_")}
+    assert public == set(_server_calls(spec)) | NO_ARGUMENTS
+
+
+def _cases(spec: dict):
+    for name, (call, valid) in _server_calls(spec).items():
+        for param in valid:
+            yield pytest.param(call, {**valid, param: BAD}, id=f"{name}-{param}")
+
+
+def _refused(call: Callable[[], Any]) -> None:
+    """``call()`` must raise InvalidArgumentError: a caller's mistake."""
+    try:
+        call()
+    except Exception as exc:
+        assert isinstance(exc, tv.InvalidArgumentError), f"raised {type(exc).__name__}: {exc}"
+    else:
+        pytest.fail("a bad argument was accepted")
+
+
+@pytest.mark.parametrize("call, kwargs", list(_cases(cluster_spec({"ps": 1, "worker": 1}))))
+def test_server_methods_with_a_bad_argument(server, call, kwargs):
+    _refused(lambda: call(server, **kwargs))
+
+
+SERVER_ARGS = dict(job_name="worker", task_index=0, protocol="grpc", config=None, startup_grace=1.0,
+                   bind_address=None, token=None, tls=None, metrics_port=None, spare_tasks=0,
+                   device_ipc=None)
+
+
+@pytest.mark.parametrize("param", ["cluster", *SERVER_ARGS])
+def test_server_constructor_with_a_bad_argument(param):
+    assert set(inspect.signature(tv.Server).parameters) == {"cluster", *SERVER_ARGS}
+    kwargs = dict(cluster=cluster_spec({"worker": 1}), **SERVER_ARGS)
+    kwargs[param] = BAD
+    _refused(lambda: tv.Server(**kwargs).stop())
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tv.ClusterSpec(BAD),
+    lambda: tv.ClusterSpec({"ps": BAD}),
+    lambda: tv.ClusterSpec({"ps": ["127.0.0.1:1"]}).resolve(BAD),
+    lambda: tv.ClusterSpec({"ps": ["127.0.0.1:1"]}).address(BAD),
+    lambda: tv.ClusterSpec({"ps": ["127.0.0.1:1"]}).add_task(BAD, 0, "127.0.0.1:2"),
+    lambda: tv.ClusterSpec({"ps": ["127.0.0.1:1"]}).add_task("w", BAD, "127.0.0.1:2"),
+    lambda: tv.ClusterSpec({"ps": ["127.0.0.1:1"]}).add_task("w", 0, BAD),
+    lambda: tv.ClusterSpec.from_tf_config(BAD),
+    lambda: tv.parse_task(BAD),
+    lambda: tv.parse_key(BAD),
+    lambda: tv.format_key(BAD),
+    lambda: tv.resolvers.TFConfigClusterResolver(environ=BAD),
+    lambda: tv.resolvers.SlurmClusterResolver(environ=BAD),
+    lambda: tv.resolvers.TorchrunClusterResolver(environ=BAD),
+], ids=lambda call: inspect.getsource(call).strip().split("lambda: ")[1].rstrip(","))
+def test_module_calls_with_a_bad_argument(call):
+    _refused(call)
+
+
+def test_a_cancelled_recv_raises_cancelled_error(server):
+    fut = server.recv_async("never", PS, step_id=5)
+    assert fut.cancel()
+    with pytest.raises(tv.CancelledError):
+        fut.result()
+    with pytest.raises(tv.CancelledError):
+        fut.exception()
+
+
+def test_waiting_too_short_for_a_recv_raises_deadline_exceeded(server):
+    fut = server.recv_async("later", PS, step_id=6)
+    try:
+        with pytest.raises(tv.DeadlineExceededError):
+            fut.result(timeout=0.01)
+        with pytest.raises(tv.DeadlineExceededError):
+            fut.exception(timeout=0.01)
+    finally:
+        fut.cancel()

@@ -1,0 +1,78 @@
+"""A recv's future always settles, and what runs when it does never stalls other recvs:
+a done-callback that raises or blocks, or a device copy, runs on the recv's own peer's
+lane, never on the event loop or on a thread shared by every peer."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from tensorverbs.local_cluster import TaskProcess, cluster_spec
+import tensorverbs as tv
+from tensorverbs.verbs.config import RdmaConfig
+
+from variants import VARIANTS
+
+WAIT = 30.0
+PS0, PS1, WORKER = "/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1", "/job:worker/replica:0/task:0"
+
+
+@pytest.fixture(scope="module")
+def cluster(variant):
+    """(ps 0, ps 1, the worker): two senders in processes of their own, the worker here."""
+    protocol, env = VARIANTS[variant]
+    spec = cluster_spec({"ps": 2, "worker": 1})
+    senders = [TaskProcess(spec, "ps", i, protocol, env) for i in range(2)]
+    worker = tv.Server(spec, "worker", 0, protocol, config=RdmaConfig.from_env(env))
+    yield senders[0], senders[1], worker
+    worker.stop()
+    for ps in senders:
+        ps.stop()
+
+
+def _send(ps: TaskProcess, name: str, step: int, value: np.ndarray) -> None:
+    ps.call("send", name, value, WORKER, step)
+
+
+def test_a_callback_raising_stops_nothing(cluster, step):
+    """A done-callback that raises SystemExit: the recv's other callbacks still run and
+    later recvs still settle."""
+    ps0, _, worker = cluster
+    first = worker.recv_async("a", PS0, step, timeout=WAIT)
+    later_callback_ran = threading.Event()
+
+    def exits(fut):
+        raise SystemExit("a user callback exits")
+
+    first.add_done_callback(exits)
+    first.add_done_callback(lambda fut: later_callback_ran.set())
+    _send(ps0, "a", step, np.arange(4.0))
+    assert first.result(WAIT).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert later_callback_ran.wait(WAIT), "the callback added after the raising one never ran"
+    second = worker.recv_async("b", PS0, step, timeout=WAIT)
+    _send(ps0, "b", step, np.arange(3))
+    assert second.result(WAIT).tolist() == [0, 1, 2]
+
+
+def test_a_blocked_callback_stalls_no_other_peer(cluster, step):
+    """A done-callback of a recv from ps 0 that blocks does not keep a recv from ps 1
+    from settling."""
+    ps0, ps1, worker = cluster
+    entered, release = threading.Event(), threading.Event()
+
+    def blocks(fut):
+        entered.set()
+        release.wait(2 * WAIT)
+
+    slow = worker.recv_async("slow", PS0, step, timeout=WAIT)
+    slow.add_done_callback(blocks)
+    try:
+        _send(ps0, "slow", step, np.ones(8, np.float32))
+        assert entered.wait(WAIT), "the callback never ran"
+        other = worker.recv_async("other", PS1, step, timeout=WAIT)
+        _send(ps1, "other", step, np.full(5, 7, np.int32))
+        assert other.result(WAIT).tolist() == [7] * 5
+    finally:
+        release.set()
+    assert slow.result(WAIT).tolist() == [1.0] * 8
