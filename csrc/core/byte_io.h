@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "protocol/little_endian.h"
+#include "core/little_endian.h"
 
 namespace tensorverbs {
 

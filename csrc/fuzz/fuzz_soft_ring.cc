@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "protocol/little_endian.h"
+#include "core/little_endian.h"
 #include "verbs/soft/event_ring.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

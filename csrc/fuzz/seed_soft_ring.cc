@@ -3,7 +3,7 @@
 #include <fstream>
 #include <string>
 
-#include "protocol/little_endian.h"
+#include "core/little_endian.h"
 #include "verbs/soft/event_ring.h"
 
 int main(int argc, char** argv) {

@@ -4,8 +4,8 @@
 #include <string_view>
 #include <utility>
 
+#include "core/little_endian.h"
 #include "protocol/error_status.h"
-#include "protocol/little_endian.h"
 #include "protocol/utf8.h"
 
 namespace tensorverbs {

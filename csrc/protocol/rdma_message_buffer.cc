@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "protocol/little_endian.h"
+#include "core/little_endian.h"
 #include "protocol/work_id.h"
 
 namespace tensorverbs {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/little_endian.h"
 #include "protocol/error_status.h"
-#include "protocol/little_endian.h"
 #include "protocol/rdma_message.h"
 
 namespace tensorverbs {

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "protocol/little_endian.h"
+#include "core/little_endian.h"
 
 namespace tensorverbs::verbs::ibverbs {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "protocol/little_endian.h"
+#include "core/little_endian.h"
 #include "verbs/soft/event_ring.h"
 #include "verbs/work.h"
 
