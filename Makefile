@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   - install into .venv and run the demo (a local cluster, grpc+verbs against grpc)
-#   make test   - install into .venv and run the tests: the native core's unit tests, the
+#   make demo   - install the package alone into .venv and run the demo (a local cluster,
+#                 grpc+verbs against grpc)
+#   make test   - install into .venv with the test and bench extras, torch and Ray (make
+#                 install does that alone) and run the tests: the native core's unit tests, the
 #                 type check (mypy), the Python suite, then the soft-RoCE lane where it can run
 # and for the native core (csrc/):
 #   make sanitize  - its unit tests under AddressSanitizer + UBSan, then under ThreadSanitizer
@@ -30,18 +32,25 @@ $(BIN)/ninja:
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(BUILD_DEPS)
 
+# the package and what it depends on: all that the demo uses
 $(BIN)/tensorverbs: pyproject.toml $(CORE_SOURCES) | $(BIN)/ninja
 	PYTHON=$(PYTHON) bash tools/install-deps.sh build
+	$(BIN)/pip install --quiet --no-build-isolation -e .
+	touch $@
+
+# and what the tests and benchmarks use beyond it: the test and bench extras, torch, Ray
+# (reinstalling the package rebuilds nothing that $(BIN)/tensorverbs built)
+$(VENV)/.extras: pyproject.toml $(BIN)/tensorverbs
 	$(BIN)/pip install --quiet --no-build-isolation -e '.[test,bench]' $(TORCH) $(RAY)
 	touch $@
 
-install: $(BIN)/tensorverbs
+install: $(VENV)/.extras
 
 # the Debian packages of the native core's tests, sanitizers and fuzzers (apt-get as root)
 deps:
 	PYTHON=$(PYTHON) bash tools/install-deps.sh
 
-demo: install
+demo: $(BIN)/tensorverbs
 	$(BIN)/tensorverbs demo
 
 test: deps install
