@@ -17,6 +17,17 @@ def test_summary_and_interval():
     assert mean == 2.0 and ci == pytest.approx(1.96 * 2 ** 0.5)
 
 
+def test_interval_of_the_mean_and_of_a_rate():
+    assert report.mean_interval([2.0]) == (2.0, 0.0)
+    mean, half = report.mean_interval([1.0, 3.0])  # s = sqrt(2), n = 2: t(1) * s / sqrt(2)
+    assert mean == 2.0 and half == pytest.approx(12.706, abs=1e-3)
+    assert report.t_975(1000) == pytest.approx(1.962, abs=1e-3)
+    rate, low, high = report.rate_interval([0.5, 0.25, 0.25])  # 3 steps in 1 s
+    assert rate == 3.0 and low < 3.0 < high
+    assert report.rate_interval([0.5, 0.5]) == (2.0, 2.0, 2.0)
+    assert report.rate_interval([0.1, 10.0])[2] == float("inf")  # the interval reaches 0 s
+
+
 def test_sizes_read_as_people_write_them():
     assert [report.human_size(n) for n in (4096, 64 << 20, 1 << 30, 1000)] == \
         ["4 KiB", "64 MiB", "1 GiB", "1000 B"]

@@ -29,7 +29,7 @@ from ..errors import TensorverbsError
 from ..local_cluster import cluster_spec
 from . import report
 from .contenders import Contender, by_name
-from .alexnet_roles import LEARNING_RATE
+from .alexnet_roles import LEARNING_RATE, join_steps
 from .model import PARAMETERS
 from .peer import Peer, PeerError, close_all
 
@@ -72,31 +72,18 @@ class Cluster:
         close_all(self.peers)
 
 
-def join_steps(ps: list[dict], workers: list[list[dict]], verify: bool) -> list[dict]:
-    """Each step's record: the ps's joined with the workers' (``workers[w][i]``: worker w's
-    record of the i-th step)."""
-    steps = []
-    for i, record in enumerate(ps):
-        each = [w[i] for w in workers]
-        compute = max(r["compute"] for r in each) + record["update"]
-        if verify:  # what each side sent is what the other received
-            record["verified"] = all(
-                w["received"] == record["sent"] and w["sent"] == got
-                for w, got in zip(each, record["received"]))
-        steps.append({**record, "compute": compute,
-                      "communication": max(0.0, record["seconds"] - compute), "workers": each})
-    return steps
-
-
 def summarize(name: str, workers: int, batch: int, steps: list[dict], warmup: int) -> dict:
-    """Steps/s, images/s (mean ± 1.96 sigma after the warm-up) and the compute/communication split of one run."""
+    """Steps/s and images/s after the warm-up (the steps over their total time, with the 95 %
+    confidence interval ``ci95`` = [low, high] of that rate, high None when unbounded) and the compute/communication
+    split of one run."""
     timed = [s for s in steps if s["step"] >= warmup]
-    rates = [1.0 / s["seconds"] for s in timed]
-    mean, ci = report.mean_ci(rates)
+    rate, low, high = report.rate_interval([s["seconds"] for s in timed])
+    images = batch * workers
+    top = high * images if high != float("inf") else None  # JSON has no infinity
     return {
         "protocol": name, "workers": workers, "timed_steps": len(timed),
-        "steps_per_s": {"mean": mean, "ci95": ci},
-        "images_per_s": {"mean": mean * batch * workers, "ci95": ci * batch * workers},
+        "steps_per_s": {"mean": rate, "ci95": [low, None if top is None else high]},
+        "images_per_s": {"mean": rate * images, "ci95": [low * images, top]},
         "step_ms": {k: 1e3 * float(np.mean([s[k] for s in timed]))
                     for k in ("seconds", "compute", "communication")},
         "verified": all(s["verified"] for s in steps) if steps and "verified" in steps[0] else None,
@@ -173,16 +160,17 @@ def show(result: dict) -> None:
     for r in runs:
         s, i, ms = r["steps_per_s"], r["images_per_s"], r["step_ms"]
         eff = r["scaling_efficiency"]
-        rows.append([r["protocol"], r["workers"], f"{s['mean']:.3g}", f"{s['ci95']:.2g}",
+        rows.append([r["protocol"], r["workers"], f"{s['mean']:.3g}", _interval(s["ci95"]),
                      f"{i['mean']:.3g}", f"{ms['seconds']:.0f}", f"{ms['compute']:.0f}",
                      f"{ms['communication']:.0f}", "-" if eff is None else f"{eff:.0%}"])
     settings = result["settings"]
     title = (f"AlexNet, batch {settings['batch']} per worker, compute {settings['compute']}, "
              f"{settings['steps']} steps after {settings['warmup']} warm-up")
     report.console.print(report.table(
-        title, ["protocol", "workers", "steps/s", "±1.96σ", "images/s", "step ms", "compute",
-                "comm", "scaling"], rows, caption="ms: mean per step; compute: the slowest worker's "
-                                                  "gradients plus the ps's update"))
+        title, ["protocol", "workers", "steps/s", "95% CI", "images/s", "step ms", "compute",
+                "comm", "scaling"], rows, caption="steps/s: the timed steps over their time; 95% CI: the confidence "
+                                                  "interval of that rate (Student's t); ms: mean per step; "
+                                                  "compute: the slowest worker's gradients plus the ps's update"))
     bad = [f"{r['protocol']} with {r['workers']}" for r in runs if r["verified"] is False]
     if bad:
         report.console.print(f"[red]tensors arrived damaged[/]: {', '.join(bad)} workers")
@@ -193,16 +181,25 @@ def show(result: dict) -> None:
                                           report.goal_rows(result["goals"])))
 
 
+def _interval(bounds: list) -> str:
+    """``[low, high]`` as the table shows it."""
+    low, high = bounds
+    return f"{low:.3g}–{high:.3g}" if high is not None else f"≥ {low:.3g}"
+
+
 def plot(result: dict, path: str) -> None:
     """Write a PNG of steps/s against workers, per protocol."""
     series, errors = {}, {}
     for name in dict.fromkeys(r["protocol"] for r in result["runs"]):
         runs = [r for r in result["runs"] if r["protocol"] == name]
         series[name] = ([r["workers"] for r in runs], [r["steps_per_s"]["mean"] for r in runs])
-        errors[name] = [r["steps_per_s"]["ci95"] for r in runs]
+        means = [r["steps_per_s"]["mean"] for r in runs]
+        intervals = [r["steps_per_s"]["ci95"] for r in runs]
+        errors[name] = [[m - low for m, (low, _) in zip(means, intervals)],
+                        [(2 * m if high is None else high) - m for m, (_, high) in zip(means, intervals)]]
     s = result["settings"]
     report.plot(path, f"AlexNet parameter server, batch {s['batch']}, compute {s['compute']}",
-                "workers", "steps/s (mean ± 1.96σ)", series, errors=errors,
+                "workers", "steps/s (95% confidence interval)", series, errors=errors,
                 xticks={n: str(n) for n in s["worker_counts"]})
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from ..server import Server
-from .alexnet_roles import PS, ParameterServer, Worker, worker_name
+from .alexnet_roles import PS, ParameterServer, Worker, join_steps, worker_name
 from .contenders import Contender
 
 
@@ -25,11 +25,10 @@ def run_on_ray(contender: Contender, workers: int, compute: bool, batch: int, st
                shapes: list | None = None, verify: bool = False) -> list[dict]:
     """``steps`` training steps of a ps and ``workers`` workers running ``contender``'s
     protocol (and environment) as Ray actors; each step's joined record, as
-    :func:`.alexnet.join_steps` makes it. Starts or joins a Ray cluster (``ray.init()``)."""
+    :func:`.alexnet_roles.join_steps` makes it. Starts or joins a Ray cluster (``ray.init()``)."""
     import ray
 
     from ..ray import run_cluster
-    from .alexnet import join_steps
 
     if not ray.is_initialized():
         ray.init()

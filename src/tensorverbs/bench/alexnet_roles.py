@@ -34,6 +34,22 @@ def checksum(arrays: list[np.ndarray]) -> int:
     return crc
 
 
+def join_steps(ps: list[dict], workers: list[list[dict]], verify: bool) -> list[dict]:
+    """Each step's record: the ps's joined with the workers' (``workers[w][i]``: worker w's
+    record of the i-th step)."""
+    steps = []
+    for i, record in enumerate(ps):
+        each = [w[i] for w in workers]
+        compute = max(r["compute"] for r in each) + record["update"]
+        if verify:  # what each side sent is what the other received
+            record["verified"] = all(
+                w["received"] == record["sent"] and w["sent"] == got
+                for w, got in zip(each, record["received"]))
+        steps.append({**record, "compute": compute,
+                      "communication": max(0.0, record["seconds"] - compute), "workers": each})
+    return steps
+
+
 class _Task:
     """What the ps and the workers share: the server, the tensors' names and the step
     loop's bookkeeping. ``cluster`` is the cluster spec, or the task's server where a

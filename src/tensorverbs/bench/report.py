@@ -3,6 +3,7 @@ JSON results and matplotlib plots."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -37,9 +38,51 @@ def summarize(samples: Sequence[float]) -> dict[str, float]:
 
 
 def mean_ci(samples: Sequence[float]) -> tuple[float, float]:
-    """(mean, 1.96 standard deviations) of ``samples`` (0 for a single sample)."""
+    """(mean, 1.96 standard deviations) of ``samples`` (0 for a single sample): the spread
+    of the samples, not an interval of their mean (:func:`mean_interval` is that)."""
     mean = statistics.fmean(samples)
     return mean, 1.96 * statistics.stdev(samples) if len(samples) > 1 else 0.0
+
+
+#: Student's t at 0.975 (a two-sided 95 % interval) for 1 .. 30 degrees of freedom
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_975(df: int) -> float:
+    """Student's t quantile at 0.975 for ``df`` >= 1 degrees of freedom: scipy's where it
+    is installed, else a table to 30 and the Cornish-Fisher expansion beyond (both within
+    0.001 of it)."""
+    try:
+        from scipy import stats
+    except ImportError:
+        pass
+    else:
+        return float(stats.t.ppf(0.975, df))
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = statistics.NormalDist().inv_cdf(0.975)
+    return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
+
+
+def mean_interval(samples: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width of its 95 % confidence interval) of ``samples``, by Student's t
+    (0 for a single sample: no interval can be told)."""
+    mean = statistics.fmean(samples)
+    if len(samples) < 2:
+        return mean, 0.0
+    return mean, t_975(len(samples) - 1) * statistics.stdev(samples) / len(samples) ** 0.5
+
+
+def rate_interval(seconds: Sequence[float]) -> tuple[float, float, float]:
+    """(rate, low, high) of events that took ``seconds`` each: the rate is their count over
+    their total time, and [low, high] its 95 % confidence interval, the reciprocal of the
+    interval of the mean time (:func:`mean_interval`; high is inf when that reaches 0)."""
+    mean, half = mean_interval(seconds)
+    rate = len(seconds) / math.fsum(seconds)
+    return rate, 1.0 / (mean + half), (1.0 / (mean - half) if mean > half else math.inf)
 
 
 # ---------------------------------------------------------------------------- terminal
