@@ -55,7 +55,7 @@ class Cluster:
                  workers, batch, shapes, verify, env=env, wait=False) for i in range(workers)]
         try:
             for peer in self.peers:
-                peer.result()
+                peer.ready()
         except BaseException:
             self.close()
             raise

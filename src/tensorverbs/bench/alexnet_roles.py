@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ..child_process import report as report_progress
 from .model import IMAGE_SIZE, PARAMETER_SHAPES
-from .peer import report as report_progress
 
 PS = "/job:ps/replica:0/task:0"
 TIMEOUT = 600.0

@@ -77,10 +77,10 @@ class Pair:
         started here); on failure both are stopped."""
         try:
             if self.source is not None:
-                self.source.result()
+                self.source.ready()
             if self.sink is None:
                 self.sink = self.contender.peer("Sink", self.link)
-            self.sink.result()
+            self.sink.ready()
         except BaseException:
             self.close()
             raise
