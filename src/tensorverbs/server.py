@@ -34,7 +34,7 @@ from .rendezvous.deadlines import Deadlines
 from .rendezvous.key import RendezvousKey, check_name
 from .rendezvous.lanes import Lanes
 from .rendezvous.local import LocalTable, Value
-from .rendezvous.remote import RemoteRendezvous
+from .rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from .resolvers.base import ClusterResolver
 from .rpc.auth import JobToken
 from .rpc.loop import EventLoopThread
@@ -189,16 +189,17 @@ class Server:
             self._metrics = CollectorRegistry()
             self._metrics.register(StatsCollector(counters.snapshot, self.task, protocol))
             running.loop, running.deadlines, running.lanes = EventLoopThread(name), Deadlines(), Lanes(name)
+            shared = SharedTensors(self.cluster, self._task, self.incarnation, counters, running.loop,
+                                   peers, device_ipc)
             self._rt = running.rt = TaskRuntime(
                 cluster=self.cluster, task=self._task, incarnation=self.incarnation,
                 protocol=protocol, table=LocalTable(), counters=counters, loop=running.loop,
-                deadlines=running.deadlines, peers=peers, rdma_config=rdma_config,
-                startup_grace=startup_grace, recvs=RecvMetrics(self._metrics, self.task, protocol),
-                lanes=running.lanes, spare_tasks=spare_tasks, bind=bind_address)
-            self._rt.shared = SharedTensors(self._rt, device_ipc)
-            counters.gauge("ipc_exports", self._rt.shared.exports)
+                deadlines=running.deadlines, peers=peers,
+                recvs=RecvMetrics(self._metrics, self.task, protocol), lanes=running.lanes, shared=shared)
+            counters.gauge("ipc_exports", shared.exports)
             module, cls = PROTOCOLS[protocol].split(":")
-            self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt)
+            options = ProtocolOptions(rdma_config, spare_tasks, bind_address)
+            self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt, options)
             running.rendezvous = self._rendezvous
             counters.gauge("table_steps", self._rendezvous.table_steps)
             # everything a peer's first call needs is in place before the port opens

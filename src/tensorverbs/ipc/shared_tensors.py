@@ -32,10 +32,12 @@ from .host_registry import HostRegistry
 from .stand_in_ipc import StandInIpc
 
 if TYPE_CHECKING:
-    from ..cluster import TaskName
+    from ..cluster import ClusterSpec, TaskName
     from ..out import Out
     from ..rendezvous.key import RendezvousKey
-    from ..runtime import TaskRuntime
+    from ..rpc.loop import EventLoopThread
+    from ..rpc.peers import Peers
+    from ..stats import Counters
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,13 @@ def device_ipc_mode(value: bool | None) -> bool | None:
 class SharedTensors:
     """The exports of one task (as a sender) and the opening of its peers' (as a receiver)."""
 
-    def __init__(self, rt: "TaskRuntime", mode: bool | None) -> None:
-        self.rt = rt
+    def __init__(self, cluster: "ClusterSpec", task: "TaskName", incarnation: int, counters: "Counters",
+                 loop: "EventLoopThread", peers: "Peers", mode: bool | None) -> None:
+        """The shared tensors of ``task`` (of ``incarnation``) in ``cluster``: it counts them
+        in ``counters`` and tells senders through ``peers``, on ``loop``, that it is done
+        with theirs. ``mode``: device IPC on, off or None (auto: CUDA only)."""
+        self.cluster, self.task, self.incarnation = cluster, task, incarnation
+        self.counters, self.loop, self.peers = counters, loop, peers
         self._exports: dict[int, tuple[int, DeviceIpc, Export]] = {}  # id -> (step, ipc, export)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -74,7 +81,7 @@ class SharedTensors:
         try:
             self.registry = HostRegistry()
         except FailedPreconditionError as exc:
-            log.warning("%s: %s", rt.task, exc.message)
+            log.warning("%s: %s", task, exc.message)
             return
         self._ipcs[Cuda] = CudaIpc()
         if mode:
@@ -98,12 +105,12 @@ class SharedTensors:
                 or time.monotonic() < self._retry_at):
             return
         try:
-            self.registry.register(self.rt.cluster.address(self.rt.task), ipc.visible())
+            self.registry.register(self.cluster.address(self.task), ipc.visible())
             self._noted.add(type(device))
         except OSError as exc:  # meanwhile peers send it their tensors through host proxies
             self._retry_at = time.monotonic() + REGISTRY_RETRY
             log.warning("%s: cannot write to the host registry (tried again in %g s): %s",
-                        self.rt.task, REGISTRY_RETRY, exc)
+                        self.task, REGISTRY_RETRY, exc)
 
     # -- sending -----------------------------------------------------------------------------
     def offer(self, step_id: int, key: "RendezvousKey", value: Any, device: Device) -> Value | None:
@@ -111,23 +118,23 @@ class SharedTensors:
         when it goes the usual way (the destination is not on this host or does not see
         the device, the device cannot share, or exporting failed: logged)."""
         ipc = self._ipc(device)
-        if ipc is None or self.registry is None or key.dst == self.rt.task:
+        if ipc is None or self.registry is None or key.dst == self.task:
             return None
         self.note(device)
         device_id = ipc.device_id(device)
-        if not self.registry.sees(self.rt.cluster.address(key.dst), device_id):
+        if not self.registry.sees(self.cluster.address(key.dst), device_id):
             return None
         try:
             export = ipc.export(value, device)
         except Exception as exc:  # the host proxy still works
             log.warning("%s: cannot share %r by handle, sending it through a host proxy: %s",
-                        self.rt.task, key.name, exc)
+                        self.task, key.name, exc)
             return None
         with self._lock:
             export_id = next(self._ids)
             self._exports[export_id] = (step_id, ipc, export)
-        self.rt.counters.add("ipc_sent")
-        return Value(SharedTensorDescriptor(ipc.kind, export.dtype, export.shape, self.rt.incarnation,
+        self.counters.add("ipc_sent")
+        return Value(SharedTensorDescriptor(ipc.kind, export.dtype, export.shape, self.incarnation,
                                             export_id, device_id, export.blobs, export.ints).encode())
 
     def withdraw(self, offered: Value) -> None:
@@ -140,7 +147,7 @@ class SharedTensors:
 
     def release(self, incarnation: int, export_id: int) -> None:
         """A receiver copied export ``export_id`` out: free it (nothing if unknown)."""
-        if incarnation != self.rt.incarnation:
+        if incarnation != self.incarnation:
             return
         with self._lock:
             entry = self._exports.pop(export_id, None)
@@ -156,7 +163,7 @@ class SharedTensors:
             try:
                 ipc.release(export, consumed=False)
             except Exception as exc:  # freeing must not fail the cleanup of the step
-                log.warning("%s: freeing a shared tensor: %s", self.rt.task, exc)
+                log.warning("%s: freeing a shared tensor: %s", self.task, exc)
 
     def exports(self) -> int:
         """Tensors exported and not released yet."""
@@ -198,14 +205,14 @@ class SharedTensors:
             del opened
         finally:
             self._tell_sender(src, descriptor)
-        self.rt.counters.add("ipc_received")
+        self.counters.add("ipc_received")
         return result
 
     def _tell_sender(self, src: "TaskName", descriptor: SharedTensorDescriptor) -> None:
         """Send ReleaseSharedTensor to ``src`` (on the event loop, not waiting for it)."""
         release = self._release(src, descriptor)
         try:
-            self.rt.loop.submit(release)
+            self.loop.submit(release)
         except RuntimeError:  # this server is stopping: the sender frees it when its step ends
             release.close()
 
@@ -213,7 +220,7 @@ class SharedTensors:
         request = pb.ReleaseSharedTensorRequest(incarnation=descriptor.incarnation,
                                                 export_id=descriptor.export_id)
         try:
-            await self.rt.peers.peer(src).release_shared_tensor(request, timeout=RELEASE_TIMEOUT)
+            await self.peers.peer(src).release_shared_tensor(request, timeout=RELEASE_TIMEOUT)
         except Exception as exc:  # the sender frees it when its step ends
-            log.warning("%s: releasing a shared tensor of %s: %s", self.rt.task, src,
+            log.warning("%s: releasing a shared tensor of %s: %s", self.task, src,
                         as_error(exc, "ReleaseSharedTensor").message)

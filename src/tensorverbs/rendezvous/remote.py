@@ -40,6 +40,19 @@ from .local import Value
 if TYPE_CHECKING:
     from ..cluster import TaskName
     from ..runtime import TaskRuntime
+    from ..verbs.config import RdmaConfig
+
+
+@dataclass(frozen=True)
+class ProtocolOptions:
+    """What the Server was asked for that only its protocol uses (the task keeps none of it)."""
+
+    #: the RDMA_* settings: grpc+verbs's core, the largest tensor either protocol takes
+    rdma_config: "RdmaConfig"
+    #: how many tasks may join at run time beyond the cluster's (grpc+verbs sizes its core for them)
+    spare_tasks: int = 0
+    #: where the task listens (host:port), when not at its address in the cluster
+    bind: str | None = None
 
 
 def settle(fut: concurrent.futures.Future, error: BaseException | None = None,
@@ -103,8 +116,9 @@ class RemoteRendezvous(abc.ABC):
 
     protocol: str
 
-    def __init__(self, runtime: "TaskRuntime") -> None:
+    def __init__(self, runtime: "TaskRuntime", options: ProtocolOptions) -> None:
         self.rt = runtime
+        self.options = options
         self._lock = threading.RLock()
         # future -> (call, how it is pending); keyed by the future so that nothing the
         # future holds (its done callbacks, deadline timers) refers back to the call: a

@@ -80,7 +80,7 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
             rpc = peers.peer(key.src).recv_tensor()
             op.requested = True
             await rpc.write(request)
-            value, nbytes = await read_tensor(rpc, self.rt.rdma_config.max_tensor_bytes,
+            value, nbytes = await read_tensor(rpc, self.options.rdma_config.max_tensor_bytes,
                                               lambda: setattr(op, "streaming", True), call.out)
             await rpc.write(pb.RecvTensorRequest(received=True))  # the sender may forget it
             await rpc.done_writing()

@@ -107,7 +107,7 @@ class VerbsChannels:
         """GetRemoteAddress (in a gRPC worker thread): connect our side to the caller's."""
         peer = parse_task(request.host_name)
         # a task that joined at run time may call before this task has learned it
-        pid, offered = self.ids.wait_for(peer, self.rt.startup_grace), request.channel.provider_info
+        pid, offered = self.ids.wait_for(peer, self.rt.peers.startup_grace), request.channel.provider_info
         if self._incarnations.get(peer, request.incarnation) != request.incarnation:
             self._unsure.add(peer)  # it restarted, maybe elsewhere
         mine = self.core.channel(pid, request.incarnation, offered)
@@ -134,7 +134,7 @@ class VerbsChannels:
 
         async def watch() -> None:
             try:
-                status = await stub.get_status(pb.GetStatusRequest(), timeout=self.rt.startup_grace,
+                status = await stub.get_status(pb.GetStatusRequest(), timeout=self.rt.peers.startup_grace,
                                                wait_for_ready=True)
                 if status.incarnation != incarnation:
                     why = f"it restarted (incarnation {status.incarnation:016x})"

@@ -26,7 +26,8 @@ from ..rendezvous.future import add_internal_callback
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
 from ..out import Out
-from ..rendezvous.remote import PendingRecv, RecvCall, RemoteRendezvous, describe_recv, settle
+from ..rendezvous.remote import PendingRecv, ProtocolOptions, RecvCall, RemoteRendezvous, describe_recv, settle
+from ..runtime import host_of
 from ..tensor import DT_STRING, DT_VARIANT, decode_proto, dtype_enum, encode_proto, mark_dead, numpy_dtype
 from .channels import VerbsChannels
 from .task_ids import TaskIds
@@ -75,9 +76,9 @@ class VerbsRendezvous(RemoteRendezvous):
 
     protocol = "grpc+verbs"
 
-    def __init__(self, runtime: "TaskRuntime") -> None:
-        super().__init__(runtime)
-        self.ids = TaskIds(runtime.cluster.tasks(), runtime.spare_tasks)
+    def __init__(self, runtime: "TaskRuntime", options: ProtocolOptions) -> None:
+        super().__init__(runtime, options)
+        self.ids = TaskIds(runtime.cluster.tasks(), options.spare_tasks)
         self._names = self.ids.names
         self.task_id = self.ids[runtime.task]
         self._joining = threading.Lock()
@@ -85,9 +86,10 @@ class VerbsRendezvous(RemoteRendezvous):
         self.channels: VerbsChannels
 
     def start(self) -> None:
-        cfg = self.rt.rdma_config
+        cfg, bind = self.options.rdma_config, self.options.bind
         self.core = _core.Rendezvous(
-            self.task_id, self.ids.core_names, cfg.to_core(self.rt.bind_host), self.rt.host, cfg.rendezvous == "read",
+            self.task_id, self.ids.core_names, cfg.to_core(host_of(bind) if bind else ""), self.rt.host,
+            cfg.rendezvous == "read",
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self.rt.counters.source(self.core.stats)
