@@ -2,9 +2,9 @@
 
 Each protocol ("grpc", "grpc+verbs") subclasses :class:`RemoteRendezvous` and implements
 :meth:`~RemoteRendezvous.recv_from_remote`. What every protocol needs is done here once:
-deadlines, aborting a step's pending recvs, the caller cancelling its future, turning a
-received value into what the caller gets, and the counters and metrics of received
-tensors.
+deadlines, aborting a step's pending recvs, the caller cancelling its future; turning a
+received value into what the caller gets, and counting it, is :mod:`.delivery`'s, a recv
+and its settling :mod:`.recv_call`'s, for every protocol alike.
 
 A tensor that arrives for a recv whose caller already gave up (its deadline passed just
 as the tensor was sent) is not lost: it is kept and handed to the next recv of the same
@@ -20,22 +20,21 @@ import collections
 import concurrent.futures
 import functools
 import threading
-import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
 from ..devices import HOST, Device
-from ..errors import AbortedError, CancelledError, DeadlineExceededError, TensorverbsError, as_error
-from ..ipc.descriptor import is_descriptor
+from ..errors import AbortedError, CancelledError, TensorverbsError
 from ..out import Out
-from ..tensor import dtype_enum, mark_dead
 from .deadlines import Deadline
+from .delivery import Delivery
 from .future import RecvFuture, add_internal_callback
 from .key import RendezvousKey
 from .local import Value
+from .recv_call import PendingRecv, RecvCall
 
 if TYPE_CHECKING:
     from ..cluster import TaskName
@@ -55,62 +54,6 @@ class ProtocolOptions:
     bind: str | None = None
 
 
-def settle(fut: concurrent.futures.Future, error: BaseException | None = None,
-           result: Any = None) -> bool:
-    """Complete ``fut`` unless it is already done; True if this call completed it."""
-    try:
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(result)
-        return True
-    except concurrent.futures.InvalidStateError:
-        return False
-
-
-def describe_recv(key: RendezvousKey, step_id: int) -> str:
-    """A recv, for messages: "recv of 'w' from /job:ps/replica:0/task:0 at step 3"."""
-    return f"recv of {key.name!r} from {key.src} at step {step_id}"
-
-
-@dataclass(eq=False)
-class RecvCall:
-    """One recv: what it asks for and the future its caller holds."""
-
-    key: RendezvousKey
-    step_id: int
-    device: Device = HOST
-    timeout: float | None = None
-    future: concurrent.futures.Future = field(default_factory=RecvFuture)
-    started: float = field(default_factory=time.monotonic)
-    out: Out | None = None
-    #: the value the future was settled with (a blocking recv interrupted just then passes it on)
-    delivered: Value | None = None
-
-    @property
-    def what(self) -> str:
-        return describe_recv(self.key, self.step_id)
-
-    @property
-    def match(self) -> tuple[int, Hashable]:
-        return (self.step_id, self.key.matching)
-
-    def fail(self, error: TensorverbsError) -> bool:
-        return settle(self.future, error)
-
-
-class PendingRecv(abc.ABC):
-    """A recv in flight, as its protocol (or the local table) tracks it."""
-
-    @abc.abstractmethod
-    def cancel(self) -> None:
-        """Stop the transfer; the future is settled by the caller of cancel."""
-
-    def deadline_error(self, call: RecvCall, timeout: float) -> TensorverbsError:
-        """The error a recv gets when its deadline passes at this point of the transfer."""
-        return DeadlineExceededError(f"{call.what} timed out after {timeout:g} s")
-
-
 class RemoteRendezvous(abc.ABC):
     """The rendezvous of one task."""
 
@@ -119,6 +62,7 @@ class RemoteRendezvous(abc.ABC):
     def __init__(self, runtime: "TaskRuntime", options: ProtocolOptions) -> None:
         self.rt = runtime
         self.options = options
+        self.delivery = Delivery(runtime)
         self._lock = threading.RLock()
         # future -> (call, how it is pending); keyed by the future so that nothing the
         # future holds (its done callbacks, deadline timers) refers back to the call: a
@@ -262,30 +206,21 @@ class RemoteRendezvous(abc.ABC):
                 op.cancel()
 
     def complete(self, call: RecvCall, value: Value, nbytes: int | None = None) -> None:
-        """Deliver ``value`` to ``call``'s caller on its device. ``nbytes`` (the bytes that
-        crossed the network) counts it as received from a peer. If the caller gave up, the
-        value goes to another recv of the same key and step in flight (whose own request
-        is then withdrawn), else back to the local table (a local value) or aside for the
-        next recv (a remote one): it is never dropped. So does a value the caller's
-        ``out`` refuses."""
+        """Deliver ``value`` to ``call``'s caller on its device (:mod:`.delivery`).
+        ``nbytes`` (the bytes that crossed the network) counts it as received from a peer.
+        If the caller gave up, the value goes to another recv of the same key and step in
+        flight (whose own request is then withdrawn), else back to the local table (a local
+        value) or aside for the next recv (a remote one): it is never dropped. So does a
+        value the caller's ``out`` refuses."""
         if nbytes is not None:
-            self.rt.counters.add("tensors_received")
-            self.rt.counters.add("bytes_received", nbytes)
-            self.rt.recvs.observe(str(call.key.src), nbytes, time.monotonic() - call.started)
-        if self._copies(call, value):
-            self.rt.lanes.run(str(call.key.src), self._hand_over, call, value)
+            self.delivery.observe(call.key.src, nbytes, call.started, count=True)
+        if self.delivery.on_lane(call, value):
+            self.delivery.run_on_lane(call, self._hand_over, call, value)
         else:
             self._hand_over(call, value)
 
-    @staticmethod
-    def _copies(call: RecvCall, value: Value) -> bool:
-        """Whether delivering ``value`` to ``call`` copies it to a device or opens a
-        shared tensor."""
-        out_device = call.out.device if call.out is not None else call.device
-        return not out_device.dma or is_descriptor(value.array)
-
     def _hand_over(self, call: RecvCall, value: Value) -> None:
-        if self._deliver(call, value):
+        if self.delivery.settle(call, value, remember=True):
             value.delivered()  # a local recv took this task's own tensor: its send completes
         else:
             self._pass_on(call, value)
@@ -307,67 +242,9 @@ class RemoteRendezvous(abc.ABC):
                     return
             call, op = other
             op.cancel()
-            if self._deliver(call, value):
+            if self.delivery.settle(call, value, remember=True):
                 value.delivered()
                 return
-
-    def _deliver(self, call: RecvCall, value: Value) -> bool:
-        """Settle ``call`` with ``value``; False if its caller already gave up or refuses
-        the tensor (its ``out`` is of another dtype or shape: InvalidArgumentError).
-        Whatever making its result raises settles it too."""
-        try:
-            return self._settle_with(call, value)
-        except Exception as exc:
-            settle(call.future, as_error(exc, f"{call.what}: delivering the tensor"))
-            return True
-
-    def _settle_with(self, call: RecvCall, value: Value) -> bool:
-        if call.future.done():
-            return False
-        if call.out is not None:
-            return self._fill(call, value)
-        result = mark_dead(value.array) if value.is_dead else value.array
-        shared = is_descriptor(value.array)
-        if shared or call.device is not HOST:
-            try:
-                result = (self.rt.shared.deliver(value.array, call.key.src, call.device) if shared
-                          else call.device.from_host(value.array))
-            except Exception as exc:  # the tensor arrived; the copy to its device failed
-                settle(call.future, as_error(exc, f"{call.what}: copying to {call.device.name}"))
-                return True
-            if not shared:
-                self.rt.counters.add("proxy_copies")
-        return self._succeed(call, result, None if shared else value)
-
-    def _fill(self, call: RecvCall, value: Value) -> bool:
-        """:meth:`_deliver` into ``call.out``."""
-        out, array = call.out, value.array
-        assert out is not None
-        shared = is_descriptor(array)
-        try:
-            dtype, shape = self.rt.shared.meta(dtype_enum(array.dtype), array.shape, array)
-        except TensorverbsError as exc:  # a malformed descriptor
-            settle(call.future, exc)
-            return True
-        if not out.fits(dtype, shape):
-            settle(call.future, out.refusal(call.what, dtype, shape))
-            return False
-        try:
-            result = (self.rt.shared.deliver(array, call.key.src, HOST, out) if shared
-                      else out.fill(array, value.is_dead))
-        except Exception as exc:  # the tensor arrived; the copy into out failed
-            settle(call.future, as_error(exc, f"{call.what}: writing into out"))
-            return True
-        if not out.device.dma and not shared:
-            self.rt.counters.add("proxy_copies")
-        return self._succeed(call, result, None if shared else value)
-
-    @staticmethod
-    def _succeed(call: RecvCall, result: Any, value: Value | None) -> bool:
-        """Settle ``call`` with ``result``, made of ``value`` (None: a value that cannot be
-        passed on, a shared tensor's handle already released)."""
-        call.delivered = value
-        return settle(call.future, None, result)
 
     def abort_step(self, step_id: int, error: AbortedError) -> None:
         """Fail the step's pending recvs (local and remote) and refuse its later ones."""

@@ -9,7 +9,8 @@ import grpc
 
 from ..errors import TensorverbsError, UnavailableError, as_error
 from ..rendezvous.key import RendezvousKey, format_key
-from ..rendezvous.remote import PendingRecv, RecvCall, RemoteRendezvous
+from ..rendezvous.recv_call import PendingRecv, RecvCall
+from ..rendezvous.remote import RemoteRendezvous
 from . import tensorverbs_pb2 as pb
 from .errors import from_rpc_error
 from .tensor_stream import read_tensor

@@ -15,20 +15,20 @@ import concurrent.futures
 import functools
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _core
 from ..devices import HOST, Device
 from ..errors import Code, TensorverbsError, UnavailableError, as_error, from_code
-from ..rendezvous.future import add_internal_callback
+from ..out import Out
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
-from ..out import Out
-from ..rendezvous.remote import PendingRecv, ProtocolOptions, RecvCall, RemoteRendezvous, describe_recv, settle
+from ..rendezvous.recv_call import PendingRecv, RecvCall, describe_recv, settle
+from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from ..runtime import host_of
-from ..tensor import DT_STRING, DT_VARIANT, decode_proto, dtype_enum, encode_proto, mark_dead, numpy_dtype
+from ..tensor import DT_STRING, DT_VARIANT, VARIANT_DTYPE, decode_proto, dtype_enum, encode_proto, numpy_dtype
 from .channels import VerbsChannels
 from .task_ids import TaskIds
 
@@ -41,12 +41,29 @@ atexit.register(_core.shutdown)  # the core's Python threads end before the inte
 
 
 def _timeout(timeout: float | None) -> float:
+    """A timeout as the core takes it (-1: none)."""
     return -1.0 if timeout is None else max(0.0, float(timeout))
 
 
-def _give_up_if_cancelled(handle: "_core.RecvHandle", fut: concurrent.futures.Future) -> None:
-    if fut.cancelled():
-        handle.give_up(int(Code.CANCELLED), "the recv was cancelled")
+def _array(dtype: int, shape: tuple, payload: Any) -> np.ndarray:
+    """The array a recv's answer from the core holds (a descriptor's bytes for DT_VARIANT)."""
+    if dtype == DT_STRING:
+        return decode_proto(payload)
+    if isinstance(payload, np.ndarray):
+        return payload  # this task's own tensor, received locally
+    if dtype == DT_VARIANT:
+        return np.frombuffer(payload, VARIANT_DTYPE)
+    return np.frombuffer(payload, numpy_dtype(dtype)).reshape(shape)
+
+
+class _CoreRecv(PendingRecv):
+    """A recv the core serves: cancelling it gives it up there."""
+
+    def __init__(self, handle: "_core.RecvHandle") -> None:
+        self.handle = handle
+
+    def cancel(self) -> None:
+        self.handle.give_up(int(Code.CANCELLED), "the recv was cancelled")
 
 
 class _Connecting(PendingRecv):
@@ -55,18 +72,18 @@ class _Connecting(PendingRecv):
     def __init__(self, peer: str) -> None:
         self.peer = peer
         self.task: concurrent.futures.Future | None = None
-        self.handle: "_core.RecvHandle | None" = None
+        self.core: _CoreRecv | None = None
         self.cancelled = False
 
     def cancel(self) -> None:
         self.cancelled = True
-        if self.handle is not None:
-            self.handle.give_up(int(Code.CANCELLED), "the recv was cancelled")
+        if self.core is not None:
+            self.core.cancel()
         elif self.task is not None:
             self.task.cancel()
 
     def deadline_error(self, call: RecvCall, timeout: float) -> TensorverbsError:
-        if self.handle is None:
+        if self.core is None:
             return UnavailableError(f"{call.what}: no verbs channel to {self.peer} within {timeout:g} s")
         return super().deadline_error(call, timeout)
 
@@ -79,7 +96,6 @@ class VerbsRendezvous(RemoteRendezvous):
     def __init__(self, runtime: "TaskRuntime", options: ProtocolOptions) -> None:
         super().__init__(runtime, options)
         self.ids = TaskIds(runtime.cluster.tasks(), options.spare_tasks)
-        self._names = self.ids.names
         self.task_id = self.ids[runtime.task]
         self._joining = threading.Lock()
         self.core: _core.Rendezvous  # once started
@@ -164,39 +180,39 @@ class VerbsRendezvous(RemoteRendezvous):
             step_id, src, key.name, _timeout(timeout), out and out.destination)
         if code:
             raise from_code(code, self.ids.named(message))
-        if out is not None:
-            meta = self.rt.shared.meta(dtype, shape, payload)
-            if not out.fits(*meta):
-                self.core.give_back(step_id, src, key.name, dtype, shape, is_dead, payload)
-                raise out.refusal(describe_recv(key, step_id), *meta)
-        self._received(src, payload, started)
-        return self._value(src, dtype, shape, is_dead, payload, device, out)
+        value = Value(_array(dtype, shape, payload), is_dead)
+        refusal = self.delivery.refusal(out, describe_recv(key, step_id), value) if out is not None else None
+        if refusal is not None:
+            self.core.give_back(step_id, src, key.name, dtype, shape, is_dead, payload)
+            raise refusal
+        if src != self.task_id:
+            self.delivery.observe(key.src, memoryview(payload).nbytes, started)
+        return self.delivery.result(value, key.src, device, out)
 
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
                    device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
         src = self._direct(key)
         if src is None:
             return super().recv_async(key, step_id, timeout, device, out)
-        fut = self.future(key)
-        what = describe_recv(key, step_id) if out is not None else ""
-        self._start(fut, src, key.name, step_id, _timeout(timeout), device, out, what, time.monotonic())
-        return fut
+        call = RecvCall(key, step_id, device, timeout, self.future(key), out=out)
+        self._start(call, src, _timeout(timeout))
+        return call.future
 
-    def _start(self, fut: concurrent.futures.Future, src: int, name: str, step_id: int,
-               timeout: float, device: Device, out: Out | None, what: str, started: float) -> "_core.RecvHandle":
-        """Start the core's recv settling ``fut``; cancelling ``fut`` gives it up."""
-        handle = self.core.recv_async(step_id, src, name, timeout, fut,
-                                      self._settler(device, src, started, out, what, step_id, name),
-                                      out and out.destination)
-        add_internal_callback(fut, functools.partial(_give_up_if_cancelled, handle))
-        return handle
+    def _start(self, call: RecvCall, src: int, timeout: float) -> _CoreRecv:
+        """Start the core's recv settling ``call``; cancelling its future gives it up."""
+        handle = self.core.recv_async(call.step_id, src, call.key.name, timeout, call.future,
+                                      functools.partial(self._settle, call, src),
+                                      call.out and call.out.destination)
+        op = _CoreRecv(handle)
+        op.cancel_with(call.future)
+        return op
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
         op = _Connecting(str(call.key.src))
-        op.task = self.rt.loop.submit(self._connect_then_start(call, op, time.monotonic()))
+        op.task = self.rt.loop.submit(self._connect_then_start(call, op))
         return op
 
-    async def _connect_then_start(self, call: RecvCall, op: _Connecting, began: float) -> None:
+    async def _connect_then_start(self, call: RecvCall, op: _Connecting) -> None:
         try:
             await self.channels.connect(call.key.src)
         except Exception as exc:
@@ -204,96 +220,41 @@ class VerbsRendezvous(RemoteRendezvous):
             return
         if op.cancelled or call.future.done():
             return
-        timeout = call.timeout
-        left = -1.0 if timeout is None else max(0.0, timeout - (time.monotonic() - began))
         # a cancel from now on gives the core's recv up (also one that came meanwhile)
-        op.handle = self._start(call.future, self.ids[call.key.src], call.key.name, call.step_id,
-                                left, call.device, call.out, call.what, call.started)
+        op.core = self._start(call, self.ids[call.key.src], _timeout(call.time_left()))
 
-    def _settler(self, device: Device, src: int, started: float, out: Out | None, what: str,
-                 step_id: int, name: str) -> Callable[..., bool]:
-        """What settles the future of a recv of ``name`` from ``src`` at ``step_id``
-        started at ``started`` (into ``out``, described by ``what``, if given)."""
-        return functools.partial(self._settle, device, src, started, out, what, step_id, name)
-
-    def _settle(self, device: Device, src: int, started: float, out: Out | None, what: str,
-                step_id: int, name: str, fut: concurrent.futures.Future, code: int, message: str,
-                dtype: int, shape: tuple, is_dead: bool, payload: Any) -> bool:
-        """Settle ``fut`` with a recv's answer (in the core's settler thread); False if it
-        was cancelled already or ``out`` refuses the tensor (which then goes back to the
-        core for the next recv). A tensor for a device is handed to the peer's lane, which
-        copies it there and settles ``fut``."""
+    def _settle(self, call: RecvCall, src: int, fut: concurrent.futures.Future, code: int,
+                message: str, dtype: int, shape: tuple, is_dead: bool, payload: Any) -> bool:
+        """Settle ``call`` (its future ``fut``) with the core's answer, in the core's settler
+        thread; False if it was cancelled already or its ``out`` refuses the tensor (which
+        then goes back to the core for the next recv). A tensor for a device is handed to
+        the peer's lane, which copies it there and settles the future."""
         if fut.done():
             return False
         if code:
             return settle(fut, from_code(code, self.ids.named(message)))
-        if not (out.device if out is not None else device).dma or dtype == DT_VARIANT:
-            self.rt.lanes.run(self._names[src], self._settle_on_lane, device, src, started, out,
-                              what, step_id, name, fut, dtype, shape, is_dead, payload)
+        try:
+            value = Value(_array(dtype, shape, payload), is_dead)
+        except Exception as exc:  # a malformed TensorProto
+            settle(fut, as_error(exc, f"{call.what}: receiving the tensor"))
             return True
-        return self._settle_value(device, src, started, out, what, fut, dtype, shape, is_dead, payload)
+        if self.delivery.on_lane(call, value):
+            self.delivery.run_on_lane(call, self._settle_on_lane, call, src, value, dtype, shape, payload)
+            return True
+        return self._deliver(call, src, value, payload)
 
-    def _settle_on_lane(self, device: Device, src: int, started: float, out: Out | None, what: str,
-                        step_id: int, name: str, fut: concurrent.futures.Future, dtype: int,
-                        shape: tuple, is_dead: bool, payload: Any) -> None:
+    def _settle_on_lane(self, call: RecvCall, src: int, value: Value, dtype: int, shape: tuple,
+                        payload: Any) -> None:
         """:meth:`_settle` of a tensor for a device, on its peer's lane; a tensor not taken
         goes back to the core."""
-        if not self._settle_value(device, src, started, out, what, fut, dtype, shape, is_dead, payload):
-            self.core.give_back(step_id, src, name, dtype, shape, is_dead, payload)
+        if not self._deliver(call, src, value, payload):
+            self.core.give_back(call.step_id, src, call.key.name, dtype, shape, value.is_dead, payload)
 
-    def _settle_value(self, device: Device, src: int, started: float, out: Out | None, what: str,
-                      fut: concurrent.futures.Future, dtype: int, shape: tuple, is_dead: bool,
-                      payload: Any) -> bool:
-        """Settle ``fut`` with a received tensor; False if it was cancelled already or
-        ``out`` refuses the tensor. Whatever making the result raises settles ``fut``."""
-        try:
-            if fut.done():
-                return False
-            if out is not None:
-                meta = self.rt.shared.meta(dtype, shape, payload)
-                if not out.fits(*meta):
-                    settle(fut, out.refusal(what, *meta))
-                    return False
-            self._received(src, payload, started)
-            value = self._value(src, dtype, shape, is_dead, payload, device, out)
-        except Exception as exc:
-            settle(fut, as_error(exc, what or "receiving a tensor"))
-            return True
-        return settle(fut, None, value)
-
-    def _received(self, src: int, payload: Any, started: float) -> None:
-        """Observe a tensor from ``src`` delivered to its recv (the core counts it in
-        stats() as it arrives; a local recv is neither counted nor observed)."""
-        if src != self.task_id:
-            self.rt.recvs.observe(self._names[src], memoryview(payload).nbytes, time.monotonic() - started)
-
-    def _value(self, src: int, dtype: int, shape: tuple, is_dead: bool, payload: Any,
-               device: Device, out: Out | None = None) -> Any:
-        """The received tensor (from ``src``) as ``device`` holds it, or ``out`` holding it;
-        a TensorverbsError if it cannot be made (e.g. no memory for the copy to the device)."""
-        try:
-            if dtype == DT_VARIANT:  # a tensor passed by handle
-                return self.rt.shared.deliver(payload, self.rt.cluster.resolve(self._names[src]), device, out)
-            return self._make_value(dtype, shape, is_dead, payload, device, out)
-        except Exception as exc:
-            raise as_error(exc, f"making the received tensor for {(out.device if out else device).name}") from exc
-
-    def _make_value(self, dtype: int, shape: tuple, is_dead: bool, payload: Any,
-                    device: Device, out: Out | None) -> Any:
-        if dtype == DT_STRING:
-            array = decode_proto(payload)
-        elif isinstance(payload, np.ndarray):
-            array = payload  # this task's own tensor, received locally
-        else:
-            array = np.frombuffer(payload, numpy_dtype(dtype)).reshape(shape)
-        if out is not None:  # a tensor that fits: in out already, or copied there now
-            if not out.device.dma:
-                self.rt.counters.add("proxy_copies")
-            return out.fill(array, is_dead)
-        if device is not HOST:
-            self.rt.counters.add("proxy_copies")
-            return device.from_host(array)
-        return mark_dead(array) if is_dead else array
+    def _deliver(self, call: RecvCall, src: int, value: Value, payload: Any) -> bool:
+        """Settle ``call`` with ``value`` (the core counts a tensor from a peer in stats() as
+        it arrives; a local recv is neither counted nor observed)."""
+        nbytes = memoryview(payload).nbytes if src != self.task_id else None
+        return self.delivery.settle(call, value, observe=nbytes)
 
     # -- steps and stopping --------------------------------------------------------------------
     def abort_step(self, step_id: int, error) -> None:

@@ -1,0 +1,109 @@
+"""Delivery: a tensor that arrived for a recv becomes what its caller gets, the same for
+every protocol (the protocols differ in how the bytes arrive, not in this).
+
+The caller gets the array (a dead tensor marked so), a copy on its device, its ``out``
+filled, or the tensor a descriptor shares opened; an ``out`` of another dtype or shape
+refuses the tensor. Copies to a device and opening a shared tensor run on the lane of the
+recv's peer (:mod:`.lanes`), never on the thread the tensor arrived on. Whatever making the
+result raises settles the recv's future. Here too the received tensors are counted and
+observed (:class:`~tensorverbs.metrics.recvs.RecvMetrics`) and proxy copies counted.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..devices import HOST, Device
+from ..errors import TensorverbsError, as_error
+from ..ipc.descriptor import is_descriptor
+from ..out import Out
+from ..tensor import dtype_enum, mark_dead
+from .local import Value
+from .recv_call import RecvCall, settle
+
+if TYPE_CHECKING:
+    from ..cluster import TaskName
+    from ..runtime import TaskRuntime
+
+
+class Delivery:
+    """Makes received tensors into recvs' results and settles their futures."""
+
+    def __init__(self, runtime: "TaskRuntime") -> None:
+        self.rt = runtime
+
+    def on_lane(self, call: RecvCall, value: Value) -> bool:
+        """Whether delivering ``value`` to ``call`` copies it to a device or opens a shared
+        tensor (:meth:`run_on_lane` then)."""
+        device = call.out.device if call.out is not None else call.device
+        return not device.dma or is_descriptor(value.array)
+
+    def run_on_lane(self, call: RecvCall, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)`` on the lane of ``call``'s peer."""
+        self.rt.lanes.run(str(call.key.src), fn, *args)
+
+    def observe(self, src: "TaskName", nbytes: int, started: float, count: bool = False) -> None:
+        """A tensor of ``nbytes`` from ``src`` reached a recv started at ``started``;
+        ``count``: also count it received (where the native core does not)."""
+        if count:
+            self.rt.counters.add("tensors_received")
+            self.rt.counters.add("bytes_received", nbytes)
+        self.rt.recvs.observe(str(src), nbytes, time.monotonic() - started)
+
+    def refusal(self, out: Out | None, what: str, value: Value) -> TensorverbsError | None:
+        """The error of ``out`` refusing ``value``'s tensor (another dtype or shape), None
+        when it fits or there is no ``out``; DataLossError for a malformed descriptor."""
+        if out is None:
+            return None
+        array = value.array
+        dtype, shape = self.rt.shared.meta(dtype_enum(array.dtype), array.shape, array)
+        return None if out.fits(dtype, shape) else out.refusal(what, dtype, shape)
+
+    def result(self, value: Value, src: "TaskName", device: Device, out: Out | None,
+               what: str = "") -> Any:
+        """What the caller of a recv from ``src`` gets of ``value``: on ``device``, or
+        ``out`` holding it (``out`` fits it); a TensorverbsError if it cannot be made (e.g.
+        no memory for the copy to the device)."""
+        array = value.array
+        try:
+            if is_descriptor(array):  # a tensor passed by handle
+                return self.rt.shared.deliver(array, src, device, out)
+            if out is not None:
+                result = out.fill(array, value.is_dead)
+                if not out.device.dma:
+                    self.rt.counters.add("proxy_copies")
+                return result
+            if device is HOST:
+                return mark_dead(array) if value.is_dead else array
+            result = device.from_host(array)
+            self.rt.counters.add("proxy_copies")
+            return result
+        except Exception as exc:
+            target = (out.device if out is not None else device).name
+            raise as_error(exc, f"{what + ': ' if what else ''}making the received tensor for {target}") from exc
+
+    def settle(self, call: RecvCall, value: Value, observe: int | None = None,
+               remember: bool = False) -> bool:
+        """Settle ``call`` with ``value``; False if its caller already gave up or refuses
+        the tensor (its ``out`` does not fit: the future fails with InvalidArgumentError),
+        True once settled, also with whatever making the result raised. ``observe``: the
+        bytes that crossed the network, observed once the recv takes them. ``remember``:
+        keep ``value`` in ``call.delivered`` (unless the result is a shared tensor, whose
+        handle is released) before the caller can see the result."""
+        fut = call.future
+        if fut.done():
+            return False
+        try:
+            error = self.refusal(call.out, call.what, value)
+            if error is not None:
+                settle(fut, error)
+                return False
+            if observe is not None:
+                self.observe(call.key.src, observe, call.started)
+            result = self.result(value, call.key.src, call.device, call.out, call.what)
+        except Exception as exc:
+            settle(fut, as_error(exc, f"{call.what}: delivering the tensor"))
+            return True
+        if remember and not is_descriptor(value.array):
+            call.delivered = value
+        return settle(fut, None, result)
