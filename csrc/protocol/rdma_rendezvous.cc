@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/thread_guard.h"
 #include "protocol/channel_description.h"
 #include "protocol/local_recv.h"
 #include "protocol/rdma_message_buffer.h"
@@ -17,10 +16,6 @@ namespace tensorverbs {
 namespace {
 
 constexpr std::uint64_t kDefaultMaxMessage = std::uint64_t{1} << 30;
-
-std::string meta_key(std::int32_t peer, const std::string& name) {
-  return std::to_string(peer) + "/" + name;
-}
 
 }  // namespace
 
@@ -162,11 +157,8 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
   std::shared_ptr<PendingRecv> recv;
   if (src == task()) {
     auto local = std::make_shared<LocalRecv>(table_, key, what, caller);
-    (void)track(local);  // no tensor of this task's own comes late
-    if (timeout >= 0) {
-      adapter_->add_deadline(RdmaAdapter::Clock::now() + std::chrono::duration_cast<RdmaAdapter::Clock::duration>(
-                                 std::chrono::duration<double>(timeout)), timeout, local);
-    }
+    (void)recvs_.track(local);  // no tensor of this task's own comes late
+    add_deadline(timeout, local);
     local->start();
     return local;
   }
@@ -174,7 +166,7 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
     caller->complete(RecvResult{*aborted, TensorValue{}});
     return nullptr;
   }
-  if (auto late = take_late(key)) {
+  if (auto late = recvs_.take_late(key)) {
     caller->complete(RecvResult{Status(), std::move(*late)});
     return nullptr;
   }
@@ -189,53 +181,29 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
   }
   auto request =
       std::make_shared<RdmaTensorRequest>(*this, channel, key, caller, std::move(destination));
-  if (auto late = track(request)) {  // it came back since the check above
+  if (auto late = recvs_.track(request)) {  // it came back since the check above
     caller->complete(RecvResult{Status(), std::move(*late)});
     return nullptr;
   }
-  if (timeout >= 0) {
-    adapter_->add_deadline(RdmaAdapter::Clock::now() + std::chrono::duration_cast<RdmaAdapter::Clock::duration>(
-                               std::chrono::duration<double>(timeout)), timeout, request);
-  }
+  add_deadline(timeout, request);
   request->start();
   return request;
 }
 
-std::optional<TensorValue> RdmaRendezvous::track(const std::shared_ptr<PendingRecv>& recv) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!stopped_) {
-      if (auto late = take_late_locked(recv->key())) return late;
-      recvs_[recv.get()] = Tracked{next_order_++, recv};
-      return std::nullopt;
-    }
-  }
-  recv->give_up(Status(Code::kCancelled, "the server stopped"));
-  return std::nullopt;
-}
-
-void RdmaRendezvous::forget(const PendingRecv* recv) {
-  std::lock_guard<std::mutex> lock(mu_);
-  recvs_.erase(recv);
+void RdmaRendezvous::add_deadline(double timeout, const std::shared_ptr<PendingRecv>& recv) {
+  if (timeout < 0) return;
+  const auto after = std::chrono::duration_cast<RdmaAdapter::Clock::duration>(std::chrono::duration<double>(timeout));
+  adapter_->add_deadline(RdmaAdapter::Clock::now() + after, timeout, recv);
 }
 
 void RdmaRendezvous::abort_step(std::int64_t step, const Status& why) {
-  std::vector<std::shared_ptr<PendingRecv>> aborted;
   table_.abort_step(step, why);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [ptr, tracked] : recvs_) {
-      if (auto recv = tracked.recv.lock(); recv && recv->step() == step) aborted.push_back(std::move(recv));
-    }
-    drop_late_locked(step);
-  }
-  for (auto& recv : aborted) recv->give_up(why);
+  recvs_.abort_step(step, why);
 }
 
 void RdmaRendezvous::cleanup_step(std::int64_t step) {
   table_.cleanup_step(step);
-  std::lock_guard<std::mutex> lock(mu_);
-  drop_late_locked(step);
+  recvs_.cleanup_step(step);
 }
 
 std::optional<TensorValue> RdmaRendezvous::copy_of(const TensorValue& value) {
@@ -266,49 +234,7 @@ void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
     if (!copy) return;  // no memory left anywhere to keep it in
     value = std::move(*copy);
   }
-  std::vector<const PendingRecv*> declined;
-  for (;;) {
-    std::shared_ptr<PendingRecv> oldest;  // of the recvs of `key` still waiting
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopped_) return;
-      std::uint64_t first = 0;
-      for (auto& [ptr, tracked] : recvs_) {
-        if (oldest && tracked.order >= first) continue;
-        if (std::find(declined.begin(), declined.end(), ptr) != declined.end()) continue;
-        if (auto recv = tracked.recv.lock(); recv && recv->key() == key) {
-          oldest = std::move(recv);
-          first = tracked.order;
-        }
-      }
-      if (!oldest) {  // for the next recv of the key
-        late_[key].push_back(std::move(value));
-        return;
-      }
-    }
-    if (oldest->hand_over(value)) return;
-    declined.push_back(oldest.get());  // it was answered or gave up meanwhile
-  }
-}
-
-std::optional<TensorValue> RdmaRendezvous::take_late(const StepKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return take_late_locked(key);
-}
-
-std::optional<TensorValue> RdmaRendezvous::take_late_locked(const StepKey& key) {
-  auto it = late_.find(key);
-  if (it == late_.end()) return std::nullopt;
-  TensorValue value = std::move(it->second.front());
-  it->second.pop_front();
-  if (it->second.empty()) late_.erase(it);
-  return value;
-}
-
-void RdmaRendezvous::drop_late_locked(std::int64_t step) {
-  for (auto it = late_.begin(); it != late_.end();) {
-    it = it->first.step == step ? late_.erase(it) : std::next(it);
-  }
+  recvs_.hand_over(key, std::move(value));
 }
 
 void RdmaRendezvous::on_tensor_request(const std::shared_ptr<RdmaChannel>& channel,
@@ -321,30 +247,15 @@ void RdmaRendezvous::on_tensor_request(const std::shared_ptr<RdmaChannel>& chann
 
 Result<PoolBuffer> RdmaRendezvous::allocate(std::size_t nbytes) { return pool_->allocate(nbytes); }
 
-std::optional<TensorMeta> RdmaRendezvous::cached_meta(std::int32_t peer, const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = meta_cache_.find(meta_key(peer, name));
-  if (it == meta_cache_.end()) return std::nullopt;
-  return it->second;
-}
-
-void RdmaRendezvous::update_meta(std::int32_t peer, const std::string& name, const TensorMeta& meta) {
-  std::lock_guard<std::mutex> lock(mu_);
-  meta_cache_[meta_key(peer, name)] = meta;
-}
-
 void RdmaRendezvous::quarantine(std::function<bool()> quiesced) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    quarantined_.push_back(std::move(quiesced));
-  }
+  quarantine_.add(std::move(quiesced));
   adapter_->wants_housekeeping();
 }
 
 void RdmaRendezvous::wants_housekeeping() { adapter_->wants_housekeeping(); }
 
 bool RdmaRendezvous::housekeeping() {
-  bool left = check_quarantine();
+  bool left = quarantine_.check();
   std::vector<std::shared_ptr<RdmaChannel>> channels;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -352,24 +263,6 @@ bool RdmaRendezvous::housekeeping() {
   }
   for (auto& channel : channels) left = channel->drain() || left;
   return left;
-}
-
-bool RdmaRendezvous::check_quarantine() {
-  std::vector<std::function<bool()>> waiting;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    waiting.swap(quarantined_);
-  }
-  // one that throws stays quarantined (what it holds must not be reused meanwhile)
-  const auto quiesced = [](auto& q) {
-    bool done = false;
-    run_guarded([&] { done = q(); }, [](const char*) {});
-    return done;
-  };
-  waiting.erase(std::remove_if(waiting.begin(), waiting.end(), quiesced), waiting.end());
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& q : waiting) quarantined_.push_back(std::move(q));
-  return !quarantined_.empty();
 }
 
 std::string RdmaRendezvous::describe_channels() const {
@@ -393,26 +286,19 @@ std::vector<std::pair<std::string, std::uint64_t>> RdmaRendezvous::stats() const
 }
 
 void RdmaRendezvous::stop() {
-  std::vector<std::shared_ptr<PendingRecv>> recvs;
   std::unordered_map<std::int32_t, std::shared_ptr<RdmaChannel>> channels;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;
     stopped_ = true;
-    for (auto& [ptr, tracked] : recvs_) {
-      if (auto recv = tracked.recv.lock()) recvs.push_back(std::move(recv));
-    }
-    recvs_.clear();
-    late_.clear();
     channels.swap(channels_);
   }
-  const Status stopped(Code::kCancelled, "the server stopped");
-  for (auto& recv : recvs) recv->give_up(stopped);
+  recvs_.stop();
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
   adapter_->stop();
   // no completion is taken any more: what waits for a read's end is let go now
   for (auto& [peer, channel] : channels) channel->abandon_reads();
-  check_quarantine();
+  quarantine_.check();
   channels.clear();
   pool_->close();
 }

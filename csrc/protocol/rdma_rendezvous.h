@@ -1,14 +1,15 @@
 // RdmaRendezvous: the grpc+verbs protocol of one task (TensorFlow's RdmaMgr with its
-// RdmaRendezvousMgr): the open device, the adapter, the registered pool and meta-data
-// cache (RdmaMemoryMgr), one channel per peer, the local table of this task's sends, and
-// the recvs in flight. The control plane (gRPC, in Python) exchanges channel descriptions
-// through channel() and connect(); everything a tensor goes through after that happens
-// here, and a peer's request is answered without entering Python. Thread-safe.
+// RdmaRendezvousMgr), the coordinator of its parts: the open device, the adapter, the
+// registered pool and the meta-data cache (RdmaMemoryMgr: RegisteredPool, MetaDataCache),
+// one channel per peer, the local table of this task's sends, the recvs in flight and the
+// tensors that came late for them (RecvTracker, LateTensors), and the memory peers may
+// still access (LandingQuarantine). The control plane (gRPC, in Python) exchanges channel
+// descriptions through channel() and connect(); everything a tensor goes through after that
+// happens here, and a peer's request is answered without entering Python. Thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -20,11 +21,14 @@
 #include <vector>
 
 #include "core/status.h"
+#include "protocol/landing_quarantine.h"
 #include "protocol/local_table.h"
+#include "protocol/meta_data_cache.h"
 #include "protocol/pending_recv.h"
 #include "protocol/protocol_counters.h"
 #include "protocol/rdma_adapter.h"
 #include "protocol/rdma_channel.h"
+#include "protocol/recv_tracker.h"
 #include "protocol/registered_pool.h"
 #include "protocol/rendezvous_key.h"
 #include "protocol/tensor_landing.h"
@@ -90,8 +94,12 @@ class RdmaRendezvous final : public ChannelOwner {
   LocalTable& table() { return table_; }
   RegisteredPool& pool() { return *pool_; }
   verbs::ProtectionDomain& pd() { return *pd_; }
-  std::optional<TensorMeta> cached_meta(std::int32_t peer, const std::string& name) const;
-  void update_meta(std::int32_t peer, const std::string& name, const TensorMeta& meta);
+  std::optional<TensorMeta> cached_meta(std::int32_t peer, const std::string& name) const {
+    return meta_cache_.find(peer, name);
+  }
+  void update_meta(std::int32_t peer, const std::string& name, const TensorMeta& meta) {
+    meta_cache_.update(peer, name, meta);
+  }
   // Keeps what a peer may still access until `quiesced` says it cannot (retried by the
   // adapter's thread).
   void quarantine(std::function<bool()> quiesced);
@@ -99,7 +107,7 @@ class RdmaRendezvous final : public ChannelOwner {
   // its key and step; this task's own tensor goes back to the table. Bytes borrowed from a
   // caller's destination are copied first: into the pool, or the heap when the pool is full.
   void keep_late(const StepKey& key, TensorValue value);
-  void forget(const PendingRecv* recv);
+  void forget(const PendingRecv* recv) { recvs_.forget(recv); }
 
   // -- ChannelOwner ----------------------------------------------------------------------------
   ProtocolCounters& counters() override { return counters_; }
@@ -113,16 +121,11 @@ class RdmaRendezvous final : public ChannelOwner {
   std::shared_ptr<RdmaChannel> find_channel(std::int32_t peer) const;
   // A copy of `value` this rendezvous owns (nothing only when no memory is left at all).
   std::optional<TensorValue> copy_of(const TensorValue& value);
-  std::optional<TensorValue> take_late(const StepKey& key);
-  std::optional<TensorValue> take_late_locked(const StepKey& key);  // under mu_
-  void drop_late_locked(std::int64_t step);                          // under mu_
   // The adapter's housekeeping: quarantined landings, then the channels' backlogs; true
   // while anything is left.
   bool housekeeping();
-  bool check_quarantine();
-  // Tracks `recv` (for aborts, stop and late tensors), unless a late tensor of its key is
-  // there: then that tensor, untracked.
-  std::optional<TensorValue> track(const std::shared_ptr<PendingRecv>& recv);
+  // Gives `recv` up with DeadlineExceeded after `timeout` seconds (none when < 0).
+  void add_deadline(double timeout, const std::shared_ptr<PendingRecv>& recv);
 
   const RendezvousSettings settings_;
   std::string provider_;
@@ -134,19 +137,13 @@ class RdmaRendezvous final : public ChannelOwner {
   std::uint64_t max_message_bytes_ = 0;
   ProtocolCounters counters_;
   LocalTable table_;
+  MetaDataCache meta_cache_;
+  RecvTracker recvs_;
+  LandingQuarantine quarantine_;
 
   mutable std::mutex mu_;
   bool stopped_ = false;
   std::unordered_map<std::int32_t, std::shared_ptr<RdmaChannel>> channels_;
-  struct Tracked {
-    std::uint64_t order;  // when it was started: late tensors go to the oldest
-    std::weak_ptr<PendingRecv> recv;
-  };
-  std::uint64_t next_order_ = 0;
-  std::unordered_map<const PendingRecv*, Tracked> recvs_;
-  std::unordered_map<StepKey, std::deque<TensorValue>, StepKeyHash> late_;
-  std::unordered_map<std::string, TensorMeta> meta_cache_;  // key: peer id, '/', name
-  std::vector<std::function<bool()>> quarantined_;
 };
 
 }  // namespace tensorverbs
