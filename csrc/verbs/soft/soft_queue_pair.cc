@@ -43,7 +43,8 @@ SoftQueuePair::SoftQueuePair(std::shared_ptr<SoftContext> context,
       send_cq_(std::move(send_cq)),
       recv_cq_(std::move(recv_cq)),
       caps_(caps),
-      qp_num_(context_->new_qp_num()) {}
+      qp_num_(context_->new_qp_num()),
+      recvs_(qp_num_, recv_cq_) {}
 
 Status SoftQueuePair::init() {
   if (::getrandom(token_.data(), token_.size(), 0) != static_cast<ssize_t>(token_.size())) {
@@ -273,7 +274,6 @@ void SoftQueuePair::teardown_locked() {
   peer_.reset();
   rx_ = RxFrame{};
   held_.clear();
-  held_bytes_ = 0;
   pending_.clear();
   awaiting_.clear();
 }
@@ -290,18 +290,7 @@ void SoftQueuePair::enter_error_locked(const std::string& why) {
     }
   }
   emit_locked();
-  std::vector<WorkCompletion> flushed;
-  flushed.reserve(recvs_.size());
-  for (const PostedRecv& recv : recvs_) {
-    WorkCompletion wc;
-    wc.wr_id = recv.wr_id;
-    wc.qp_num = qp_num_;
-    wc.opcode = WcOpcode::kRecv;
-    wc.status = WcStatus::kWrFlushErr;
-    flushed.push_back(wc);
-  }
-  recvs_.clear();
-  recv_cq_->deliver(flushed.data(), flushed.size());
+  recvs_.flush_all();
 }
 
 void SoftQueuePair::send_frames_locked(TxItem* items, std::size_t count) {

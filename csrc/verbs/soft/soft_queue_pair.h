@@ -12,8 +12,9 @@
 //
 // Responder (soft_queue_pair_responder.cc): requests are carried out in sequence order,
 // merging the stream and the event ring; a SEND or an immediate consumes the oldest
-// posted receive, and when none is posted the request (with its payload) is held, as
-// hardware retries on receiver-not-ready, and everything after it waits behind it.
+// posted receive (ReceiveQueue), and when none is posted the request (with its payload) is
+// held (HeldRequests), as hardware retries on receiver-not-ready, and everything after it
+// waits behind it.
 //
 // Connection (soft_queue_pair.cc): see handshake.h; traffic that arrives before connect()
 // waits in the socket, as packets for a verbs queue pair before RTR.
@@ -34,7 +35,9 @@
 #include "verbs/queue_pair.h"
 #include "verbs/soft/event_ring.h"
 #include "verbs/soft/handshake.h"
+#include "verbs/soft/held_requests.h"
 #include "verbs/soft/peer_memory.h"
+#include "verbs/soft/receive_queue.h"
 #include "verbs/soft/soft_endpoint.h"
 #include "verbs/soft/stream.h"
 #include "verbs/soft/wire.h"
@@ -46,7 +49,6 @@ class SoftContext;
 class SoftCompletionQueue;
 class SoftProtectionDomain;
 
-inline constexpr std::size_t kMaxHeldBytes = 256u << 20;  // payloads held for receives
 // How long an acknowledgement waits for a frame going back to ride on before it goes alone.
 inline constexpr std::chrono::microseconds kAckDelay{20};
 
@@ -96,17 +98,6 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
     std::uint32_t seq = 0;         // stream request number
     std::uint8_t* sink = nullptr;  // RDMA READ: where the data lands
     std::string detail;
-  };
-  struct PostedRecv {
-    std::uint64_t wr_id = 0;
-    std::uint8_t* data = nullptr;
-    std::uint32_t length = 0;
-    std::string error;  // why its buffer is unusable ("" when fine)
-  };
-  struct Held {
-    FrameHeader header;
-    std::vector<std::uint8_t> payload;
-    bool applied = false;  // a write whose data landed; only its immediate waits
   };
   enum class Sink { kNone, kDiscard, kDirect, kBuffer, kRegion };
   struct RxFrame {
@@ -206,9 +197,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::atomic<bool> pending_on_ring_{false};
   std::atomic<std::uint64_t> pending_seen_head_{0};
   // responder
-  std::deque<PostedRecv> recvs_;
-  std::deque<Held> held_;
-  std::size_t held_bytes_ = 0;
+  ReceiveQueue recvs_;
+  HeldRequests held_;
   std::uint32_t rx_next_ = 1;  // the next request to carry out
   std::uint32_t rx_done_ = 0;  // the last one carried out
   std::uint32_t ack_sent_ = 0;

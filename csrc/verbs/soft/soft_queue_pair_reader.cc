@@ -124,14 +124,13 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
                          (h.op == FrameOp::kSend && recvs_.empty());
   if (must_hold) {
     const std::uint32_t bytes = payload_bytes(h);
-    if (held_bytes_ + bytes > kMaxHeldBytes) {
+    if (!held_.reserve(bytes)) {
       enter_error_locked("the peer sent more than " + std::to_string(kMaxHeldBytes >> 20) +
                          " MiB ahead of the receives posted");
       return;
     }
     rx_.sink = Sink::kBuffer;
     rx_.buffer.resize(bytes);
-    held_bytes_ += bytes;
     return;
   }
   if (h.op == FrameOp::kWrite && h.length > 0) {
@@ -147,7 +146,7 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
       rx_.dst = region->data + (h.addr - region->addr);
     });
   } else if (h.op == FrameOp::kSend) {
-    const PostedRecv& recv = recvs_.front();
+    const ReceiveQueue::Posted& recv = recvs_.front();
     if (!recv.error.empty()) {
       rx_.error = WcStatus::kLocProtErr;
       rx_.why = recv.error;

@@ -25,22 +25,17 @@ Status SoftQueuePair::post_recv(const RecvWr* wrs, std::size_t count) {
   }
   for (std::size_t i = 0; i < count; ++i) {
     if (state_.load() == QpState::kError) {
-      WorkCompletion wc;
-      wc.wr_id = wrs[i].wr_id;
-      wc.qp_num = qp_num_;
-      wc.opcode = WcOpcode::kRecv;
-      wc.status = WcStatus::kWrFlushErr;
-      recv_cq_->deliver(wc);
+      recvs_.flush(wrs[i].wr_id);
       continue;
     }
-    PostedRecv recv;
+    ReceiveQueue::Posted recv;
     recv.wr_id = wrs[i].wr_id;
     recv.length = wrs[i].sge.length;
     if (recv.length > 0) {
       Status ok = local_buffer(wrs[i].sge, kLocalWrite, &recv.data);
       if (!ok.ok()) recv.error = ok.message();
     }
-    recvs_.push_back(std::move(recv));
+    recvs_.push(std::move(recv));
   }
   if (state_ready_locked() && stream_ && (!held_.empty() || ring_->has_events())) {
     drain_held_locked();
@@ -134,7 +129,7 @@ void SoftQueuePair::drain_held_locked() {
       drain_ring_locked(0, false);
       return;
     }
-    Held& first = held_.front();
+    const HeldRequests::Held& first = held_.front();
     if (first.header.seq != rx_next_) {
       if (!drain_ring_locked(first.header.seq, true)) return;
       continue;
@@ -142,9 +137,7 @@ void SoftQueuePair::drain_held_locked() {
     const bool needs_recv = first.header.op == FrameOp::kSend ||
                             (first.header.op == FrameOp::kWrite && (first.header.flags & kFlagImm));
     if (needs_recv && recvs_.empty()) return;
-    Held held = std::move(held_.front());
-    held_.pop_front();
-    held_bytes_ -= held.payload.size();
+    HeldRequests::Held held = held_.pop_front();
     execute_request_locked(held.header, &held.payload, held.applied);
   }
 }
@@ -159,7 +152,7 @@ void SoftQueuePair::finish_frame_locked() {
     case FrameOp::kReadReq:
       if (nak_sent_) break;
       if (frame.sink == Sink::kBuffer) {
-        held_.push_back(Held{h, std::move(frame.buffer), false});
+        held_.push_back(HeldRequests::Held{h, std::move(frame.buffer), false});
         drain_held_locked();  // it may be next already (an event before it was waited for)
       } else if (frame.error != WcStatus::kSuccess) {
         refuse_locked(h, frame.error, frame.why);
@@ -207,7 +200,7 @@ void SoftQueuePair::execute_request_locked(const FrameHeader& h, std::vector<std
       }
       if ((h.flags & kFlagImm) != 0) {
         if (recvs_.empty()) {  // (then nothing is held: this one waits first in line)
-          held_.push_front(Held{h, {}, true});
+          held_.push_front(HeldRequests::Held{h, {}, true});
           return;
         }
         if (!deliver_recv_locked(h, nullptr)) return;
@@ -216,8 +209,7 @@ void SoftQueuePair::execute_request_locked(const FrameHeader& h, std::vector<std
     }
     case FrameOp::kSend:
       if (recvs_.empty()) {  // (only from the stream directly: held ones wait for one)
-        held_.push_front(Held{h, payload ? std::move(*payload) : std::vector<std::uint8_t>{}, false});
-        held_bytes_ += held_.front().payload.size();
+        held_.push_front(HeldRequests::Held{h, payload ? std::move(*payload) : std::vector<std::uint8_t>{}, false});
         return;
       }
       if (!deliver_recv_locked(h, payload)) return;
@@ -262,7 +254,7 @@ void SoftQueuePair::execute_request_locked(const FrameHeader& h, std::vector<std
 }
 
 bool SoftQueuePair::deliver_recv_locked(const FrameHeader& h, const std::vector<std::uint8_t>* data) {
-  PostedRecv& recv = recvs_.front();
+  const ReceiveQueue::Posted& recv = recvs_.front();
   const bool is_send = h.op == FrameOp::kSend;
   if (is_send && data != nullptr) {
     if (!recv.error.empty()) {
@@ -277,18 +269,8 @@ bool SoftQueuePair::deliver_recv_locked(const FrameHeader& h, const std::vector<
     }
     if (h.length > 0) std::memcpy(recv.data, data->data(), h.length);
   }
-  WorkCompletion wc;
-  wc.wr_id = recv.wr_id;
-  wc.qp_num = qp_num_;
-  wc.byte_len = h.length;
-  wc.opcode = is_send ? WcOpcode::kRecv : WcOpcode::kRecvRdmaWithImm;
-  wc.status = WcStatus::kSuccess;
-  if ((h.flags & kFlagImm) != 0) {
-    wc.has_imm = true;
-    wc.imm = h.imm;
-  }
-  recvs_.pop_front();
-  recv_cq_->deliver(wc);
+  recvs_.complete_front(is_send ? WcOpcode::kRecv : WcOpcode::kRecvRdmaWithImm, WcStatus::kSuccess,
+                        h.length, (h.flags & kFlagImm) != 0 ? std::optional<std::uint32_t>(h.imm) : std::nullopt);
   return true;
 }
 
@@ -297,15 +279,7 @@ void SoftQueuePair::refuse_locked(const FrameHeader& h, WcStatus status, const s
   bool fail_here = false;
   if (status == WcStatus::kLocLenErr || status == WcStatus::kLocProtErr) {
     // the receive cannot take the message: it fails here, and so does this queue pair
-    PostedRecv recv = std::move(recvs_.front());
-    recvs_.pop_front();
-    WorkCompletion wc;
-    wc.wr_id = recv.wr_id;
-    wc.qp_num = qp_num_;
-    wc.byte_len = h.length;
-    wc.opcode = WcOpcode::kRecv;
-    wc.status = status;
-    recv_cq_->deliver(wc);
+    recvs_.complete_front(WcOpcode::kRecv, status, h.length);
     detail_ = why;
     nak = status == WcStatus::kLocLenErr ? WcStatus::kRemInvReqErr : WcStatus::kRemOpErr;
     fail_here = true;
