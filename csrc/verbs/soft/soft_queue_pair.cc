@@ -44,6 +44,7 @@ SoftQueuePair::SoftQueuePair(std::shared_ptr<SoftContext> context,
       recv_cq_(std::move(recv_cq)),
       caps_(caps),
       qp_num_(context_->new_qp_num()),
+      sends_(qp_num_, send_cq_),
       recvs_(qp_num_, recv_cq_) {}
 
 Status SoftQueuePair::init() {
@@ -283,12 +284,7 @@ void SoftQueuePair::enter_error_locked(const std::string& why) {
   state_.store(QpState::kError, std::memory_order_release);
   if (detail_.empty()) detail_ = why;
   teardown_locked();  // first: nothing may touch the callers' buffers after their flush
-  for (SendOp& op : ops_) {
-    if (!op.done) {
-      op.done = true;
-      op.status = WcStatus::kWrFlushErr;
-    }
-  }
+  sends_.flush_all();
   emit_locked();
   recvs_.flush_all();
 }

@@ -1,7 +1,7 @@
 // SoftQueuePair: reliable-connected semantics in software.
 //
 // Requester (soft_queue_pair_requester.cc): each posted work request becomes a SendOp, in
-// post order. A one-sided operation whose target is shared memory of a peer on this host
+// post order (SendQueue). A one-sided operation whose target is shared memory of a peer on this host
 // is validated against the peer's key table (with the in-flight guard) and copied at
 // once; a write with immediate then publishes its event in the peer's event ring (kept
 // pending while the ring is full). Everything else is a request frame on the stream,
@@ -38,6 +38,7 @@
 #include "verbs/soft/held_requests.h"
 #include "verbs/soft/peer_memory.h"
 #include "verbs/soft/receive_queue.h"
+#include "verbs/soft/send_queue.h"
 #include "verbs/soft/soft_endpoint.h"
 #include "verbs/soft/stream.h"
 #include "verbs/soft/wire.h"
@@ -88,17 +89,6 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   void dial_deadline_passed();
 
  private:
-  struct SendOp {
-    SendWr wr;
-    WcOpcode opcode = WcOpcode::kSend;
-    std::uint32_t byte_len = 0;
-    WcStatus status = WcStatus::kSuccess;
-    bool done = false;
-    bool copied = false;           // shared memory: data in place, event not yet published
-    std::uint32_t seq = 0;         // stream request number
-    std::uint8_t* sink = nullptr;  // RDMA READ: where the data lands
-    std::string detail;
-  };
   enum class Sink { kNone, kDiscard, kDirect, kBuffer, kRegion };
   struct RxFrame {
     bool active = false;
@@ -137,7 +127,9 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
                              std::uint32_t length);
   bool publish_event_locked(SendOp& op);
   void retry_pending_locked();
-  void finish_locked(SendOp& op, WcStatus status, std::string detail = "");
+  void finish_locked(SendOp& op, WcStatus status, std::string detail = "") {
+    op.finish(status, std::move(detail));
+  }
   void emit_locked();
   void acked_locked(std::uint32_t ack);
   Status local_buffer(const Sge& sge, std::uint32_t need, std::uint8_t** out) const;
@@ -187,12 +179,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::uint32_t peer_pd_ = 0;  // the PD number of the peer's queue pair
   std::uint32_t peer_qp_num_ = 0;  // its number (from its endpoint)
   // requester
-  std::deque<SendOp> ops_;        // posted, not yet completed, in post order
+  SendQueue sends_;               // posted, not yet completed, in post order
   std::deque<SendOp*> pending_;   // not carried out yet, in order
   std::deque<SendOp*> awaiting_;  // on the stream, awaiting the peer's answer
   std::uint32_t tx_seq_ = 0;
   std::uint32_t acked_ = 0;
-  bool flushing_ = false;
   bool ring_doorbell_ = false;
   std::atomic<bool> pending_on_ring_{false};
   std::atomic<std::uint64_t> pending_seen_head_{0};

@@ -9,20 +9,6 @@
 namespace tensorverbs::verbs::soft {
 namespace {
 
-WcOpcode completion_opcode(WrOpcode opcode) {
-  switch (opcode) {
-    case WrOpcode::kRdmaWrite:
-    case WrOpcode::kRdmaWriteWithImm:
-      return WcOpcode::kRdmaWrite;
-    case WrOpcode::kRdmaRead:
-      return WcOpcode::kRdmaRead;
-    case WrOpcode::kSend:
-    case WrOpcode::kSendWithImm:
-      return WcOpcode::kSend;
-  }
-  return WcOpcode::kSend;
-}
-
 bool known_opcode(WrOpcode opcode) {
   return static_cast<std::uint8_t>(opcode) <= static_cast<std::uint8_t>(WrOpcode::kRdmaRead);
 }
@@ -38,7 +24,7 @@ Status SoftQueuePair::post_send(const SendWr* wrs, std::size_t count) {
     return Status(Code::kFailedPrecondition,
                   "queue pair " + std::to_string(qp_num_) + " is not connected");
   }
-  if (ops_.size() + count > static_cast<std::size_t>(caps_.max_send_wr)) {
+  if (sends_.size() + count > static_cast<std::size_t>(caps_.max_send_wr)) {
     return Status(Code::kResourceExhausted,
                   "queue pair " + std::to_string(qp_num_) + ": more than max_send_wr (" +
                       std::to_string(caps_.max_send_wr) + ") send requests outstanding");
@@ -50,11 +36,7 @@ Status SoftQueuePair::post_send(const SendWr* wrs, std::size_t count) {
     }
   }
   for (std::size_t i = 0; i < count; ++i) {
-    ops_.emplace_back();
-    SendOp& op = ops_.back();
-    op.wr = wrs[i];
-    op.opcode = completion_opcode(wrs[i].opcode);
-    op.byte_len = wrs[i].sge.length;
+    SendOp& op = sends_.post(wrs[i]);
     if (state_.load() == QpState::kError) {
       op.done = true;
       op.status = WcStatus::kWrFlushErr;
@@ -75,7 +57,7 @@ Status SoftQueuePair::post_send(const SendWr* wrs, std::size_t count) {
 std::size_t SoftQueuePair::send_room() const {
   std::lock_guard lock(mu_);
   const auto depth = static_cast<std::size_t>(caps_.max_send_wr);
-  return ops_.size() < depth ? depth - ops_.size() : 0;
+  return sends_.size() < depth ? depth - sends_.size() : 0;
 }
 
 bool SoftQueuePair::state_ready_locked() const {
@@ -246,47 +228,10 @@ void SoftQueuePair::retry_pending_locked() {
   }
 }
 
-void SoftQueuePair::finish_locked(SendOp& op, WcStatus status, std::string detail) {
-  if (op.done) return;
-  op.done = true;
-  op.status = status;
-  op.detail = std::move(detail);
-}
-
 void SoftQueuePair::emit_locked() {
-  WorkCompletion wcs[64];
-  std::size_t n = 0;
-  std::string failure;
-  bool failed = false;
-  while (!ops_.empty() && ops_.front().done) {
-    SendOp& op = ops_.front();
-    if (flushing_ && op.status == WcStatus::kSuccess) op.status = WcStatus::kWrFlushErr;
-    if (op.status != WcStatus::kSuccess) {
-      if (!flushing_ && op.status != WcStatus::kWrFlushErr) {
-        failed = true;
-        failure = op.detail.empty() ? std::string(to_string(op.status)) : op.detail;
-      }
-      flushing_ = true;
-    }
-    if (op.wr.signaled || op.status != WcStatus::kSuccess) {
-      WorkCompletion& wc = wcs[n++];
-      wc = WorkCompletion{};
-      wc.wr_id = op.wr.wr_id;
-      wc.qp_num = qp_num_;
-      wc.byte_len = op.byte_len;
-      wc.opcode = op.opcode;
-      wc.status = op.status;
-      if (n == 64) {
-        send_cq_->deliver(wcs, n);
-        n = 0;
-      }
-    }
-    ops_.pop_front();
-  }
-  send_cq_->deliver(wcs, n);
-  if (failed) {
-    detail_ = failure;
-    enter_error_locked(failure);
+  if (std::optional<std::string> failure = sends_.emit()) {
+    detail_ = *failure;
+    enter_error_locked(*failure);
   }
 }
 

@@ -12,6 +12,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/peer_memory.cc"
   "${CMAKE_CURRENT_LIST_DIR}/progress.cc"
   "${CMAKE_CURRENT_LIST_DIR}/receive_queue.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/send_queue.cc"
   "${CMAKE_CURRENT_LIST_DIR}/shared_segment.cc"
   "${CMAKE_CURRENT_LIST_DIR}/soft_completion_queue.cc"
   "${CMAKE_CURRENT_LIST_DIR}/soft_context.cc"
