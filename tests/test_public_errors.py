@@ -52,6 +52,7 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
         "abort_step": (method("abort_step"), dict(step_id=1, reason="")),
         "cleanup_step": (method("cleanup_step"), dict(step_id=1)),
         "join": (method("join"), dict(timeout=0.0)),
+        "flush": (method("flush"), dict(timeout=0.0)),
         "knows": (method("knows"), dict(task=PS)),
         "from_resolver": (lambda server, **kw: tv.Server.from_resolver(**kw).stop(),
                           dict(resolver=_Resolver(spec), protocol="grpc")),
