@@ -348,11 +348,12 @@ class RemoteRendezvous(abc.ABC):
             self.rt.counters.add("proxy_copies")
         return self._succeed(call, result, None if shared else value)
 
-    @staticmethod
-    def _succeed(call: RecvCall, result: Any, value: Value | None) -> bool:
+    def _succeed(self, call: RecvCall, result: Any, value: Value | None) -> bool:
         """Settle ``call`` with ``result``, made of ``value`` (None: a value that cannot be
-        passed on, a shared tensor's handle already released)."""
+        passed on, a shared tensor's handle already released); the future can give it back."""
         call.delivered = value
+        if value is not None and isinstance(call.future, RecvFuture):
+            call.future.returnable(functools.partial(self._pass_on, call, value))
         return settle(call.future, None, result)
 
     def abort_step(self, step_id: int, error: AbortedError) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 from .. import _core
 from ..devices import HOST, Device
 from ..errors import Code, TensorverbsError, UnavailableError, as_error, from_code
-from ..rendezvous.future import add_internal_callback
+from ..rendezvous.future import RecvFuture, add_internal_callback
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
 from ..out import Out
@@ -229,6 +229,7 @@ class VerbsRendezvous(RemoteRendezvous):
             self.rt.lanes.run(self._names[src], self._settle_on_lane, device, src, started, out,
                               what, step_id, name, fut, dtype, shape, is_dead, payload)
             return True
+        self._returnable(fut, step_id, src, name, dtype, shape, is_dead, payload, out)
         return self._settle_value(device, src, started, out, what, fut, dtype, shape, is_dead, payload)
 
     def _settle_on_lane(self, device: Device, src: int, started: float, out: Out | None, what: str,
@@ -236,8 +237,24 @@ class VerbsRendezvous(RemoteRendezvous):
                         shape: tuple, is_dead: bool, payload: Any) -> None:
         """:meth:`_settle` of a tensor for a device, on its peer's lane; a tensor not taken
         goes back to the core."""
+        self._returnable(fut, step_id, src, name, dtype, shape, is_dead, payload, out)
         if not self._settle_value(device, src, started, out, what, fut, dtype, shape, is_dead, payload):
             self.core.give_back(step_id, src, name, dtype, shape, is_dead, payload)
+
+    def _returnable(self, fut: concurrent.futures.Future, step_id: int, src: int, name: str, dtype: int,
+                    shape: tuple, is_dead: bool, payload: Any, out: Out | None) -> None:
+        """Let ``fut``, about to be settled with this tensor, give it back to the core (a
+        copy when it may be ``out``'s memory, which its caller keeps); not one passed by
+        handle."""
+        if dtype != DT_VARIANT and isinstance(fut, RecvFuture):
+            fut.returnable(functools.partial(self._give_back, step_id, src, name, dtype, shape, is_dead,
+                                             payload, out is not None))
+
+    def _give_back(self, step_id: int, src: int, name: str, dtype: int, shape: tuple, is_dead: bool,
+                   payload: Any, copy: bool) -> None:
+        if copy:
+            payload = payload.copy() if isinstance(payload, np.ndarray) else bytes(memoryview(payload))
+        self.core.give_back(step_id, src, name, dtype, shape, is_dead, payload)
 
     def _settle_value(self, device: Device, src: int, started: float, out: Out | None, what: str,
                       fut: concurrent.futures.Future, dtype: int, shape: tuple, is_dead: bool,
