@@ -170,8 +170,8 @@ def test_a_torch_float8_tensor_is_sent(tpair, step):
 def test_a_dead_tensor_is_dead_as_torch(tpair, step):
     tpair.ps.send("dead", np.zeros(3, np.float32), to=tpair.WORKER, step_id=step, is_dead=True)
     got = tpair.worker.recv("dead", tpair.PS, step, timeout=60)
-    assert isinstance(got, torch.Tensor) and tv.is_dead(got)
-    assert not tv.is_dead(got + 1)
+    assert isinstance(got, torch.Tensor) and tv.is_dead(got) and got.shape == (3,)
+    assert not tv.is_dead(torch.zeros(3))
 
 
 def test_bad_torch_arguments_are_refused(tpair):

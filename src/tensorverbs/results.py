@@ -94,10 +94,10 @@ def _dead_torch_class() -> type:
 
     class DeadTorchTensor(torch.Tensor):  # type: ignore[name-defined]
         """The value of a dead tensor received as torch: a normal tensor that
-        :func:`tensorverbs.is_dead` recognises (the results of operations on it are not)."""
+        :func:`tensorverbs.is_dead` recognises (as :class:`tensorverbs.DeadTensor`, what
+        operations on it make is of its class too)."""
 
         tensorverbs_dead = True
-        __torch_function__ = torch._C._disabled_torch_function_impl
 
     return DeadTorchTensor
 
