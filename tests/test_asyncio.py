@@ -113,13 +113,16 @@ def test_cancelling_a_pending_arecv_keeps_the_tensor(pair, step):
     assert pair.worker.pending() == (0, 0)
 
 
-@pytest.mark.parametrize("tensor_type", ["numpy", "torch"])
+@pytest.mark.parametrize("tensor_type", ["numpy", "torch", "out"])
 def test_cancelling_an_arecv_whose_tensor_just_came_keeps_it(pair, step, monkeypatch, tensor_type):
     """The tensor arrives, and the task is cancelled before the loop could hand it over:
-    the recv gives it back, and the next recv of it gets it."""
+    the recv gives it back (a copy of it, when it landed in ``out``, which its caller may
+    reuse), and the next recv of it gets it."""
     if tensor_type == "torch":
         pytest.importorskip("torch", reason="torch results need torch")
-    sent = pattern(64 << 10, 7)
+    sent = pattern(512 << 10, 7)
+    out = np.zeros_like(sent) if tensor_type == "out" else None
+    kwargs = dict(out=out) if out is not None else dict(tensor_type=tensor_type)
     started: list[concurrent.futures.Future] = []
     recv_async = pair.worker.recv_async
 
@@ -130,7 +133,7 @@ def test_cancelling_an_arecv_whose_tensor_just_came_keeps_it(pair, step, monkeyp
     monkeypatch.setattr(pair.worker, "recv_async", spy)
 
     async def main():
-        recv = asyncio.create_task(pair.worker.arecv("j", pair.PS, step, timeout=120, tensor_type=tensor_type))
+        recv = asyncio.create_task(pair.worker.arecv("j", pair.PS, step, timeout=120, **kwargs))
         while not started:
             await asyncio.sleep(0)
         # the loop is held here on purpose until the recv is settled: it cannot hand it over
@@ -142,4 +145,6 @@ def test_cancelling_an_arecv_whose_tensor_just_came_keeps_it(pair, step, monkeyp
             await recv
 
     asyncio.run(main())
+    if out is not None:
+        out[:] = 0  # the caller reuses out
     assert same(pair.worker.recv("j", pair.PS, step, timeout=60), sent)

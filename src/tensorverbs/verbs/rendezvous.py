@@ -244,17 +244,15 @@ class VerbsRendezvous(RemoteRendezvous):
     def _returnable(self, fut: concurrent.futures.Future, step_id: int, src: int, name: str, dtype: int,
                     shape: tuple, is_dead: bool, payload: Any, out: Out | None) -> None:
         """Let ``fut``, about to be settled with this tensor, give it back to the core (a
-        copy when it may be ``out``'s memory, which its caller keeps); not one passed by
-        handle."""
+        copy of ``out``'s landing, which holds it then, for a recv into ``out``); not one
+        passed by handle."""
         if dtype != DT_VARIANT and isinstance(fut, RecvFuture):
             fut.returnable(functools.partial(self._give_back, step_id, src, name, dtype, shape, is_dead,
-                                             payload, out is not None))
+                                             payload if out is None else out.landing, out is not None))
 
     def _give_back(self, step_id: int, src: int, name: str, dtype: int, shape: tuple, is_dead: bool,
                    payload: Any, copy: bool) -> None:
-        if copy:
-            payload = payload.copy() if isinstance(payload, np.ndarray) else bytes(memoryview(payload))
-        self.core.give_back(step_id, src, name, dtype, shape, is_dead, payload)
+        self.core.give_back(step_id, src, name, dtype, shape, is_dead, payload.copy() if copy else payload)
 
     def _settle_value(self, device: Device, src: int, started: float, out: Out | None, what: str,
                       fut: concurrent.futures.Future, dtype: int, shape: tuple, is_dead: bool,
