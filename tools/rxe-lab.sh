@@ -22,6 +22,8 @@
 #   RXE_FRESH=1    rebuild the guest and the dependency folder
 #   RXE_NO_APT=1   do not apt-get install the host tools (they must be there)
 #   RXE_ACCEL      tcg (default) or kvm
+#   RXE_MEMORY     the guest's memory in MiB (default 6144: the core's ibverbs tests peak near
+#                  3 GiB on the 6.12 kernel, which killed them in a guest of 3 GiB)
 #   RXE_TIMEOUT    seconds for the whole guest run (default 1200)
 #   RXE_SMOKE=0    skip the ibv_rc_pingpong check that runs before COMMAND
 #   RXE_MIRROR     Debian mirror (default: the one this host's apt uses)
@@ -327,7 +329,7 @@ say "booting the guest ($ACCEL, kernel $KVER): $*"
 LOG=$RUN/guest.log
 BOOT=$(date +%s)
 set +e
-timeout "$TIMEOUT" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -smp 2 -m 3072 -nographic -no-reboot \
+timeout "$TIMEOUT" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -smp 2 -m "${RXE_MEMORY:-6144}" -nographic -no-reboot \
   -nic none -virtfs "local,path=$SHARE,mount_tag=share,security_model=none,readonly=on" \
   -kernel "$KDIR/boot/vmlinuz-$KVER" -initrd "$RUN/initrd.img" -append "$APPEND" \
   < /dev/null 2>&1 | sed -u -e 's/\r//g' -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' | tee "$LOG"
