@@ -10,7 +10,7 @@ import pytest
 
 import tensorverbs as tv
 from tensorverbs.local_cluster import pattern, same
-from tensorverbs.rpc.options import KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
+from tensorverbs.rpc.options import LIVENESS_SECONDS as LIVENESS
 
 from nft import unavailable_reason
 from two_hosts import Hosts, wait_until
@@ -19,9 +19,6 @@ from training import PS, WORKER
 REASON = unavailable_reason()
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
-#: the liveness timeout: a peer whose host is unreachable is declared gone after a
-#: keepalive ping (sent after this long without traffic) went unanswered this long
-LIVENESS = (KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS) / 1000
 #: slack on every bound below (a busy 2-core machine)
 SLACK = 10.0
 OUTAGE = 3.0
@@ -100,6 +97,6 @@ def test_a_partition_fails_pending_recvs_then_the_same_processes_reconnect(hosts
             fut.result(timeout=max(0.0, cut + bound - time.monotonic()))
     with pytest.raises(tv.UnavailableError, match="/job:worker/replica:0/task:0"):
         hosts.ps.result(max(0.0, cut + bound - time.monotonic()))
-    time.sleep(max(0.0, cut + 2 * LIVENESS - time.monotonic()))  # the partition outlasts liveness
+    time.sleep(max(0.0, cut + LIVENESS + 1 - time.monotonic()))  # the partition outlasts liveness
     hosts.faults.heal()
     hosts.train(3)
