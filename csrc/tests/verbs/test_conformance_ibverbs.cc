@@ -30,6 +30,7 @@ std::vector<ConformanceParam> ibverbs_params() {
     if (device.name == devices[0] && device.max_msg_sz != 0) {
       param.max_bytes = std::min(kLargestIbverbsTransfer, static_cast<std::size_t>(device.max_msg_sz));
     }
+    if (device.name == devices[0]) param.flushes_local_errors = device.name.rfind("rxe", 0) == 0;
   }
   // each side opened takes the next device: a on the first, b on the second
   auto next = std::make_shared<std::atomic<std::size_t>>(0);
