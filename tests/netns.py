@@ -1,12 +1,20 @@
-"""A second "host": a network namespace joined to this one by a veth pair."""
+"""A second "host": a network namespace joined to this one by a veth pair.
+
+Every namespace gets a tag no other namespace of this machine holds at that moment (the
+kernel's refusal of a name in use settles it, so parallel runs never collide), and its
+names and /30 subnet follow from the tag."""
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Iterator
+
+#: tags 0 .. TAGS-1 map one to one onto the /30 subnets of 10.214.0.0/16
+TAGS = 1 << 14
 
 
 @dataclass
@@ -21,37 +29,66 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
+def _tried(*args: str) -> bool:
+    """Run ``ip args``; whether it succeeded (a name in use fails it)."""
+    return subprocess.run(["ip", *args], capture_output=True).returncode == 0
+
+
 def unavailable_reason() -> str | None:
     """Why namespaces cannot be made here, or None."""
     if shutil.which("ip") is None:
         return "iproute2 ('ip') is not installed"
     if os.geteuid() != 0:
         return "creating network namespaces needs root"
-    probe = f"tvprobe{os.getpid()}"
     try:
-        _ip("netns", "add", probe)
+        with bare_namespace():
+            pass
     except subprocess.CalledProcessError as exc:
         return f"'ip netns add' failed: {exc.stderr.strip()}"
-    _ip("netns", "del", probe)
     return None
+
+
+@contextlib.contextmanager
+def bare_namespace(prefix: str = "tvprobe") -> Iterator[str]:
+    """The name of a fresh, empty namespace; removed afterwards."""
+    name = f"{prefix}{os.getpid()}x{random.randrange(1 << 20)}"
+    _ip("netns", "add", name)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def _claim() -> tuple[int, str, str, str]:
+    """(tag, namespace, host link, namespace link), the namespace made and the veth pair
+    created, for a tag no one else holds."""
+    start = random.randrange(TAGS)
+    for i in range(TAGS):
+        tag = (start + i) % TAGS
+        name, outer, inner = f"tvns{tag}", f"tvh{tag}", f"tvn{tag}"
+        if not _tried("netns", "add", name):
+            continue  # held by another run
+        if _tried("link", "add", outer, "type", "veth", "peer", "name", inner):
+            return tag, name, outer, inner
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    raise RuntimeError("no free network namespace tag")
 
 
 @contextlib.contextmanager
 def namespace() -> Iterator[Namespace]:
     """A fresh namespace with a veth link to this one; removed afterwards."""
-    tag = os.getpid() % 10000
-    name, outer, inner = f"tv{os.getpid()}", f"tvh{tag}", f"tvn{tag}"
-    subnet = f"10.213.{os.getpid() % 250}"
-    _ip("netns", "add", name)
+    tag, name, outer, inner = _claim()
+    base = tag * 4
+    subnet = f"10.214.{base // 256}"
+    host_ip, inner_ip = f"{subnet}.{base % 256 + 1}", f"{subnet}.{base % 256 + 2}"
     try:
-        _ip("link", "add", outer, "type", "veth", "peer", "name", inner)
         _ip("link", "set", inner, "netns", name)
-        _ip("addr", "add", f"{subnet}.1/24", "dev", outer)
+        _ip("addr", "add", f"{host_ip}/30", "dev", outer)
         _ip("link", "set", outer, "up")
-        _ip("-n", name, "addr", "add", f"{subnet}.2/24", "dev", inner)
+        _ip("-n", name, "addr", "add", f"{inner_ip}/30", "dev", inner)
         _ip("-n", name, "link", "set", inner, "up")
         _ip("-n", name, "link", "set", "lo", "up")
-        yield Namespace(name, f"{subnet}.1", f"{subnet}.2", inner)
+        yield Namespace(name, host_ip, inner_ip, inner)
     finally:
         subprocess.run(["ip", "link", "del", outer], capture_output=True)
         subprocess.run(["ip", "netns", "del", name], capture_output=True)

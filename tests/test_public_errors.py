@@ -3,6 +3,7 @@ argument of a wrong type or value) is InvalidArgumentError, a cancelled recv's f
 raises CancelledError and a wait on it that times out DeadlineExceededError."""
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any, Callable
 
@@ -42,16 +43,19 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
     def method(name: str) -> Callable[..., Any]:
         return lambda server, **kw: getattr(server, name)(**kw)
 
-    recv = dict(name="w", source=PS, step_id=1, timeout=0.01, device=None, out=None)
+    recv = dict(name="w", source=PS, step_id=1, timeout=0.01, device=None, out=None, dtype=None,
+                tensor_type=None)
     return {
         "send": (method("send"), dict(name="w", value=np.ones(2), to=PS, step_id=1, is_dead=False)),
         "recv": (method("recv"), recv),
         "recv_async": (lambda server, **kw: server.recv_async(**kw).result(10), recv),
+        "arecv": (lambda server, **kw: asyncio.run(server.arecv(**kw)), recv),
         "allocate": (method("allocate"), dict(shape=(2,), dtype=np.float32)),
         "add_task": (method("add_task"), dict(job_name="extra", task_index=0, address="127.0.0.1:1")),
         "abort_step": (method("abort_step"), dict(step_id=1, reason="")),
         "cleanup_step": (method("cleanup_step"), dict(step_id=1)),
         "join": (method("join"), dict(timeout=0.0)),
+        "flush": (method("flush"), dict(timeout=0.0)),
         "knows": (method("knows"), dict(task=PS)),
         "from_resolver": (lambda server, **kw: tv.Server.from_resolver(**kw).stop(),
                           dict(resolver=_Resolver(spec), protocol="grpc")),
@@ -90,7 +94,7 @@ def test_server_methods_with_a_bad_argument(server, call, kwargs):
 
 SERVER_ARGS = dict(job_name="worker", task_index=0, protocol="grpc", config=None, startup_grace=1.0,
                    bind_address=None, token=None, tls=None, metrics_port=None, spare_tasks=0,
-                   device_ipc=None)
+                   device_ipc=None, tensor_type="numpy")
 
 
 @pytest.mark.parametrize("param", ["cluster", *SERVER_ARGS])

@@ -13,7 +13,9 @@ from tensorverbs.rpc import tensor_pb2
 def test_dtype_numbers_are_tensorflows():
     expected = {np.float32: 1, np.float64: 2, np.int32: 3, np.uint8: 4, np.int16: 5, np.int8: 6,
                 object: 7, np.complex64: 8, np.int64: 9, np.bool_: 10, ml_dtypes.bfloat16: 14,
-                np.uint16: 17, np.complex128: 18, np.float16: 19, np.uint32: 22, np.uint64: 23}
+                np.uint16: 17, np.complex128: 18, np.float16: 19, np.uint32: 22, np.uint64: 23,
+                ml_dtypes.float8_e5m2: 24, ml_dtypes.float8_e4m3fn: 25, ml_dtypes.float8_e4m3fnuz: 26,
+                ml_dtypes.float8_e4m3b11fnuz: 27, ml_dtypes.float8_e5m2fnuz: 28}
     for dtype, number in expected.items():
         assert T.dtype_enum(np.dtype(dtype)) == number
         assert T.numpy_dtype(number) == np.dtype(dtype)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # install-deps.sh - the Debian packages that building and testing the native core (csrc/)
 # needs: a C++ compiler, cmake and Python's headers where they are missing, GoogleTest,
-# clang 14 with its sanitizer and libFuzzer runtimes, and rdma-core's headers (the ibverbs
-# provider is built where they exist). ninja comes from PyPI (the Makefile's .venv).
+# clang 14 with its sanitizer and libFuzzer runtimes, rdma-core's headers (the ibverbs
+# provider is built where they exist), and as root nftables (the faults suite, which runs
+# as root only, drops packets with it). ninja comes from PyPI (the Makefile's .venv).
 #
-#   tools/install-deps.sh          everything: build, unit tests, sanitizers, fuzzers
+#   tools/install-deps.sh          everything: build, unit tests, faults, sanitizers, fuzzers
 #   tools/install-deps.sh build    only what building the Python package needs
 #
 # As root, apt-get installs what is missing (quietly; nothing to do is fast). Otherwise it
@@ -23,7 +24,9 @@ need_command cmake cmake
 include=$("${PYTHON:-python3}" -c 'import sysconfig; print(sysconfig.get_path("include"))')
 [ -f "$include/Python.h" ] || missing+=(python3-dev)
 case ${1:-all} in
-  all) for p in libgtest-dev clang-14 libclang-rt-14-dev libibverbs-dev; do need_package "$p"; done ;;
+  all) for p in libgtest-dev clang-14 libclang-rt-14-dev libibverbs-dev; do need_package "$p"; done
+       # the faults suite runs as root only (network namespaces)
+       [ "$(id -u)" != 0 ] || need_package nftables ;;
   build) ;;
   *) echo "usage: $0 [build]" >&2; exit 2 ;;
 esac

@@ -22,9 +22,15 @@
 #   RXE_FRESH=1    rebuild the guest and the dependency folder
 #   RXE_NO_APT=1   do not apt-get install the host tools (they must be there)
 #   RXE_ACCEL      tcg (default) or kvm
+#   RXE_MEMORY     the guest's memory in MiB (default 6144: the core's ibverbs tests peak near
+#                  3 GiB on the 6.12 kernel, which killed them in a guest of 3 GiB)
 #   RXE_TIMEOUT    seconds for the whole guest run (default 1200)
 #   RXE_SMOKE=0    skip the ibv_rc_pingpong check that runs before COMMAND
 #   RXE_MIRROR     Debian mirror (default: the one this host's apt uses)
+#   RXE_KERNEL_SUITE  the Debian suite whose linux-image-amd64 the guest boots (default
+#                  bookworm-backports: its soft-RoCE has the fixes of the kernels since 6.1,
+#                  whose queue pairs stall now and then with memory windows in use);
+#                  empty: the host's own suite, through apt
 #   RXE_PASS_ENV   space-separated names of host variables to pass into the guest
 #                  (TENSORVERBS_*, RDMA_* and PYTEST_ADDOPTS always pass)
 #   RXE_CORE_PYTHON  the Python whose built tensorverbs._core the guest gets
@@ -59,7 +65,7 @@ mkdir -p "$CACHE"
 
 # -------------------------------------------------------------------------- host tools
 need_tools() {
-  for t in qemu-system-x86_64 debootstrap cpio zstd modprobe depmod dpkg-deb; do
+  for t in qemu-system-x86_64 debootstrap cpio zstd xz curl modprobe depmod dpkg-deb; do
     command -v "$t" >/dev/null || return 1
   done
 }
@@ -69,7 +75,7 @@ if ! need_tools; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends \
-    qemu-system-x86 debootstrap cpio zstd kmod ca-certificates python3-pip >/dev/null
+    qemu-system-x86 debootstrap cpio zstd xz-utils curl kmod ca-certificates python3-pip >/dev/null
   need_tools || die "host tools still missing after apt-get install"
 fi
 
@@ -82,23 +88,46 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
 fi
 
 # ------------------------------------------------------------------- guest kernel (.deb)
-kernel_package() {
-  apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
-}
-KPKG=$(kernel_package)
-if [ -z "$KPKG" ]; then
-  [ "${RXE_NO_APT:-0}" = 1 ] && die "apt knows no linux-image-amd64 (run apt-get update)"
-  apt-get update -qq
+MIRROR=${RXE_MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}
+[ -n "$MIRROR" ] || MIRROR=$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+[ -n "$MIRROR" ] || die "no Debian mirror found in the host's apt sources; set RXE_MIRROR"
+KSUITE=${RXE_KERNEL_SUITE-$SUITE-backports}
+if [ -n "$KSUITE" ]; then
+  # the kernel behind linux-image-amd64 in $KSUITE, read from the mirror's index (the
+  # host's apt sources stay as they are)
+  KINDEX=$CACHE/kernel-index.$KSUITE
+  if [ ! -s "$KINDEX" ] || [ -n "$(find "$KINDEX" -mmin +1440)" ]; then
+    curl -fsSL "$MIRROR/dists/$KSUITE/main/binary-amd64/Packages.xz" | xz -dc > "$KINDEX.tmp" \
+      || die "cannot read the package index of $KSUITE from $MIRROR"
+    mv "$KINDEX.tmp" "$KINDEX"
+  fi
+  field() { awk -v p="$1" -v f="$2" '$1 == "Package:" {on = ($2 == p)} on && $1 == f {print $2; exit}' "$KINDEX"; }
+  KPKG=$(field linux-image-amd64 Depends:)
+  KFILE=$(field "$KPKG" Filename:)
+  [ -n "$KPKG" ] && [ -n "$KFILE" ] || die "no linux-image-amd64 in $KSUITE"
+else
+  kernel_package() {
+    apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'
+  }
   KPKG=$(kernel_package)
+  if [ -z "$KPKG" ]; then
+    [ "${RXE_NO_APT:-0}" = 1 ] && die "apt knows no linux-image-amd64 (run apt-get update)"
+    apt-get update -qq
+    KPKG=$(kernel_package)
+  fi
+  [ -n "$KPKG" ] || die "cannot find the kernel package behind linux-image-amd64"
 fi
-[ -n "$KPKG" ] || die "cannot find the kernel package behind linux-image-amd64"
 KVER=${KPKG#linux-image-}
 KDIR=$CACHE/kernel-$KVER
 if [ ! -f "$KDIR/boot/vmlinuz-$KVER" ]; then
-  say "fetching $KPKG"
-  rm -rf "$CACHE"/kernel-* "$CACHE/deb"
+  say "fetching $KPKG${KSUITE:+ from $KSUITE}"
+  rm -rf "$CACHE"/kernel-*/ "$CACHE/deb"
   mkdir -p "$CACHE/deb"
-  (cd "$CACHE/deb" && apt-get download -qq "$KPKG" >/dev/null 2>&1) || die "apt-get download $KPKG failed"
+  if [ -n "$KSUITE" ]; then
+    curl -fsSL -o "$CACHE/deb/$KPKG.deb" "$MIRROR/$KFILE" || die "downloading $MIRROR/$KFILE failed"
+  else
+    (cd "$CACHE/deb" && apt-get download -qq "$KPKG" >/dev/null 2>&1) || die "apt-get download $KPKG failed"
+  fi
   dpkg-deb -x "$CACHE"/deb/*.deb "$KDIR.tmp" && rm -rf "$CACHE/deb"
   depmod -b "$KDIR.tmp" "$KVER"
   mv "$KDIR.tmp" "$KDIR"
@@ -109,9 +138,6 @@ grep -Eq '^CONFIG_RDMA_RXE=(m|y)' "$KDIR/boot/config-$KVER" || die "kernel $KVER
 ROOT=$CACHE/rootfs
 STAMP="$SUITE $GUEST_PKGS"
 if [ "$(cat "$ROOT/.stamp" 2>/dev/null)" != "$STAMP" ]; then
-  MIRROR=${RXE_MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}
-  [ -n "$MIRROR" ] || MIRROR=$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-  [ -n "$MIRROR" ] || die "no Debian mirror found in the host's apt sources; set RXE_MIRROR"
   say "debootstrap $SUITE with $GUEST_PKGS (about a minute)"
   rm -rf "$ROOT"
   debootstrap --variant=minbase --include="$GUEST_PKGS" "$SUITE" "$ROOT" "$MIRROR" \
@@ -245,6 +271,11 @@ echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad
 for m in crc32_generic rdma_rxe ib_uverbs veth virtio_pci 9pnet_virtio 9p; do
   modprobe "$m" || { echo "rxe-guest: modprobe $m failed"; finish 90; }
 done
+# a veth hands each packet to its peer's backlog, which drops beyond netdev_max_backlog
+# (1000): a RDMA READ's response (up to 8 MiB, 8192 packets) overflows it under the
+# emulated CPU, and every retry of the read overflows it again (a livelock real
+# fabrics with link-level flow control do not have)
+echo 250000 > /proc/sys/net/core/netdev_max_backlog
 ip link add veth0 type veth peer name veth1
 ip link set veth0 up && ip link set veth1 up
 rdma link add rxe0 type rxe netdev veth0 && rdma link add rxe1 type rxe netdev veth1 \
@@ -298,7 +329,7 @@ say "booting the guest ($ACCEL, kernel $KVER): $*"
 LOG=$RUN/guest.log
 BOOT=$(date +%s)
 set +e
-timeout "$TIMEOUT" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -smp 2 -m 3072 -nographic -no-reboot \
+timeout "$TIMEOUT" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -smp 2 -m "${RXE_MEMORY:-6144}" -nographic -no-reboot \
   -nic none -virtfs "local,path=$SHARE,mount_tag=share,security_model=none,readonly=on" \
   -kernel "$KDIR/boot/vmlinuz-$KVER" -initrd "$RUN/initrd.img" -append "$APPEND" \
   < /dev/null 2>&1 | sed -u -e 's/\r//g' -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' | tee "$LOG"

@@ -9,7 +9,7 @@ namespace {
 
 // tensor.py's table (numpy's dtype for each DataType number); strings are numpy objects, and
 // DT_VARIANT is opaque bytes (a shared tensor's descriptor: tensorverbs.ipc).
-constexpr std::array<DataType, 17> kDataTypes{{
+constexpr std::array<DataType, 22> kDataTypes{{
     {1, "float32", 4},
     {2, "float64", 8},
     {3, "int32", 4},
@@ -27,6 +27,11 @@ constexpr std::array<DataType, 17> kDataTypes{{
     {21, "variant", 1},
     {22, "uint32", 4},
     {23, "uint64", 8},
+    {24, "float8_e5m2", 1},
+    {25, "float8_e4m3fn", 1},
+    {26, "float8_e4m3fnuz", 1},
+    {27, "float8_e4m3b11fnuz", 1},
+    {28, "float8_e5m2fnuz", 1},
 }};
 
 // The product of the dims and the item size; nothing if it does not fit 64 bits.

@@ -11,13 +11,16 @@ namespace {
 constexpr std::int64_t kBig = std::numeric_limits<std::int64_t>::max();
 
 TEST(TensorMeta, KnowsTensorverbsDataTypes) {
-  for (const std::int32_t number : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 14, 17, 18, 19, 21, 22, 23}) {
+  for (const std::int32_t number : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 14, 17, 18, 19, 21, 22, 23, 24, 25,
+                                     26, 27, 28}) {
     EXPECT_TRUE(find_data_type(number).has_value()) << number;
   }
-  for (const std::int32_t number : {0, 11, 12, 13, 15, 16, 20, 24, 101, -1}) {
+  for (const std::int32_t number : {0, 11, 12, 13, 15, 16, 20, 29, 101, -1}) {
     EXPECT_FALSE(find_data_type(number).has_value()) << number;
   }
   EXPECT_STREQ(find_data_type(14)->name, "bfloat16");
+  EXPECT_STREQ(find_data_type(25)->name, "float8_e4m3fn");
+  EXPECT_EQ(find_data_type(24)->itemsize, 1u);
   EXPECT_EQ(find_data_type(18)->itemsize, 16u);
   EXPECT_EQ(find_data_type(10)->itemsize, 1u);
   EXPECT_EQ(find_data_type(21)->itemsize, 1u);  // opaque bytes

@@ -39,20 +39,29 @@ def host_view(value: Any) -> np.ndarray:
     """The numpy array sharing the memory of ``value``, a host tensor speaking DLPack.
 
     A torch tensor that requires grad is viewed through ``detach()`` (same memory), and a
-    bfloat16 one (a type DLPack's numpy importer lacks) as ml_dtypes' bfloat16.
+    bfloat16 or float8 one (types DLPack's numpy importer lacks) as ml_dtypes' type.
     """
     if getattr(value, "requires_grad", False):
         value = value.detach()
-    if _is_torch_bfloat16(value):
+    ml_dtype = _torch_ml_dtype(value)
+    if ml_dtype is not None:
         import torch
 
-        return np.from_dlpack(value.view(torch.int16)).view(ml_dtypes.bfloat16)
+        bits = torch.int16 if ml_dtype.itemsize == 2 else torch.uint8
+        return np.from_dlpack(value.view(bits)).view(ml_dtype)
     try:
         return np.from_dlpack(value)
     except (BufferError, RuntimeError, TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"cannot view {type(value).__name__} through DLPack: {exc}") from None
 
 
-def _is_torch_bfloat16(value: Any) -> bool:
+def _torch_ml_dtype(value: Any) -> np.dtype | None:
+    """The ml_dtypes dtype of a torch tensor of bfloat16 or a float8 type; None otherwise."""
     dtype = getattr(value, "dtype", None)
-    return dtype is not None and type(dtype).__module__ == "torch" and str(dtype) == "torch.bfloat16"
+    if dtype is None or type(dtype).__module__ != "torch":
+        return None
+    name = str(dtype).rsplit(".", 1)[-1]
+    if name != "bfloat16" and not name.startswith("float8_"):
+        return None
+    found = getattr(ml_dtypes, name, None)
+    return np.dtype(found) if found is not None else None

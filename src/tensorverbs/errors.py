@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import Callable, ParamSpec, TypeVar
+import inspect
+from typing import Any, Callable, ParamSpec, TypeVar, cast
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -177,6 +178,15 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
     it lets out (a bug, not the caller's mistake, which the call checks for) becomes one by
     :func:`as_error`, naming the call, with the original as its cause. Exceptions of other
     classes pass through: those of the caller's own code, such as a signal handler's."""
+    if inspect.iscoroutinefunction(fn):  # the exceptions come as it is awaited
+        @functools.wraps(fn)
+        async def await_call(*args: P.args, **kwargs: P.kwargs) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except _BUGS as exc:
+                raise as_error(exc, fn.__qualname__) from exc
+        return cast(Callable[P, T], await_call)
+
     @functools.wraps(fn)
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
         try:

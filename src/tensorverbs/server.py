@@ -7,6 +7,7 @@ setup and liveness, RDMA verbs for the tensors).
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import importlib
 import logging
@@ -31,11 +32,13 @@ from .metrics.stats_collector import StatsCollector
 from .out import Out
 from .rendezvous.completion import SendHandle, Sends
 from .rendezvous.deadlines import Deadlines
+from .rendezvous.future import RecvFuture
 from .rendezvous.key import RendezvousKey, check_name
 from .rendezvous.lanes import Lanes
 from .rendezvous.local import LocalTable, Value
 from .rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from .resolvers.base import ClusterResolver
+from .results import ResultFuture, Results, as_torch, is_torch_dtype, numpy_dtype_of
 from .rpc.auth import JobToken
 from .rpc.loop import EventLoopThread
 from .rpc.peers import Peers
@@ -148,6 +151,9 @@ class Server:
             (CUDA IPC) instead of through host proxies: None (default:
             TENSORVERBS_DEVICE_IPC, else auto) shares CUDA tensors, True also the
             ``cpu:proxy`` stand-in's, False nothing.
+        tensor_type: what recvs return and :meth:`allocate` makes: "numpy" arrays (the
+            default) or "torch" tensors (sharing the received memory; needs torch); a recv
+            may ask for the other.
     """
 
     @public
@@ -156,7 +162,7 @@ class Server:
                  startup_grace: float = 60.0, bind_address: str | None = None,
                  token: str | None = None, tls: TlsConfig | None = None,
                  metrics_port: int | None = None, spare_tasks: int = 0,
-                 device_ipc: bool | None = None) -> None:
+                 device_ipc: bool | None = None, tensor_type: str = "numpy") -> None:
         self.cluster = ClusterSpec(cluster)
         self._task = self.cluster.resolve(
             TaskName(check.text(job_name, "job_name"), check.integer(task_index, "task_index")))
@@ -164,6 +170,8 @@ class Server:
             raise InvalidArgumentError(
                 f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self.protocol = protocol
+        Results(check.text(tensor_type, "tensor_type"))  # a known type (and torch there for "torch")
+        self.tensor_type = tensor_type
         spare_tasks = check.integer(spare_tasks, "spare_tasks", 0)
         startup_grace = check.seconds(startup_grace, "startup_grace")
         bind_address = check.optional_text(bind_address, "bind_address")
@@ -327,22 +335,38 @@ class Server:
         self._sends.flush(check.optional_seconds(timeout, "timeout"))
 
     @public
-    def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> np.ndarray:
+    def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> Any:
         """An uninitialised array in the memory this server's protocol sends from directly:
         with "grpc+verbs", registered memory (like TensorFlow's allocator visitor), so a
         tensor filled in place and sent needs no registration or copy; with "grpc", an
-        ordinary array. It returns to the pool when the last view of it is dropped."""
+        ordinary array. It returns to the pool when the last view of it is dropped.
+        ``dtype`` is a numpy dtype or a torch dtype; a torch one, or a server whose
+        ``tensor_type`` is "torch", makes a torch tensor over that memory."""
         self._check_running()
-        return self._rendezvous.allocate(check.shape(shape), numeric_dtype(dtype))
+        torch = is_torch_dtype(dtype) or self.tensor_type == "torch"
+        if is_torch_dtype(dtype):
+            np_dtype = numpy_dtype_of(dtype)
+            if np_dtype is None:
+                raise InvalidArgumentError(f"dtype {dtype} is not one tensorverbs moves")
+        else:
+            np_dtype = numeric_dtype(dtype)
+        array = self._rendezvous.allocate(check.shape(shape), np_dtype)
+        return as_torch(array) if torch else array
 
     @public
     def recv_async(self, name: str, source: str, step_id: int = 0,
                    timeout: float | None = None, device: str | None = None,
-                   out: Any = None) -> concurrent.futures.Future[Any]:
+                   out: Any = None, *, dtype: Any = None,
+                   tensor_type: str | None = None) -> concurrent.futures.Future[Any]:
         """Start receiving tensor ``name`` sent by ``source`` to this task at ``step_id``.
 
-        The future yields a numpy array, or a tensor on ``device`` ("cuda:0", or the
-        "cpu:proxy" stand-in) copied there from a host proxy buffer. A dead tensor (sent
+        The future yields a numpy array or a torch tensor sharing the received memory
+        (``tensor_type``: the server's unless given, "torch" with a torch ``dtype``), or a
+        tensor on ``device`` ("cuda:0", or the "cpu:proxy" stand-in) copied there from a
+        host proxy buffer. ``dtype`` (numpy's or torch's) casts the tensor on receipt, in
+        one pass. A tensor of a dtype torch lacks (strings) fails a torch recv with
+        InvalidArgumentError and is kept for the next recv of it. The future can be
+        awaited in asyncio (``await fut``); cancelling the awaiting task cancels the recv. A dead tensor (sent
         with ``is_dead=True``) yields a :class:`tensorverbs.DeadTensor`: test it with
         :func:`tensorverbs.is_dead`. The future raises DeadlineExceededError after
         ``timeout`` seconds, AbortedError when the step is aborted, UnavailableError when
@@ -350,19 +374,57 @@ class Server:
 
         With ``out`` (a numpy array, torch tensor or any tensor speaking DLPack, C-contiguous
         and writable, on the host or a device) the tensor is written into ``out`` in place
-        and the future yields ``out`` itself. A tensor of another dtype or shape than
-        ``out`` raises InvalidArgumentError and is kept for the next recv of it. If the
-        recv fails, ``out`` may have been written in part.
+        and the future yields ``out`` itself (``dtype`` is not taken then). A tensor of
+        another dtype or shape than ``out`` raises InvalidArgumentError and is kept for the
+        next recv of it. If the recv fails, ``out`` may have been written in part.
         """
-        return self._rendezvous.recv_async(self._recv_key(name, source), check.integer(step_id, "step_id"),
-                                           check.optional_seconds(timeout, "timeout"), *self._into(device, out))
+        results = self._results(out, dtype, tensor_type)
+        key = self._recv_key(name, source)
+        fut = self._rendezvous.recv_async(key, check.integer(step_id, "step_id"),
+                                          check.optional_seconds(timeout, "timeout"), *self._into(device, out))
+        return fut if results is None else ResultFuture(fut, results, self._rt.lanes, str(key.src))
 
     @public
     def recv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None,
-             device: str | None = None, out: Any = None) -> Any:
+             device: str | None = None, out: Any = None, *, dtype: Any = None,
+             tensor_type: str | None = None) -> Any:
         """Receive tensor ``name`` from ``source`` (blocking); see :meth:`recv_async`."""
-        return self._rendezvous.recv(self._recv_key(name, source), check.integer(step_id, "step_id"),
-                                     check.optional_seconds(timeout, "timeout"), *self._into(device, out))
+        if self._results(out, dtype, tensor_type) is None:
+            return self._rendezvous.recv(self._recv_key(name, source), check.integer(step_id, "step_id"),
+                                         check.optional_seconds(timeout, "timeout"), *self._into(device, out))
+        fut = self.recv_async(name, source, step_id, timeout, device, out, dtype=dtype, tensor_type=tensor_type)
+        try:
+            return fut.result()
+        except BaseException:  # a signal handler's exception gives the recv up, its tensor kept
+            if not fut.cancel():
+                assert isinstance(fut, RecvFuture)
+                fut.give_back()
+            raise
+
+    @public
+    async def arecv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None,
+                    device: str | None = None, out: Any = None, *, dtype: Any = None,
+                    tensor_type: str | None = None) -> Any:
+        """Receive tensor ``name`` from ``source`` in asyncio, without blocking the event
+        loop; see :meth:`recv_async`. Cancelling the awaiting task gives the recv up: the
+        tensor (even one that arrived just then) is kept for the next recv of it."""
+        fut = self.recv_async(name, source, step_id, timeout, device, out, dtype=dtype, tensor_type=tensor_type)
+        assert isinstance(fut, RecvFuture)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if not fut.cancel():
+                fut.give_back()
+            raise
+
+    def _results(self, out: Any, dtype: Any, tensor_type: str | None) -> Results | None:
+        """How a recv's result is made (None: the received array as it is)."""
+        results = Results(check.optional_text(tensor_type, "tensor_type"), dtype, self.tensor_type)
+        if out is not None:
+            if results.casts:
+                raise InvalidArgumentError("dtype= is not taken with out=: the tensor must have out's dtype")
+            return None
+        return None if results.identity else results
 
     def _into(self, device: str | None, out: Any) -> tuple[Device, Out | None]:
         """(the device a recv delivers to, its ``out``); ``out`` lands on the host and is

@@ -40,6 +40,11 @@ _NUMERIC: dict[np.dtype, int] = {
     np.dtype(np.float16): tensor_pb2.DT_HALF,
     np.dtype(np.uint32): tensor_pb2.DT_UINT32,
     np.dtype(np.uint64): tensor_pb2.DT_UINT64,
+    np.dtype(ml_dtypes.float8_e5m2): tensor_pb2.DT_FLOAT8_E5M2,
+    np.dtype(ml_dtypes.float8_e4m3fn): tensor_pb2.DT_FLOAT8_E4M3FN,
+    np.dtype(ml_dtypes.float8_e4m3fnuz): tensor_pb2.DT_FLOAT8_E4M3FNUZ,
+    np.dtype(ml_dtypes.float8_e4m3b11fnuz): tensor_pb2.DT_FLOAT8_E4M3B11FNUZ,
+    np.dtype(ml_dtypes.float8_e5m2fnuz): tensor_pb2.DT_FLOAT8_E5M2FNUZ,
 }
 _BY_ENUM: dict[int, np.dtype] = {v: k for k, v in _NUMERIC.items()}
 _BY_ENUM[DT_STRING] = np.dtype(object)
@@ -193,5 +198,6 @@ def mark_dead(array: np.ndarray) -> DeadTensor:
 
 
 def is_dead(value: Any) -> bool:
-    """Whether a received value is a dead tensor."""
-    return isinstance(value, DeadTensor)
+    """Whether a received value is a dead tensor (a :class:`DeadTensor`, or its torch
+    counterpart when the recv returns torch tensors)."""
+    return isinstance(value, DeadTensor) or getattr(type(value), "tensorverbs_dead", False) is True

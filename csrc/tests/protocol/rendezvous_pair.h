@@ -252,20 +252,9 @@ inline auto ibverbs_modes() {
                            Options{true, false, "auto", "ibverbs", "registration"});
 }
 
-// Write mode with type 2 memory windows (real NICs' default; forced on soft-RoCE), for the
-// tests of one direction at a time. Under the lane's CPU emulation, soft-RoCE stalls now and
-// then when both ends bind and invalidate type 2 windows at once (a request unanswered for
-// 20 s with both queue pairs connected), so the tests of both directions at once run with
-// registrations only.
+// Write mode with type 2 memory windows (real NICs' default; forced on soft-RoCE).
 inline auto type2_modes() {
   return ::testing::Values(Options{false, false, "auto", "ibverbs", "type2"});
 }
-
-// In a test of both directions at once: skip with type 2 windows (see type2_modes).
-#define SKIP_BOTH_WAYS_WITH_TYPE2_WINDOWS()                                                      \
-  if (GetParam().ib_windows == "type2") {                                                      \
-    GTEST_SKIP() << "both directions at once with type 2 windows stall now and then on "       \
-                    "soft-RoCE under the lane's CPU emulation (see type2_modes)";                \
-  }
 
 }  // namespace tensorverbs::rendezvous_testing

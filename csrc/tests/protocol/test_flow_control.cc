@@ -38,7 +38,6 @@ TEST_P(ShallowQueuePair, MoreTransfersInFlightThanTheQueuesHold) {
 }
 
 TEST_P(ShallowQueuePair, BothWaysAtOnceWithGiveUpsAmongThem) {
-  SKIP_BOTH_WAYS_WITH_TYPE2_WINDOWS();
   constexpr int kEach = 120;
   std::vector<std::shared_ptr<Waiting>> to_worker, to_ps, given_up;
   const TensorValue value = floats(std::size_t{1} << 14, 7.0f);

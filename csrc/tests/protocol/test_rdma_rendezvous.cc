@@ -101,7 +101,6 @@ TEST_P(RendezvousPair, ATensorForAGivenUpRecvGoesToTheNextOneAlreadyWaiting) {
 // asks for the gradients while the worker asks for the weights, then offers its gradients.
 // Large tensors (writes) and small ones (inline) interleave, messages outrun the credits.
 TEST_P(RendezvousPair, AParameterServerExchangeBothWaysAtOnce) {
-  SKIP_BOTH_WAYS_WITH_TYPE2_WINDOWS();
   const std::vector<std::size_t> floats_of = {23232, 64, 307200, 192, 663552, 384, 884736, 256,
                                               589824, 256, 1179648, 512, 262144, 512, 51200, 100};
   constexpr int kSteps = 6;

@@ -37,6 +37,9 @@ struct ConformanceParam {
   std::function<Result<std::shared_ptr<Context>>(const VerbsConfig&)> open;
   VerbsConfig config;
   std::size_t max_bytes = 64u << 20;  // the largest single transfer tried
+  // The device reports a local protection error as a flush of the request (soft-RoCE since
+  // Linux 6.x flushes the failed request with the rest of the send queue).
+  bool flushes_local_errors = false;
 };
 
 inline std::string conformance_name(const ::testing::TestParamInfo<ConformanceParam>& info) {

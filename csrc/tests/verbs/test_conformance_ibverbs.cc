@@ -8,6 +8,7 @@
 
 #if TENSORVERBS_HAVE_IBVERBS
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <vector>
@@ -27,8 +28,9 @@ std::vector<ConformanceParam> ibverbs_params() {
   param.config.provider = "ibverbs";
   for (const DeviceAttr& device : ibverbs_provider()->devices()) {
     if (device.name == devices[0] && device.max_msg_sz != 0) {
-      param.max_bytes = static_cast<std::size_t>(device.max_msg_sz);
+      param.max_bytes = std::min(kLargestIbverbsTransfer, static_cast<std::size_t>(device.max_msg_sz));
     }
+    if (device.name == devices[0]) param.flushes_local_errors = device.name.rfind("rxe", 0) == 0;
   }
   // each side opened takes the next device: a on the first, b on the second
   auto next = std::make_shared<std::atomic<std::size_t>>(0);

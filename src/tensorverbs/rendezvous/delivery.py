@@ -5,11 +5,15 @@ The caller gets the array (a dead tensor marked so), a copy on its device, its `
 filled, or the tensor a descriptor shares opened; an ``out`` of another dtype or shape
 refuses the tensor. Copies to a device and opening a shared tensor run on the lane of the
 recv's peer (:mod:`.lanes`), never on the thread the tensor arrived on. Whatever making the
-result raises settles the recv's future. Here too the received tensors are counted and
-observed (:class:`~tensorverbs.metrics.recvs.RecvMetrics`) and proxy copies counted.
+result raises settles the recv's future. A settled future learns how its protocol hands
+the tensor to the next recv of its key and step (:meth:`RecvFuture.give_back`: a recv
+given up just as its tensor came keeps it, whatever the protocol). Here too the received
+tensors are counted and observed (:class:`~tensorverbs.metrics.recvs.RecvMetrics`) and
+proxy copies counted.
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -83,13 +87,15 @@ class Delivery:
             raise as_error(exc, f"{what + ': ' if what else ''}making the received tensor for {target}") from exc
 
     def settle(self, call: RecvCall, value: Value, observe: int | None = None,
-               remember: bool = False) -> bool:
+               give_back: Callable[[Value], object] | None = None) -> bool:
         """Settle ``call`` with ``value``; False if its caller already gave up or refuses
         the tensor (its ``out`` does not fit: the future fails with InvalidArgumentError),
         True once settled, also with whatever making the result raised. ``observe``: the
-        bytes that crossed the network, observed once the recv takes them. ``remember``:
-        keep ``value`` in ``call.delivered`` (unless the result is a shared tensor, whose
-        handle is released) before the caller can see the result."""
+        bytes that crossed the network, observed once the recv takes them. ``give_back``:
+        how the protocol hands ``value`` to the next recv of its key and step; the future
+        can hand it back so (:meth:`RecvFuture.give_back`: a recv given up just as its
+        tensor came, or whose result could not be made) unless the result is a shared
+        tensor, whose handle is released."""
         fut = call.future
         if fut.done():
             return False
@@ -104,6 +110,15 @@ class Delivery:
         except Exception as exc:
             settle(fut, as_error(exc, f"{call.what}: delivering the tensor"))
             return True
-        if remember and not is_descriptor(value.array):
-            call.delivered = value
+        if give_back is not None and not is_descriptor(value.array):
+            if call.out is None:
+                fut.returnable(functools.partial(give_back, value))
+            else:  # out's landing holds it now: the future keeps no buffer of the transport
+                fut.returnable(functools.partial(
+                    _hand_back_landing, Value(call.out.landing, value.is_dead, value.ticket), give_back))
         return settle(fut, None, result)
+
+
+def _hand_back_landing(value: Value, give_back: Callable[[Value], object]) -> None:
+    """Give back a tensor in ``out``'s landing (``value``) as a copy: its caller may reuse ``out``."""
+    give_back(Value(value.array.copy(), value.is_dead, value.ticket))

@@ -1,10 +1,12 @@
-"""RecvFuture: the future of a recv, which raises TensorverbsError only and runs its
-caller's callbacks on the recv's peer's lane."""
+"""RecvFuture: the future of a recv, which raises TensorverbsError only, runs its
+caller's callbacks on the recv's peer's lane, and can be awaited in asyncio."""
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import functools
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, Generator
 
 from ..errors import CancelledError, DeadlineExceededError
 from .lanes import Lanes
@@ -20,6 +22,32 @@ class RecvFuture(concurrent.futures.Future[Any]):
     def __init__(self, lanes: Lanes | None = None, peer: str = "") -> None:
         super().__init__()
         self._lanes, self._peer = lanes, peer
+        self._return: Callable[[], object] | None = None
+        self._returning = threading.Lock()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """``await fut`` in a coroutine: the recv's result, without blocking the event loop.
+        Cancelling the awaiting task cancels the recv (a result that came just then stays
+        in this future)."""
+        return asyncio.wrap_future(self).__await__()
+
+    def returnable(self, give_back: Callable[[], object]) -> None:
+        """Tell how to hand the tensor this future was settled with back to the next recv
+        of its key and step (tensorverbs' own: set by the rendezvous that settled it)."""
+        with self._returning:
+            self._return = give_back
+
+    def give_back(self) -> bool:
+        """Hand the tensor this future holds to the next recv of its key and step, as if it
+        had never been received (its caller drops the result); once. False if there is
+        none to hand back (not settled with a tensor, handed back already, or a tensor
+        passed by handle)."""
+        with self._returning:
+            give_back, self._return = self._return, None
+        if give_back is None or not self.done() or self.cancelled() or super().exception() is not None:
+            return False
+        give_back()
+        return True
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
         if self._lanes is not None and not self.done():

@@ -15,7 +15,6 @@ from ..errors import DeadlineExceededError, TensorverbsError
 from ..out import Out
 from .future import RecvFuture, add_internal_callback
 from .key import RendezvousKey
-from .local import Value
 
 
 def settle(fut: concurrent.futures.Future, error: BaseException | None = None,
@@ -44,11 +43,9 @@ class RecvCall:
     step_id: int
     device: Device = HOST
     timeout: float | None = None
-    future: concurrent.futures.Future = field(default_factory=RecvFuture)
+    future: RecvFuture = field(default_factory=RecvFuture)
     started: float = field(default_factory=time.monotonic)
     out: Out | None = None
-    #: the value the future was settled with (a blocking recv interrupted just then passes it on)
-    delivered: Value | None = None
 
     @property
     def what(self) -> str:

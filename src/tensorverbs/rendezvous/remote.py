@@ -122,8 +122,8 @@ class RemoteRendezvous(abc.ABC):
         try:
             return call.future.result()
         except BaseException:
-            if not call.future.cancel() and call.delivered is not None:
-                self._pass_on(call, call.delivered)  # interrupted as the tensor came
+            if not call.future.cancel():
+                call.future.give_back()  # interrupted as the tensor came
             raise
 
     def stop(self) -> None:
@@ -220,31 +220,39 @@ class RemoteRendezvous(abc.ABC):
             self._hand_over(call, value)
 
     def _hand_over(self, call: RecvCall, value: Value) -> None:
-        if self.delivery.settle(call, value, remember=True):
+        if self.delivery.settle(call, value, give_back=self._returner(call)):
             value.delivered()  # a local recv took this task's own tensor: its send completes
         else:
-            self._pass_on(call, value)
+            self._pass_on(call.key, call.step_id, call.out, value)
 
-    def _pass_on(self, call: RecvCall, value: Value) -> None:
-        """Hand ``value``, which ``call``'s caller gave up or refused, to another recv of
-        its key and step in flight, else back to the local table or aside for the next."""
+    def _returner(self, call: RecvCall) -> Callable[[Value], None]:
+        """How ``call``'s future gives its tensor back: :meth:`_pass_on` (holding nothing
+        that refers back to the future: a result is freed with its future)."""
+        return functools.partial(self._pass_on, call.key, call.step_id, call.out)
+
+    def _pass_on(self, key: RendezvousKey, step_id: int, out: Out | None, value: Value) -> None:
+        """Hand ``value``, which the recv of ``key`` at ``step_id`` (into ``out``) gave up,
+        refused or gave back, to another recv of its key and step in flight, else back to
+        the local table or aside for the next."""
+        match = (step_id, key.matching)
         while True:
-            if call.out is not None and value.array is call.out.landing:
+            if out is not None and value.array is out.landing:
                 value = Value(value.array.copy(), value.is_dead, value.ticket)  # that caller may reuse out
             with self._lock:
                 other = next(((c, op) for c, op in self._ops.values()
-                              if c.match == call.match and not c.future.done()), None)
+                              if c.match == match and not c.future.done()), None)
                 if other is None:
-                    if call.key.src == self.rt.task:
-                        self.rt.table.requeue(call.step_id, call.key, value)
-                    elif self.rt.table.aborted(call.step_id) is None:
-                        self._late.setdefault(call.match, collections.deque()).append(value)
+                    if key.src == self.rt.task:
+                        self.rt.table.requeue(step_id, key, value)
+                    elif self.rt.table.aborted(step_id) is None:
+                        self._late.setdefault(match, collections.deque()).append(value)
                     return
             call, op = other
             op.cancel()
-            if self.delivery.settle(call, value, remember=True):
+            if self.delivery.settle(call, value, give_back=self._returner(call)):
                 value.delivered()
                 return
+            out = call.out
 
     def abort_step(self, step_id: int, error: AbortedError) -> None:
         """Fail the step's pending recvs (local and remote) and refuse its later ones."""

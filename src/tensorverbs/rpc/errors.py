@@ -4,6 +4,7 @@ from __future__ import annotations
 import grpc
 
 from ..errors import Code, TensorverbsError, UnauthenticatedError, UnavailableError, from_code
+from .options import SERVICE_ERROR
 from .tls import handshake_failure
 
 
@@ -29,3 +30,20 @@ def to_status(error: TensorverbsError) -> tuple[grpc.StatusCode, str]:
         if status.value[0] == error.code:
             return status, error.message
     return grpc.StatusCode.UNKNOWN, error.message
+
+
+#: the details gRPC gives a call whose operations the core failed: a call made on a
+#: connection that is going away (GOAWAY) ends so, with INTERNAL
+_CORE_FAILED = "Internal error from Core"
+
+
+def connection_broke(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether a call failed because its connection broke (UNAVAILABLE from gRPC itself,
+    or its core's failure of a call on a connection going away; neither from the peer's
+    service nor a failed TLS handshake): the peer may be reached again."""
+    details = exc.details() or ""
+    if tuple(SERVICE_ERROR) in [tuple(item) for item in (exc.trailing_metadata() or ())]:
+        return False
+    if exc.code() == grpc.StatusCode.INTERNAL:
+        return details == _CORE_FAILED
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and handshake_failure(details) is None

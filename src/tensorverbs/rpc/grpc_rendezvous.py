@@ -1,19 +1,31 @@
-"""The "grpc" protocol: a remote recv is a RecvTensor call streaming the tensor back."""
+"""The "grpc" protocol: a remote recv is a RecvTensor call streaming the tensor back.
+
+A call whose connection broke (an outage) is made again once the sender answers as the
+same incarnation within the reconnect window (:meth:`Peers.answers_again`), after
+withdrawing the first request: the sender keeps a tensor until its receiver confirms it,
+so the tensor comes with the new call. A sender that does not answer again is gone: the
+recv fails with UnavailableError naming it.
+"""
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import secrets
 
 import grpc
 
 from ..errors import TensorverbsError, UnavailableError, as_error
 from ..rendezvous.key import RendezvousKey, format_key
+from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall
 from ..rendezvous.remote import RemoteRendezvous
 from . import tensorverbs_pb2 as pb
-from .errors import from_rpc_error
+from .errors import connection_broke, from_rpc_error
 from .tensor_stream import read_tensor
+
+#: how many times one recv makes its call again after its connection broke
+MAX_RECONNECTS = 3
 
 
 async def _ended(rpc) -> None:
@@ -34,6 +46,11 @@ class _GrpcRecv(PendingRecv):
         self.requested = False    # the RecvTensor call is open
         self.streaming = False    # its first message arrived
         self.task: concurrent.futures.Future | None = None
+
+    def renew(self) -> None:
+        """Before the call is made again: a new request, not open yet."""
+        self.request_id = secrets.randbits(63)
+        self.requested = self.streaming = False
 
     def cancel(self) -> None:
         self.rendezvous.rt.loop.call_soon(self._cancel)
@@ -71,28 +88,47 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
             pass
 
     async def _fetch(self, call: RecvCall, op: _GrpcRecv) -> None:
-        peers, key, step_id = self.rt.peers, call.key, call.step_id
+        peers, key = self.rt.peers, call.key
         try:
             status = await peers.handshake(key.src)
             op.reached = True
-            request = pb.RecvTensorRequest(
-                step_id=step_id, rendezvous_key=format_key(key.with_incarnation(status.incarnation)),
-                request_id=op.request_id)
-            rpc = peers.peer(key.src).recv_tensor()
-            op.requested = True
-            await rpc.write(request)
-            value, nbytes = await read_tensor(rpc, self.options.rdma_config.max_tensor_bytes,
-                                              lambda: setattr(op, "streaming", True), call.out)
-            await rpc.write(pb.RecvTensorRequest(received=True))  # the sender may forget it
-            await rpc.done_writing()
-            asyncio.ensure_future(_ended(rpc))
+            for attempt in itertools.count():
+                try:
+                    value, nbytes = await self._request(call, op, status.incarnation)
+                    break
+                except grpc.aio.AioRpcError as exc:
+                    if attempt >= MAX_RECONNECTS or not connection_broke(exc):
+                        raise
+                    why = await peers.answers_again(key.src, status.incarnation)
+                    if why is not None:
+                        raise UnavailableError(f"{op.peer} is unavailable: {exc.details()}; {why}") from None
+                    await self.withdraw(op)  # if the sender still holds the broken call's request
+                    op.renew()
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNAVAILABLE:
                 peers.lost(key.src)
             call.fail(from_rpc_error(exc, op.peer))
+        except UnavailableError as exc:
+            peers.lost(key.src)
+            call.fail(exc)
         except asyncio.CancelledError:
             pass  # whoever cancelled settles the future
         except Exception as exc:
             call.fail(as_error(exc, call.what))
         else:
             self.complete(call, value, nbytes)
+
+    async def _request(self, call: RecvCall, op: _GrpcRecv, incarnation: int) -> tuple[Value, int]:
+        """One RecvTensor call for ``call``: (the value, its payload bytes)."""
+        request = pb.RecvTensorRequest(
+            step_id=call.step_id, rendezvous_key=format_key(call.key.with_incarnation(incarnation)),
+            request_id=op.request_id)
+        rpc = self.rt.peers.peer(call.key.src).recv_tensor()
+        op.requested = True
+        await rpc.write(request)
+        value, nbytes = await read_tensor(rpc, self.options.rdma_config.max_tensor_bytes,
+                                          lambda: setattr(op, "streaming", True), call.out)
+        await rpc.write(pb.RecvTensorRequest(received=True))  # the sender may forget it
+        await rpc.done_writing()
+        asyncio.ensure_future(_ended(rpc))
+        return value, nbytes

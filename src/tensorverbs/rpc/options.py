@@ -1,9 +1,11 @@
 """gRPC channel and server options shared by every task.
 
 Messages received are bounded (tensors are streamed in chunks of 1 MiB, and nothing else
-is large), so a peer cannot make gRPC buffer a message of any size; HTTP/2 keepalive so a
-peer that vanishes without closing its socket is noticed within seconds, fast reconnect
-backoff for peers that start late, no proxy, and no SO_REUSEPORT (two servers must not
+is large), so a peer cannot make gRPC buffer a message of any size; HTTP/2 keepalive, and
+a ping timeout as short, so a connection whose other end vanished without closing it is
+noticed within seconds (without the ping timeout, a connection whose peer had closed it
+during an outage could wait a minute for a ping's answer, its calls with it); fast
+reconnect backoff for peers that start late or come back, no proxy, and no SO_REUSEPORT (two servers must not
 silently share a port). A RecvTensor call waits at the sender until its tensor is sent,
 so a receiver may have thousands open: gRPC core's limits on calls waiting for the
 server to take them (1,000, then 3,000, beyond which it cancels or refuses them) are
@@ -13,6 +15,16 @@ from __future__ import annotations
 
 KEEPALIVE_MS = 2000
 KEEPALIVE_TIMEOUT_MS = 3000
+#: how long a peer whose connection broke may take to answer again (as the same
+#: incarnation) before it is declared gone: a short outage is ridden out
+RECONNECT_SECONDS = 5.0
+#: the liveness timeout: how long a peer may be unreachable before the calls waiting on it
+#: fail (a keepalive ping after KEEPALIVE_MS without traffic, unanswered for
+#: KEEPALIVE_TIMEOUT_MS, then RECONNECT_SECONDS of trying to reach it again)
+LIVENESS_SECONDS = (KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS) / 1000 + RECONNECT_SECONDS
+#: trailing metadata that marks a call ended by the service itself (a TensorverbsError of
+#: the handler), not by its connection
+SERVICE_ERROR = ("tensorverbs-error", "1")
 #: the largest message a task receives
 MAX_MESSAGE_BYTES = 4 << 20
 
@@ -22,6 +34,7 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", KEEPALIVE_MS),
     ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
@@ -36,6 +49,7 @@ SERVER_OPTIONS = [
     ("grpc.keepalive_time_ms", KEEPALIVE_MS),
     ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.so_reuseport", 0),

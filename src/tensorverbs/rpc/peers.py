@@ -5,9 +5,10 @@ the connection with backoff for at most the start-up grace period; it yields the
 incarnation and protocol. A peer that answers, but refuses this task, fails it at once
 and for good: a call refused for want of the job token (UnauthenticatedError), or
 connections that keep failing their TLS handshake for a few seconds (a plaintext peer,
-one of another CA). Once a peer was reached, calls to it fail fast when it goes away (a
-dead peer's pending calls fail as soon as its socket closes, or within the keepalive
-timeout if its host vanished), and the next call does a fresh handshake. Every call
+one of another CA). Once a peer was reached, a call whose connection broke may try to
+reach it again (:meth:`Peers.answers_again`): a peer that answers as the same incarnation
+within RECONNECT_SECONDS only lost its connection (a short outage); one that does not is
+gone, and the next call does a fresh handshake. Every call
 carries the job token, if any, and goes over TLS when the task has a certificate. All
 methods run on the task's event loop.
 """
@@ -24,7 +25,7 @@ from ..errors import UnauthenticatedError, UnavailableError
 from . import tensorverbs_pb2 as pb
 from .auth import JobToken, authorize
 from .errors import from_rpc_error
-from .options import CHANNEL_OPTIONS, method
+from .options import CHANNEL_OPTIONS, RECONNECT_SECONDS, method
 from .tls import TlsConfig, refusal
 
 #: how long one try of the handshake with a peer that is not up yet lasts at most (its
@@ -129,6 +130,34 @@ class Peers:
                         f"{self.startup_grace:g} s") from None
         peer.status = status
         return status
+
+    async def answers_again(self, task: TaskName, incarnation: int) -> str | None:
+        """After a call's connection to ``task`` broke: None once the peer answers as
+        ``incarnation`` again (its channel reconnects meanwhile), else why it is taken
+        as gone (it restarted, refused the connection, or did not answer within
+        RECONNECT_SECONDS)."""
+        peer = self.peer(task)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RECONNECT_SECONDS
+        # as in the handshake, alternately a call that waits for the channel to connect and
+        # one that fails at once with the reason it cannot
+        for waits in itertools.cycle((False, True)):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return f"it did not answer again within {RECONNECT_SECONDS:g} s"
+            try:
+                status = await peer.get_status(pb.GetStatusRequest(), wait_for_ready=waits,
+                                               timeout=min(RETRY_SECONDS, remaining))
+                break
+            except grpc.aio.AioRpcError as exc:
+                details = exc.details() or exc.code().name
+                if exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+                    return f"reaching it again failed: {details}"
+                if "connection refused" in details.lower():
+                    return "it refused the connection: its process is gone"
+        if status.incarnation != incarnation:
+            return f"it restarted (incarnation {status.incarnation:016x})"
+        return None
 
     async def forget(self, task: TaskName) -> None:
         """Close the channel to ``task`` (it moved, or left): the next call to it dials its

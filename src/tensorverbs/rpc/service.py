@@ -25,7 +25,7 @@ from ..rendezvous.key import parse_key
 from . import tensorverbs_pb2 as pb
 from .auth import JobToken, TokenInterceptor
 from .errors import to_status
-from .options import SERVER_OPTIONS, SERVICE
+from .options import SERVER_OPTIONS, SERVICE, SERVICE_ERROR
 from .tensor_stream import tensor_messages
 from .tls import TlsConfig
 
@@ -179,7 +179,7 @@ class Servicer:
 
 async def _abort(context, error: TensorverbsError) -> NoReturn:
     code, message = to_status(error)
-    await context.abort(code, message)
+    await context.abort(code, message, trailing_metadata=(SERVICE_ERROR,))
     raise AssertionError("context.abort returned")  # it raises
 
 

@@ -27,6 +27,11 @@ class DataType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DT_VARIANT: _ClassVar[DataType]
     DT_UINT32: _ClassVar[DataType]
     DT_UINT64: _ClassVar[DataType]
+    DT_FLOAT8_E5M2: _ClassVar[DataType]
+    DT_FLOAT8_E4M3FN: _ClassVar[DataType]
+    DT_FLOAT8_E4M3FNUZ: _ClassVar[DataType]
+    DT_FLOAT8_E4M3B11FNUZ: _ClassVar[DataType]
+    DT_FLOAT8_E5M2FNUZ: _ClassVar[DataType]
 DT_INVALID: DataType
 DT_FLOAT: DataType
 DT_DOUBLE: DataType
@@ -45,6 +50,11 @@ DT_HALF: DataType
 DT_VARIANT: DataType
 DT_UINT32: DataType
 DT_UINT64: DataType
+DT_FLOAT8_E5M2: DataType
+DT_FLOAT8_E4M3FN: DataType
+DT_FLOAT8_E4M3FNUZ: DataType
+DT_FLOAT8_E4M3B11FNUZ: DataType
+DT_FLOAT8_E5M2FNUZ: DataType
 
 class TensorShapeProto(_message.Message):
     __slots__ = ("dim", "unknown_rank")

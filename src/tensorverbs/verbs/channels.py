@@ -10,7 +10,8 @@ UnavailableError naming the peer. A task that joined at run time (``Server.add_t
 ask before this task has learned it: while this task has room for joining tasks, the
 set-up waits for it up to the start-up grace period. Once connected, the peer's liveness
 is watched through the standard gRPC health service: a peer that dies fails its channel
-at once. With a job token, only the job's tasks reach the set-up
+at once, one that cannot be reached fails it within the liveness timeout (a connection
+that broke is given the reconnect window to come back). With a job token, only the job's tasks reach the set-up
 (:mod:`tensorverbs.rpc.auth`): nobody else can replace a channel or learn its incarnation.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ..cluster import TaskName, parse_task
 from ..errors import Code, UnavailableError
 from ..rpc import tensorverbs_pb2 as pb
-from ..rpc.errors import from_rpc_error
+from ..rpc.errors import connection_broke, from_rpc_error
 from ..rpc.options import SERVICE
 
 if TYPE_CHECKING:
@@ -139,9 +140,7 @@ class VerbsChannels:
                 if status.incarnation != incarnation:
                     why = f"it restarted (incarnation {status.incarnation:016x})"
                 else:
-                    async for _ in health.Watch(health_pb2.HealthCheckRequest(service=SERVICE)):
-                        pass
-                    why = "its health stream ended"
+                    why = await self._stream_health(peer, incarnation, health)
             except grpc.aio.AioRpcError as exc:
                 why = exc.details() or exc.code().name
             except asyncio.CancelledError:
@@ -154,6 +153,23 @@ class VerbsChannels:
             self.rt.peers.lost(peer)
             self.core.fail_channel(self.ids[peer], int(Code.UNAVAILABLE), f"{peer} is unavailable: {why}")
         self._watches[key] = asyncio.ensure_future(watch())
+
+    async def _stream_health(self, peer: TaskName, incarnation: int,
+                             health: health_pb2_grpc.HealthStub) -> str:
+        """Follow ``peer``'s health stream until the peer is gone: why it is. A stream
+        whose connection broke is opened again once the peer answers as ``incarnation``
+        within the reconnect window (a short outage does not fail the channel)."""
+        while True:
+            try:
+                async for _ in health.Watch(health_pb2.HealthCheckRequest(service=SERVICE)):
+                    pass
+                return "its health stream ended"
+            except grpc.aio.AioRpcError as exc:
+                if not connection_broke(exc):
+                    raise
+                why = await self.rt.peers.answers_again(peer, incarnation)
+                if why is not None:
+                    return f"{exc.details() or exc.code().name}; {why}"
 
     def close(self) -> None:
         """Stop watching (on any thread)."""

@@ -241,20 +241,32 @@ class VerbsRendezvous(RemoteRendezvous):
         if self.delivery.on_lane(call, value):
             self.delivery.run_on_lane(call, self._settle_on_lane, call, src, value, dtype, shape, payload)
             return True
-        return self._deliver(call, src, value, payload)
+        return self._deliver(call, src, value, dtype, shape, payload)
 
     def _settle_on_lane(self, call: RecvCall, src: int, value: Value, dtype: int, shape: tuple,
                         payload: Any) -> None:
         """:meth:`_settle` of a tensor for a device, on its peer's lane; a tensor not taken
         goes back to the core."""
-        if not self._deliver(call, src, value, payload):
+        if not self._deliver(call, src, value, dtype, shape, payload):
             self.core.give_back(call.step_id, src, call.key.name, dtype, shape, value.is_dead, payload)
 
-    def _deliver(self, call: RecvCall, src: int, value: Value, payload: Any) -> bool:
-        """Settle ``call`` with ``value`` (the core counts a tensor from a peer in stats() as
-        it arrives; a local recv is neither counted nor observed)."""
+    def _deliver(self, call: RecvCall, src: int, value: Value, dtype: int, shape: tuple,
+                 payload: Any) -> bool:
+        """Settle ``call`` with ``value``, the core's answer (``dtype``, ``shape``,
+        ``payload``), which its future can give back to the core (the core counts a tensor
+        from a peer in stats() as it arrives; a local recv is neither counted nor observed)."""
         nbytes = memoryview(payload).nbytes if src != self.task_id else None
-        return self.delivery.settle(call, value, observe=nbytes)
+        returned = payload if call.out is None else None  # into out: the landing's copy
+        return self.delivery.settle(call, value, observe=nbytes, give_back=functools.partial(
+            self._give_back, call.step_id, src, call.key.name, dtype, shape, returned))
+
+    def _give_back(self, step_id: int, src: int, name: str, dtype: int, shape: tuple,
+                   payload: Any, value: Value) -> None:
+        """Hand a tensor a recv's future gives back (:mod:`..rendezvous.delivery`) to the
+        core for the next recv of its name and step: ``payload`` as the core answered with
+        it, or (None, a recv into ``out``) the copy of out's landing ``value`` holds."""
+        self.core.give_back(step_id, src, name, dtype, shape, value.is_dead,
+                            value.array if payload is None else payload)
 
     # -- steps and stopping --------------------------------------------------------------------
     def abort_step(self, step_id: int, error) -> None:
