@@ -3,7 +3,10 @@ a done-callback that raises or blocks, or a device copy, runs on the recv's own 
 lane, never on the event loop or on a thread shared by every peer."""
 from __future__ import annotations
 
+import gc
 import threading
+import time
+import weakref
 
 import numpy as np
 import pytest
@@ -76,3 +79,29 @@ def test_a_blocked_callback_stalls_no_other_peer(cluster, step):
     finally:
         release.set()
     assert slow.result(WAIT).tolist() == [1.0] * 8
+
+
+@pytest.mark.parametrize("source", [PS0, WORKER])
+def test_a_result_is_freed_with_its_future(cluster, step, source):
+    """Nothing a settled future holds, how it would give its tensor back included, refers
+    back to it: dropping the result and its future frees the result at once, without the
+    garbage collector; from a peer and from this task alike."""
+    ps0, _, worker = cluster
+    sent = np.arange(1000, dtype=np.float32)
+    if source == WORKER:
+        worker.send("freed", sent.copy(), to=WORKER, step_id=step)  # this task's own: the result may be it
+    else:
+        _send(ps0, "freed", step, sent)
+    gc.disable()
+    try:
+        fut = worker.recv_async("freed", source, step, timeout=WAIT)
+        result = fut.result()
+        assert np.array_equal(result, sent)
+        freed = weakref.ref(result)
+        del fut, result
+        deadline = time.monotonic() + 10  # the settling thread may hold it a moment longer
+        while freed() is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert freed() is None, "something the future holds keeps the result alive"
+    finally:
+        gc.enable()
