@@ -14,15 +14,29 @@ def _raise(signum, frame) -> None:
     raise Signalled(f"signal {signum}")
 
 
-def interrupted_recv(server, name: str, source: str, step_id: int, timeout: float) -> tuple[str, float] | None:
+def interrupted_recv(server, name: str, source: str, step_id: int, timeout: float,
+                     elsewhere: bool = False) -> tuple[str, float] | None:
     """Block in ``server.recv`` until a signal's handler raises (SIGINT: KeyboardInterrupt,
     SIGUSR1: Signalled); returns (the exception's class name, the monotonic time it reached
-    this frame), or None if the recv returned or failed otherwise."""
+    this frame), or None if the recv returned or failed otherwise.
+
+    ``elsewhere``: the main thread blocks both signals while it waits, so that another
+    thread of the process (the core's, gRPC's, the event loop's) takes the signal and runs
+    its C handler. Python runs the handler itself in the main thread at its next chance,
+    but nothing interrupts a sleep of the main thread. That makes certain what happens by
+    chance when the signal comes just before the main thread's wait goes to sleep (its C
+    handler runs in the main thread then, and the sleep that follows is not interrupted)."""
     signal.signal(signal.SIGUSR1, _raise)
+    masked = {signal.SIGINT, signal.SIGUSR1}
+    if elsewhere:
+        signal.pthread_sigmask(signal.SIG_BLOCK, masked)
     try:
         server.recv(name, source, step_id, timeout)
     except (KeyboardInterrupt, Signalled) as exc:
         return type(exc).__name__, time.monotonic()
     except Exception:
         return None
+    finally:
+        if elsewhere:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, masked)
     return None

@@ -23,21 +23,39 @@ RECV_TIMEOUT = 600.0
 WAIT = 60.0
 
 
-@pytest.fixture(scope="module")
-def tasks(variant):
+def _start(variant: str):
     """(ps, worker), each a task in a process of its own (the worker is the one signalled)."""
     protocol, env = VARIANTS[variant]
     cluster = cluster_spec({"ps": 1, "worker": 1})
     ps = TaskProcess(cluster, "ps", 0, protocol, env)
-    worker = TaskProcess(cluster, "worker", 0, protocol, env)
+    try:
+        worker = TaskProcess(cluster, "worker", 0, protocol, env)
+    except BaseException:
+        ps.stop()
+        raise
+    return ps, worker
+
+
+@pytest.fixture(scope="module")
+def tasks(variant):
+    ps, worker = _start(variant)
+    yield ps, worker
+    worker.stop()
+    ps.stop()
+
+
+@pytest.fixture
+def fresh_tasks(variant):
+    """Tasks of their own, whose channels are not set up yet."""
+    ps, worker = _start(variant)
     yield ps, worker
     worker.stop()
     ps.stop()
 
 
 def _interrupt_then_retry(ps: TaskProcess, worker: TaskProcess, step: int, signum: int,
-                          raised: str, record_property) -> None:
-    worker.post("run", "interrupting:interrupted_recv", "w", PS, step, RECV_TIMEOUT)
+                          raised: str, record_property, elsewhere: bool = False) -> None:
+    worker.post("run", "interrupting:interrupted_recv", "w", PS, step, RECV_TIMEOUT, elsewhere)
     ps.call("wait_waiters", 1)  # the worker's request waits in the ps's table: it is in recv
     sent = time.monotonic()
     os.kill(worker.process.pid, signum)
@@ -71,3 +89,20 @@ def test_any_signal_handler_exception_interrupts_a_recv(tasks, step, record_prop
     ps.call("send_pattern", "warm", WORKER, step, 64, 1)
     assert worker.call("recv_pattern", "warm", PS, step, 64, 1, "uint8", 30)
     _interrupt_then_retry(ps, worker, step, signal.SIGUSR1, "Signalled", record_property)
+
+
+def test_a_signal_another_thread_takes_interrupts_the_first_recv(fresh_tasks, step, record_property):
+    """The first recv from the ps while the main thread blocks the signal: another thread
+    runs its C handler, and the main thread's wait is not woken by it (as when the signal
+    comes just before the wait goes to sleep); the recv must notice it anyway."""
+    ps, worker = fresh_tasks
+    _interrupt_then_retry(ps, worker, step, signal.SIGINT, "KeyboardInterrupt", record_property,
+                          elsewhere=True)
+
+
+def test_a_signal_another_thread_takes_interrupts_a_recv_on_a_channel_in_use(tasks, step, record_property):
+    ps, worker = tasks
+    ps.call("send_pattern", "warm", WORKER, step, 64, 1)
+    assert worker.call("recv_pattern", "warm", PS, step, 64, 1, "uint8", 30)
+    _interrupt_then_retry(ps, worker, step, signal.SIGUSR1, "Signalled", record_property,
+                          elsewhere=True)

@@ -83,5 +83,7 @@ def test_a_restarted_actor_is_found_again(transports, protocol):
     assert ray.get(b.check.remote(a.make.options(tensor_transport=name).remote(3), 3), timeout=WAIT)
     _, b_after = ray.get(b.endpoint.remote(name), timeout=WAIT)
     assert b_after != b_before
-    if protocol == "grpc+verbs":  # on grpc the source never calls its destination, which pulls
-        assert ray.get(a.address_of.remote(name, task_b), timeout=WAIT) == b_after
+    # a sent to b without calling it (a send is passive, b pulled): a calls b once b is
+    # the source, at b's new address, not at the one a had a channel to before
+    assert ray.get(a.check.remote(b.make.options(tensor_transport=name).remote(4), 4), timeout=WAIT)
+    assert ray.get(a.address_of.remote(name, task_b), timeout=WAIT) == b_after

@@ -112,6 +112,20 @@ Listener::~Listener() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Listener::release(std::unique_ptr<Listener> listener) {
+  if (!listener) return;
+  if (std::this_thread::get_id() != listener->thread_.get_id()) return;  // ~Listener joins
+  Listener* self = listener.release();
+  std::lock_guard lock(self->mu_);
+  self->next_tick_ = Clock::time_point::min();
+  self->released_ = true;
+}
+
+bool Listener::stopping() {
+  std::lock_guard lock(mu_);
+  return next_tick_ == Clock::time_point::min();
+}
+
 void Listener::schedule(Clock::time_point when) {
   {
     std::lock_guard lock(mu_);
@@ -129,6 +143,15 @@ void Listener::run() {
   while (more) {
     // what runs out of memory here drops the greetings under way (their dialers retry)
     run_guarded([&] { more = serve(fds); }, [this](const char*) { pending_.clear(); });
+  }
+  bool released = false;
+  {
+    std::lock_guard lock(mu_);
+    released = released_;
+  }
+  if (released) {  // released from a callback of this thread: nothing else refers to it
+    thread_.detach();
+    delete this;
   }
 }
 
@@ -176,11 +199,13 @@ bool Listener::serve(std::vector<pollfd>& fds) {
   // greetings first (indices shift as they finish), then new connections
   for (std::size_t i = fds.size(); i-- > 3;) {
     if (fds[i].revents == 0) continue;
+    if (stopping()) return false;  // a greeting's callback destroyed the context
     bool done = false;
     Pending& p = pending_[i - 3];
     read_greeting(p, &done);
     if (done) pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i - 3));
   }
+  if (stopping()) return false;
   if (fds[1].revents != 0) accept_from(tcp_.get(), false);
   if (fds[2].revents != 0) accept_from(unix_.get(), true);
   return true;

@@ -34,6 +34,10 @@ class Listener {
   static Result<std::unique_ptr<Listener>> start(const std::string& host, bool with_unix,
                                                  OnDial on_dial, OnTick on_tick);
   ~Listener();  // stops the thread and closes the sockets
+  // Destroys `listener`, also from within one of its own callbacks (whose context is being
+  // destroyed there): then it calls back no more, and its thread deletes it on leaving the
+  // callback instead of joining itself.
+  static void release(std::unique_ptr<Listener> listener);
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
@@ -46,6 +50,7 @@ class Listener {
   Listener() = default;
   void run();
   bool serve(std::vector<pollfd>& fds);  // one pass; false once stopping
+  bool stopping();
   void accept_from(int server, bool is_unix);
 
   struct Pending {
@@ -65,7 +70,8 @@ class Listener {
   OnTick on_tick_;
   std::vector<Pending> pending_;
   std::mutex mu_;
-  Clock::time_point next_tick_ = Clock::time_point::max();
+  Clock::time_point next_tick_ = Clock::time_point::max();  // min(): stopping
+  bool released_ = false;  // by release() on this thread: the thread deletes the listener
   std::thread thread_;
 };
 

@@ -59,7 +59,8 @@ Status SoftContext::init(const VerbsConfig& config, const std::string& listen_ho
   return ok_status();
 }
 
-SoftContext::~SoftContext() { listener_.reset(); }
+// The last reference may go in one of the listener's callbacks, on its thread.
+SoftContext::~SoftContext() { Listener::release(std::move(listener_)); }
 
 Result<std::shared_ptr<ProtectionDomain>> SoftContext::alloc_pd() {
   static std::atomic<std::uint32_t> next_pd{1};
@@ -148,6 +149,9 @@ std::shared_ptr<SoftQueuePair> SoftContext::find(std::uint64_t cookie) {
 }
 
 void SoftContext::on_tick() {
+  // held to the end: a queue pair dropped below may hold the last other reference
+  const std::shared_ptr<Context> self = weak_from_this().lock();
+  if (!self) return;  // being destroyed
   std::vector<std::uint64_t> due;
   std::chrono::steady_clock::time_point next = std::chrono::steady_clock::time_point::max();
   {
@@ -167,6 +171,8 @@ void SoftContext::on_tick() {
 
 void SoftContext::on_dial(const Hello& hello, UniqueFd sock, bool is_unix,
                           std::vector<UniqueFd> fds) {
+  const std::shared_ptr<Context> self = weak_from_this().lock();  // as in on_tick
+  if (!self) return;
   std::shared_ptr<SoftQueuePair> qp;
   {
     std::lock_guard lock(mu_);

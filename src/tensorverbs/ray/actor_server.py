@@ -16,6 +16,12 @@ def own_task() -> str:
     return f"/job:actor-{ray.get_runtime_context().get_actor_id()}/replica:0/task:0"
 
 
+#: seconds a recv waits for a source actor's server to answer: that server listened before
+#: its address reached anyone (it is in the transfer's metadata), so one that does not
+#: answer is gone; a restarted actor's comes back under the address its new metadata tells
+SOURCE_GRACE = 10.0
+
+
 class ActorServer:
     """This actor's Server, started on first use: the task :func:`own_task`, listening on
     a port of its node the server picks, knowing only itself at first; the actors it
@@ -38,7 +44,7 @@ class ActorServer:
                 task = parse_task(own_task())
                 address = host_port(ray.util.get_node_ip_address(), 0)  # the server tells its port
                 self._server = Server({task.job: [address]}, task.job, task.task, self.protocol,
-                                      spare_tasks=self.spare_tasks)
+                                      spare_tasks=self.spare_tasks, startup_grace=SOURCE_GRACE)
             return self._server
 
     def endpoint(self) -> tuple[str, str]:

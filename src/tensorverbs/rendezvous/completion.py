@@ -19,13 +19,14 @@ from ..errors import DeadlineExceededError, TensorverbsError, from_code
 _SLICE = 0.1
 
 
-def wait_in_slices(wait: Callable[[float], bool], timeout: float | None) -> bool:
-    """Call ``wait(seconds)`` (which releases the GIL and returns True once done) in short
-    slices until it returns True or ``timeout`` seconds (None: no limit) have passed, so
-    that a signal's exception (KeyboardInterrupt) interrupts the wait; False on timeout."""
+def wait_in_slices(wait: Callable[[float], bool], timeout: float | None, slice_s: float = _SLICE) -> bool:
+    """Call ``wait(seconds)`` (which releases the GIL and returns True once done) in slices
+    of ``slice_s`` until it returns True or ``timeout`` seconds (None: no limit) have
+    passed, so that a signal's exception (KeyboardInterrupt) interrupts the wait; False on
+    timeout."""
     deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
     while True:
-        left = _SLICE if deadline is None else min(_SLICE, deadline - time.monotonic())
+        left = slice_s if deadline is None else min(slice_s, deadline - time.monotonic())
         if wait(max(0.0, left)):
             return True
         if deadline is not None and time.monotonic() >= deadline:

@@ -1,5 +1,14 @@
 """RecvFuture: the future of a recv, which raises TensorverbsError only, runs its
-caller's callbacks on the recv's peer's lane, and can be awaited in asyncio."""
+caller's callbacks on the recv's peer's lane, can be awaited in asyncio, and lets a
+signal's exception (Ctrl-C) interrupt a wait for it in the main thread.
+
+Why a wait of the main thread goes in slices: a signal interrupts a sleeping wait only if
+the main thread takes the signal while asleep. If its C handler runs just before the wait
+goes to sleep (the main thread released the GIL and was preempted there: under CPU load
+for tens of milliseconds), or in another thread of the process, the sleep that follows is
+not interrupted, and the Python handler (KeyboardInterrupt) would run only when the
+future is settled, e.g. at the recv's deadline. A sleep of at most a slice bounds that
+(the native core's blocking recv waits in slices of the same length)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +18,11 @@ import threading
 from typing import Any, Callable, Generator
 
 from ..errors import CancelledError, DeadlineExceededError
+from .completion import wait_in_slices
 from .lanes import Lanes
+
+#: the longest a wait of the main thread for a recv sleeps before signal handlers run
+_SIGNAL_SLICE = 0.02
 
 
 class RecvFuture(concurrent.futures.Future[Any]):
@@ -56,15 +69,33 @@ class RecvFuture(concurrent.futures.Future[Any]):
 
     def result(self, timeout: float | None = None) -> Any:
         try:
-            return super().result(timeout)
+            return super().result(self._wait(timeout))
         except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
             raise self._waiting_error(timeout) from None
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         try:
-            return super().exception(timeout)
+            return super().exception(self._wait(timeout))
         except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
             raise self._waiting_error(timeout) from None
+
+    def _wait(self, timeout: float | None) -> float | None:
+        """Wait until done or ``timeout`` seconds passed; on the main thread in slices, so
+        that signal handlers run in between (their exception propagates). Returns the
+        timeout left for the base class's wait: 0 when done waiting here."""
+        if self.done() or threading.current_thread() is not threading.main_thread():
+            return timeout
+        wait_in_slices(self._done_within, timeout, _SIGNAL_SLICE)
+        return 0
+
+    def _done_within(self, seconds: float) -> bool:
+        try:
+            super().exception(seconds)
+        except concurrent.futures.TimeoutError:
+            return False
+        except concurrent.futures.CancelledError:
+            pass
+        return True
 
     def _waiting_error(self, timeout: float | None) -> CancelledError | DeadlineExceededError:
         if self.cancelled():
