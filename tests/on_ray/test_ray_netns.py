@@ -62,11 +62,11 @@ def two_nodes():
             _wait_for_nodes(2)
             ids = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
             yield ids[ns.host_ip], ids[ns.inner_ip]
-        finally:
-            ray.shutdown()
+        finally:  # the second node first: without the head it waits for it to come back
             if node is not None:
                 os.killpg(node.pid, signal.SIGTERM)
                 node.wait(60)
+            ray.shutdown()
 
 
 def test_run_cluster_spreads_over_both_nodes(two_nodes):
