@@ -2,6 +2,8 @@
 either order, then they exchange tensors like tasks of the cluster they started with."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import tensorverbs as tv
@@ -73,3 +75,44 @@ def test_a_task_that_left_frees_its_id_for_the_next():
                 worker.kill()
             with pytest.raises(tv.UnavailableError):
                 waiting.result(60)  # the ps saw it die
+
+
+#: more than the default executor's threads on a machine of up to 8 cores
+JOINERS = 12
+
+
+def test_set_ups_awaiting_their_task_hold_up_no_other_set_up():
+    """Set-ups of tasks the ps has not learned yet wait for them without holding up the
+    rest: twelve wait at once, and meanwhile a worker the ps knows sets its channel up and
+    receives; then the ps learns the twelve and each receives its tensor."""
+    protocol, env = VARIANTS["verbs"]
+    env = dict(env, TENSORVERBS_POOL_BLOCK="4M")
+    ps_address, worker_address = _addresses()
+    taken = [int(address.rsplit(":", 1)[1]) for address in (ps_address, worker_address)]
+    for _ in range(JOINERS):
+        taken.append(free_port(HOST, taken))
+    joined = {i: f"{HOST}:{port}" for i, port in enumerate(taken[2:])}
+    cluster = {"ps": [ps_address], "worker": [worker_address]}
+    with tv.Server(cluster, "ps", 0, protocol, config=RdmaConfig.from_env(env), spare_tasks=JOINERS,
+                   startup_grace=120) as ps:
+        joiners = [TaskProcess({"ps": [ps_address], "joiner": {i: joined[i]}}, "joiner", i, protocol, env)
+                   for i in range(JOINERS)]
+        worker = TaskProcess(cluster, "worker", 0, protocol, env)
+        try:
+            for i, joiner in enumerate(joiners):
+                joiner.post("recv_pattern", "j", PS, 1, 4096, i, timeout=120)
+            deadline = time.monotonic() + 60
+            while ps.stats()["setups_awaiting_join"] < JOINERS:  # a condition, polled
+                assert time.monotonic() < deadline, \
+                    f"{ps.stats()['setups_awaiting_join']} of {JOINERS} set-ups waited for their task at once"
+                time.sleep(0.01)
+            ps.send("w", pattern(4096, 99), to=WORKER, step_id=1)
+            assert worker.recv_pattern("w", PS, 1, 4096, 99, timeout=30)
+            assert ps.stats()["setups_awaiting_join"] == JOINERS  # they waited all along
+            for i, address in joined.items():
+                ps.add_task("joiner", i, address)
+                ps.send("j", pattern(4096, i), to=f"/job:joiner/task:{i}", step_id=1)
+            assert [joiner.result() for joiner in joiners] == [True] * JOINERS
+        finally:
+            for task in [worker, *joiners]:
+                task.stop()

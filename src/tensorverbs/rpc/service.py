@@ -11,7 +11,7 @@ a tensor, set up (or replace) a verbs channel or learn the task's incarnation.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, AsyncIterator, Callable, NoReturn
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, NoReturn
 
 import grpc
 from grpc_health.v1 import _async as health_async
@@ -32,8 +32,8 @@ from .tls import TlsConfig
 if TYPE_CHECKING:
     from ..runtime import TaskRuntime
 
-#: answers GetRemoteAddress; runs in a worker thread
-SetupHandler = Callable[[pb.GetRemoteAddressRequest], pb.GetRemoteAddressResponse]
+#: answers GetRemoteAddress, on the event loop
+SetupHandler = Callable[[pb.GetRemoteAddressRequest], Awaitable[pb.GetRemoteAddressResponse]]
 
 
 class Servicer:
@@ -56,8 +56,7 @@ class Servicer:
                 f"{self.rt.task} runs protocol {self.rt.protocol!r}, not 'grpc+verbs': "
                 f"{request.host_name} cannot set up a verbs channel to it"))
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                None, self.setup_handler, request)
+            return await self.setup_handler(request)
         except Exception as exc:
             await _abort(context, as_error(exc, f"setting up a verbs channel for {request.host_name}"))
 

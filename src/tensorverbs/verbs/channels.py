@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import grpc
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: threads that make and connect the native sides of channels (a connect may dial the
+#: peer); their own, so that set-ups never wait on the loop's default executor, nor it on them
+SETUP_THREADS = 8
+
 
 class VerbsChannels:
     """Sets up and watches the channels of one task's native rendezvous ``core``."""
@@ -49,6 +54,7 @@ class VerbsChannels:
         #: peers whose latest channel failed, or that came back as another incarnation:
         #: where they are is unsure until they are learned again
         self._unsure: set[TaskName] = set()
+        self._threads = ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="tv-setup")
 
     def unsure(self, peer: TaskName) -> bool:
         """Whether ``peer``'s latest channel failed, or it set one up as another
@@ -90,30 +96,32 @@ class VerbsChannels:
                 f"{peer} runs protocol {status.protocol!r}; {self.rt.task} runs "
                 f"{self.rt.protocol!r}: both ends must use grpc+verbs")
         loop = asyncio.get_running_loop()
-        mine = await loop.run_in_executor(None, self.core.channel, pid, status.incarnation, b"")
+        mine = await loop.run_in_executor(self._threads, self.core.channel, pid, status.incarnation, b"")
         stub = peers.peer(peer)
         try:
             reply = await stub.get_remote_address(pb.GetRemoteAddressRequest(**self._describe(mine)))
         except grpc.aio.AioRpcError as exc:
             peers.lost(peer)
             raise from_rpc_error(exc, str(stub)) from None
-        await loop.run_in_executor(None, self.core.connect, pid, status.incarnation,
+        await loop.run_in_executor(self._threads, self.core.connect, pid, status.incarnation,
                                    reply.channel.provider_info)
         self._watch(peer, status.incarnation)
         self.learned(peer)  # it answered at its address
         log.info("%s: verbs channel to %s connected (%s)", self.rt.task, peer, self.core.provider)
 
     # -- the peer starts ------------------------------------------------------------------
-    def handle_setup(self, request: pb.GetRemoteAddressRequest) -> pb.GetRemoteAddressResponse:
-        """GetRemoteAddress (in a gRPC worker thread): connect our side to the caller's."""
+    async def handle_setup(self, request: pb.GetRemoteAddressRequest) -> pb.GetRemoteAddressResponse:
+        """GetRemoteAddress (on the event loop): connect our side to the caller's."""
         peer = parse_task(request.host_name)
         # a task that joined at run time may call before this task has learned it
-        pid, offered = self.ids.wait_for(peer, self.rt.peers.startup_grace), request.channel.provider_info
-        if self._incarnations.get(peer, request.incarnation) != request.incarnation:
+        pid = await self.ids.wait_for(peer, self.rt.peers.startup_grace)
+        offered, incarnation = request.channel.provider_info, request.incarnation
+        if self._incarnations.get(peer, incarnation) != incarnation:
             self._unsure.add(peer)  # it restarted, maybe elsewhere
-        mine = self.core.channel(pid, request.incarnation, offered)
-        self.core.connect(pid, request.incarnation, offered)
-        self.rt.loop.call_soon(self._watch, peer, request.incarnation)
+        loop = asyncio.get_running_loop()
+        mine = await loop.run_in_executor(self._threads, self.core.channel, pid, incarnation, offered)
+        await loop.run_in_executor(self._threads, self.core.connect, pid, incarnation, offered)
+        self._watch(peer, incarnation)
         return pb.GetRemoteAddressResponse(**self._describe(mine))
 
     # -- liveness -------------------------------------------------------------------------
@@ -172,7 +180,8 @@ class VerbsChannels:
                     return f"{exc.details() or exc.code().name}; {why}"
 
     def close(self) -> None:
-        """Stop watching (on any thread)."""
+        """Stop watching and setting up (on any thread)."""
         for watch in list(self._watches.values()):
             self.rt.loop.call_soon(watch.cancel)
+        self._threads.shutdown(wait=False, cancel_futures=True)
 

@@ -109,6 +109,7 @@ class VerbsRendezvous(RemoteRendezvous):
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self.rt.counters.source(self.core.stats)
+        self.rt.counters.gauge("setups_awaiting_join", lambda: self.ids.waiting)
 
     def setup_handler(self):
         """GetRemoteAddress is answered by the channels' set-up."""

@@ -9,8 +9,8 @@ name back.
 """
 from __future__ import annotations
 
+import asyncio
 import threading
-import time
 from typing import Iterable
 
 from ..cluster import TaskName
@@ -34,7 +34,11 @@ class TaskIds:
         self.names = list(self.core_names)
         self._free = list(range(self._first_spare, len(self.core_names)))
         self.spare_total = spare
-        self._joined = threading.Condition()
+        self._lock = threading.Lock()
+        #: the futures of the set-ups waiting for their task to join, each with its loop
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        #: channel set-ups waiting for their task to join
+        self.waiting = 0
 
     def __getitem__(self, task: TaskName) -> int:
         """The id of ``task``; UnavailableError if it has none (it joined and left)."""
@@ -66,19 +70,21 @@ class TaskIds:
     def add(self, task: TaskName) -> None:
         """Give ``task`` a free spare id (nothing if it has one); ResourceExhaustedError
         when none is free."""
-        with self._joined:
+        with self._lock:
             self.check_room(task)
             if task in self._ids:
                 return
             slot = self._free.pop(0)
             self._ids[task] = slot
             self.names[slot] = str(task)
-            self._joined.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for loop, waiter in waiters:  # each looks again: its task, or no room left
+            loop.call_soon_threadsafe(_wake, waiter)
 
     def release(self, task: TaskName) -> bool:
         """Free the id of ``task``, which joined at run time and is gone, for the next task
         that joins; False (nothing done) for a task of the cluster it started with."""
-        with self._joined:
+        with self._lock:
             if not self.joined(task):
                 return False
             slot = self._ids.pop(task)
@@ -87,16 +93,30 @@ class TaskIds:
             self._free.sort()
             return True
 
-    def wait_for(self, task: TaskName, timeout: float) -> int:
-        """The id of ``task``, waiting up to ``timeout`` seconds for it to join while there
-        is room; InvalidArgumentError naming it if it does not."""
-        deadline = time.monotonic() + timeout
-        with self._joined:
-            while task not in self._ids and self.spare:
-                left = deadline - time.monotonic()
-                if left <= 0:
+    async def wait_for(self, task: TaskName, timeout: float) -> int:
+        """The id of ``task``, waiting (on the event loop, holding no thread) up to
+        ``timeout`` seconds for it to join while there is room; InvalidArgumentError naming
+        it if it does not."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self.waiting += 1
+        try:
+            while True:
+                with self._lock:
+                    if task in self._ids or not self.spare:
+                        break
+                    joined = loop.create_future()
+                    self._waiters.append((loop, joined))
+                try:
+                    await asyncio.wait_for(joined, deadline - loop.time())
+                except asyncio.TimeoutError:
+                    with self._lock:
+                        if (loop, joined) in self._waiters:
+                            self._waiters.remove((loop, joined))
                     break
-                self._joined.wait(left)
+        finally:
+            self.waiting -= 1
+        with self._lock:
             if task not in self._ids:
                 waited = f" (waited {timeout:g} s for it to join)" if self.spare else ""
                 raise InvalidArgumentError(f"task {task} is not in the cluster{waited}")
@@ -108,3 +128,8 @@ class TaskIds:
             if core_name != name:
                 message = message.replace(core_name, name)
         return message
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
