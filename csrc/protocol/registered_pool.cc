@@ -7,8 +7,10 @@ namespace tensorverbs {
 PoolAllocation::~PoolAllocation() { pool_->release(block_, offset_, size_); }
 
 RegisteredPool::RegisteredPool(std::shared_ptr<verbs::ProtectionDomain> pd,
-                               std::size_t block_bytes, std::size_t limit_bytes)
-    : pd_(std::move(pd)), block_bytes_(block_bytes), limit_bytes_(limit_bytes) {}
+                               std::size_t block_bytes, std::size_t limit_bytes,
+                               std::size_t first_block_bytes)
+    : pd_(std::move(pd)), block_bytes_(block_bytes), limit_bytes_(limit_bytes),
+      next_block_(first_block_bytes < block_bytes ? first_block_bytes : block_bytes) {}
 
 bool RegisteredPool::take(Block& block, std::size_t size, std::size_t* offset) {
   for (auto it = block.free.begin(); it != block.free.end(); ++it) {  // first fit
@@ -33,7 +35,7 @@ Result<PoolBuffer> RegisteredPool::allocate(std::size_t nbytes) {
     if (blocks_[index].region && take(blocks_[index], size, &offset)) break;
   }
   if (index == blocks_.size()) {
-    const std::size_t length = size > block_bytes_ ? size : block_bytes_;
+    const std::size_t length = size > next_block_ ? size : next_block_;
     if (registered_ + length > limit_bytes_) {
       return Status(Code::kResourceExhausted,
                     "registered-memory pool limit of " + std::to_string(limit_bytes_) +
@@ -54,6 +56,7 @@ Result<PoolBuffer> RegisteredPool::allocate(std::size_t nbytes) {
     blocks_.push_back(std::move(block));
     registered_ += length;
     ++registrations_;
+    next_block_ = next_block_ > block_bytes_ / 2 ? block_bytes_ : 2 * next_block_;
     take(blocks_.back(), size, &offset);
   }
   in_use_ += size;

@@ -1,7 +1,9 @@
 // RegisteredPool: tensors allocated inside large blocks registered once (the seeds'
 // allocator visitor, the paper's memory pool). Registering is slow, so the pool registers
-// blocks of `block_bytes` and carves allocations out of them; it grows up to `limit_bytes`
-// and refuses (ResourceExhausted) past it. Blocks are registered for local access only: a
+// blocks and carves allocations out of them: the first of `first_block_bytes`, each next
+// one twice the last up to `block_bytes` (an allocation larger gets a block of its size),
+// so a task moving small tensors registers little; it grows up to `limit_bytes` and
+// refuses (ResourceExhausted) past it. Blocks are registered for local access only: a
 // peer reaches an allocation through a window over it (TensorLanding, TensorSource), never
 // a block as a whole. An allocation returns to its block when the last reference to it is
 // dropped, from any thread; a block stays registered while any allocation of it lives,
@@ -57,8 +59,11 @@ class RegisteredPool : public std::enable_shared_from_this<RegisteredPool> {
  public:
   static constexpr std::size_t kAlign = 64;
 
+  // the first block when none is given (or block_bytes, if smaller)
+  static constexpr std::size_t kFirstBlock = std::size_t{4} << 20;
+
   RegisteredPool(std::shared_ptr<verbs::ProtectionDomain> pd, std::size_t block_bytes,
-                 std::size_t limit_bytes);
+                 std::size_t limit_bytes, std::size_t first_block_bytes = kFirstBlock);
 
   // `nbytes` of registered memory (at least one byte is reserved for 0).
   Result<PoolBuffer> allocate(std::size_t nbytes);
@@ -81,6 +86,7 @@ class RegisteredPool : public std::enable_shared_from_this<RegisteredPool> {
 
   std::shared_ptr<verbs::ProtectionDomain> pd_;
   const std::size_t block_bytes_, limit_bytes_;
+  std::size_t next_block_;  // the length of the next block registered (before the cap)
   mutable std::mutex mu_;
   std::vector<Block> blocks_;
   std::map<std::uintptr_t, std::size_t> starts_;  // block start address -> index

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "transfer": "tensorverbs.bench.transfer",
     "alexnet": "tensorverbs.bench.alexnet",
     "verbs": "tensorverbs.bench.verbs_write",
+    "scale": "tensorverbs.bench.scale",
 }
 
 

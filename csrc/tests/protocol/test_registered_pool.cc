@@ -73,6 +73,23 @@ TEST(RegisteredPool, GrowsBlockByBlockUpToItsLimitThenRefuses) {
   EXPECT_EQ(pool->stats().registrations, 3u);
 }
 
+TEST(RegisteredPool, StartsWithASmallBlockAndDoublesUpToTheBlockSize) {
+  auto pool = std::make_shared<RegisteredPool>(soft_pd(), 8 * kBlock, 64 * kBlock, kBlock);
+  std::vector<PoolBuffer> held;
+  held.push_back(must(pool->allocate(64 << 10)));  // a small tensor: a small block
+  EXPECT_EQ(pool->stats().registered_bytes, kBlock);
+  std::size_t registered = kBlock;
+  for (std::size_t block : {2 * kBlock, 4 * kBlock, 8 * kBlock, 8 * kBlock}) {
+    held.push_back(must(pool->allocate(kBlock)));  // fits no block so far: the next one
+    registered += block;
+    EXPECT_EQ(pool->stats().registered_bytes, registered);
+    held.push_back(must(pool->allocate(block - kBlock)));  // fills it
+    EXPECT_EQ(pool->stats().registered_bytes, registered);
+  }
+  held.push_back(must(pool->allocate(20 * kBlock)));  // larger than a block: its own size
+  EXPECT_EQ(pool->stats().registered_bytes, registered + 20 * kBlock);
+}
+
 TEST(RegisteredPool, AnOversizedAllocationGetsABlockOfItsOwn) {
   auto pool = make_pool(8 * kBlock);
   PoolBuffer big = must(pool->allocate(3 * kBlock + 1));

@@ -1,0 +1,160 @@
+"""``tensorverbs bench scale``: N tasks started at once, all-to-all.
+
+Each task is a process of this machine with its own Server. Every step, every task sends
+a tensor (64 KiB by default) to every other and receives one from every other, all in
+flight at once, and checks the bytes. Per protocol and task count the benchmark prints:
+
+- set-up: the slowest task's first step, from the moment every task was told to start
+  (every channel is set up on first use, so this is the set-up storm);
+- step: the median of the slowest task's later steps;
+- peak RSS (VmHWM), proportional set size (PSS: shared pages split among their users)
+  and registered memory (grpc+verbs) of the largest task.
+
+A count that fails (a task's error, a timeout) is reported with the first error and the
+benchmark goes on with the next.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any, Sequence
+
+from ..local_cluster import cluster_spec, pattern, same
+from ..server import Server
+from ..verbs.config import parse_size
+from . import report
+from .peer import Peer, PeerError, close_all
+
+PROTOCOLS = ("grpc", "grpc+verbs")
+JOB = "worker"
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _pss_kib() -> int:
+    try:
+        with open("/proc/self/smaps_rollup", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class ScaleTask:
+    """One task of the all-to-all, in its own process."""
+
+    def __init__(self, cluster: dict[str, list[str]], index: int, protocol: str, nbytes: int,
+                 timeout: float) -> None:
+        self.server = Server(cluster, JOB, index, protocol)
+        self.index, self.nbytes, self.timeout = index, nbytes, timeout
+        self.peers = [f"/job:{JOB}/task:{i}" for i in range(len(cluster[JOB])) if i != index]
+
+    def _step(self, step: int) -> None:
+        mine = pattern(self.nbytes, self.index * 100_003 + step)
+        for peer in self.peers:
+            self.server.send("t", mine, to=peer, step_id=step)
+        futures = {peer: self.server.recv_async("t", peer, step, self.timeout) for peer in self.peers}
+        for peer, future in futures.items():
+            sender = int(peer.rsplit(":", 1)[1])
+            if not same(future.result(), pattern(self.nbytes, sender * 100_003 + step)):
+                raise AssertionError(f"{self.server.task}: wrong bytes from {peer} at step {step}")
+
+    def run(self, steps: int) -> dict[str, Any]:
+        """``steps`` steps: seconds of each, then this process's memory."""
+        seconds = []
+        for step in range(steps):
+            start = time.perf_counter()
+            self._step(step)
+            seconds.append(time.perf_counter() - start)
+        self.server.flush(self.timeout)  # every peer has what this task sent
+        stats = self.server.stats()
+        return {"seconds": seconds, "rss_peak_bytes": _status_kib("VmHWM") << 10, "pss_bytes": _pss_kib() << 10,
+                "registered_bytes": stats.get("registered_bytes", 0)}
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def run_count(protocol: str, tasks: int, steps: int, nbytes: int, timeout: float) -> dict[str, Any]:
+    """One all-to-all of ``tasks`` tasks; its figures, or ``error``."""
+    cluster = cluster_spec({JOB: tasks})
+    peers: list[Peer] = []
+    row: dict[str, Any] = {"protocol": protocol, "tasks": tasks, "steps": steps, "bytes": nbytes}
+    try:
+        peers = [Peer(f"{JOB}{i}", "tensorverbs.bench.scale:ScaleTask", cluster, i, protocol, nbytes, timeout,
+                      wait=False) for i in range(tasks)]
+        for peer in peers:
+            peer.ready()
+        for peer in peers:  # at once: no task waits for another to be told
+            peer.post("run", steps)
+        results = [peer.result(timeout * (steps + 1)) for peer in peers]
+    except (PeerError, TimeoutError) as exc:
+        row["error"] = str(exc).strip().splitlines()[-1]
+        return row
+    finally:
+        close_all(peers)
+    slowest = [max(r["seconds"][s] for r in results) for s in range(steps)]
+    row.update(setup_s=slowest[0], step_s=statistics.median(slowest[1:]) if steps > 1 else None,
+               rss_peak_bytes=max(r["rss_peak_bytes"] for r in results),
+               pss_bytes=max(r["pss_bytes"] for r in results),
+               registered_bytes=max(r["registered_bytes"] for r in results))
+    return row
+
+
+def _mib(nbytes: int | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / (1 << 20):.0f} MiB"
+
+
+def show(rows: Sequence[dict[str, Any]]) -> None:
+    def ms(seconds: float | None) -> str:
+        return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+    report.console.print(report.table(
+        "all-to-all: every task sends to and receives from every other each step",
+        ["protocol", "tasks", "set-up", "step", "peak RSS", "PSS", "registered", "error"],
+        [[r["protocol"], r["tasks"], ms(r.get("setup_s")), ms(r.get("step_s")), _mib(r.get("rss_peak_bytes")),
+          _mib(r.get("pss_bytes")), _mib(r.get("registered_bytes")), r.get("error", "")] for r in rows],
+        caption="per task: the largest task's memory, the slowest task's times"))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tensorverbs bench scale", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", type=int, nargs="+", default=[8, 16, 32], help="task counts (default 8 16 32)")
+    p.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
+    p.add_argument("--steps", type=int, default=5, help="steps per count (default 5; the first sets up)")
+    p.add_argument("--size", default="64KiB", help="bytes each task sends each other task a step (default 64KiB)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds a recv may take (default 120)")
+    p.add_argument("--json", default="scale.json", help="where the results go (default scale.json)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; the exit status (1 if a count failed)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if min(args.tasks) < 2 or args.steps < 1 or args.timeout <= 0:
+        p.error("give --tasks >= 2, --steps >= 1 and --timeout > 0")
+    try:
+        nbytes = parse_size(args.size)
+    except ValueError as exc:
+        p.error(str(exc))
+    rows = []
+    for protocol in args.protocols:
+        for tasks in args.tasks:
+            report.console.print(f"{protocol}: {tasks} tasks ...")
+            rows.append(run_count(protocol, tasks, args.steps, nbytes, args.timeout))
+    show(rows)
+    report.write_json(args.json, {"results": rows}, ["scale", *argv])
+    report.console.print(f"results written to {args.json}")
+    return 1 if any("error" in r for r in rows) else 0
