@@ -29,6 +29,8 @@ from .peer import Peer, PeerError, close_all
 
 PROTOCOLS = ("grpc", "grpc+verbs")
 JOB = "worker"
+#: seconds a task may take beyond its recvs' timeouts to report
+WAIT_MORE = 60.0
 
 
 def _status_kib(field: str) -> int:
@@ -97,7 +99,7 @@ def run_count(protocol: str, tasks: int, steps: int, nbytes: int, timeout: float
             peer.ready()
         for peer in peers:  # at once: no task waits for another to be told
             peer.post("run", steps)
-        results = [peer.result(timeout * (steps + 1)) for peer in peers]
+        results = [peer.result(timeout * steps + WAIT_MORE) for peer in peers]
     except (PeerError, TimeoutError) as exc:
         row["error"] = str(exc).strip().splitlines()[-1]
         return row

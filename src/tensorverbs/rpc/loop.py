@@ -9,6 +9,15 @@ from typing import Any, Callable, Coroutine, TypeVar
 T = TypeVar("T")
 
 
+def shared_task(coro: Coroutine[Any, Any, T]) -> "asyncio.Task[T]":
+    """A task for ``coro`` that several callers await, each through ``asyncio.shield``:
+    its outcome is retrieved even when every caller gave up first (asyncio would log
+    "Task exception was never retrieved")."""
+    task = asyncio.ensure_future(coro)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task
+
+
 class EventLoopThread:
     """An asyncio loop in a daemon thread; other threads hand it coroutines and callbacks."""
 

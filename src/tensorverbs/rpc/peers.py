@@ -25,6 +25,7 @@ from ..errors import UnauthenticatedError, UnavailableError
 from . import tensorverbs_pb2 as pb
 from .auth import JobToken, authorize
 from .errors import from_rpc_error
+from .loop import shared_task
 from .options import CHANNEL_OPTIONS, RECONNECT_SECONDS, method
 from .tls import TlsConfig, refusal
 
@@ -97,7 +98,7 @@ class Peers:
         if peer.status is not None:
             return peer.status
         if peer._handshake is None or peer._handshake.done():
-            peer._handshake = asyncio.ensure_future(self._get_status(peer))
+            peer._handshake = shared_task(self._get_status(peer))
         return await asyncio.shield(peer._handshake)
 
     async def _get_status(self, peer: Peer) -> pb.GetStatusResponse:

@@ -28,6 +28,7 @@ from ..cluster import TaskName, parse_task
 from ..errors import Code, UnavailableError
 from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.errors import connection_broke, from_rpc_error
+from ..rpc.loop import shared_task
 from ..rpc.options import SERVICE
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ class VerbsChannels:
             return
         setup = self._setups.get(peer)
         if setup is None or setup.done():
-            setup = self._setups[peer] = asyncio.ensure_future(self._setup(peer))
+            setup = self._setups[peer] = shared_task(self._setup(peer))
         await asyncio.shield(setup)
 
     async def _setup(self, peer: TaskName) -> None:
