@@ -5,7 +5,8 @@ is large), so a peer cannot make gRPC buffer a message of any size; HTTP/2 keepa
 a ping timeout as short, so a connection whose other end vanished without closing it is
 noticed within seconds (without the ping timeout, a connection whose peer had closed it
 during an outage could wait a minute for a ping's answer, its calls with it); fast
-reconnect backoff for peers that start late or come back, no proxy, and no SO_REUSEPORT (two servers must not
+reconnect backoff for peers that start late or come back, but a connection attempt given
+the time a busy peer needs to answer (CONNECT_TIMEOUT_MS), no proxy, and no SO_REUSEPORT (two servers must not
 silently share a port). A RecvTensor call waits at the sender until its tensor is sent,
 so a receiver may have thousands open: gRPC core's limits on calls waiting for the
 server to take them (1,000, then 3,000, beyond which it cancels or refuses them) are
@@ -14,6 +15,10 @@ lifted.
 from __future__ import annotations
 
 KEEPALIVE_MS = 2000
+#: how long one connection attempt may take to get the peer's first HTTP/2 frame (gRPC
+#: sets it with "grpc.min_reconnect_backoff_ms"): a peer busy in a set-up storm may answer
+#: late, and an attempt given up before its answer is retried only to be given up again
+CONNECT_TIMEOUT_MS = 5000
 KEEPALIVE_TIMEOUT_MS = 3000
 #: how long a peer whose connection broke may take to answer again (as the same
 #: incarnation) before it is declared gone: a short outage is ridden out
@@ -37,7 +42,7 @@ CHANNEL_OPTIONS = [
     ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_http_proxy", 0),
     ("grpc.enable_retries", 0),
