@@ -45,8 +45,13 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
 
     recv = dict(name="w", source=PS, step_id=1, timeout=0.01, device=None, out=None, dtype=None,
                 tensor_type=None)
+    many = dict(entries=[("w", PS, 1)], timeout=0.01, device=None, dtype=None, tensor_type=None)
     return {
         "send": (method("send"), dict(name="w", value=np.ones(2), to=PS, step_id=1, is_dead=False)),
+        "send_many": (method("send_many"), dict(entries=[("w", np.ones(2), PS, 1)])),
+        "recv_many": (method("recv_many"), dict(many, return_exceptions=True)),
+        "recv_many_async": (lambda server, **kw: [f.result(10) for f in server.recv_many_async(**kw)], many),
+        "arecv_many": (lambda server, **kw: asyncio.run(server.arecv_many(**kw)), dict(many, return_exceptions=True)),
         "recv": (method("recv"), recv),
         "recv_async": (lambda server, **kw: server.recv_async(**kw).result(10), recv),
         "arecv": (lambda server, **kw: asyncio.run(server.arecv(**kw)), recv),

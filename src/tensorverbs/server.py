@@ -14,7 +14,7 @@ import logging
 import secrets
 import threading
 import weakref
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import grpc
 
@@ -22,9 +22,12 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from . import arguments as check
+from . import batches
+from .batches import RecvEntry, SendEntry
 from .cluster import ClusterSpec, TaskName, parse_task
 from .devices import HOST, Device, device_of, get_device, host_array
-from .errors import AbortedError, Code, FailedPreconditionError, InvalidArgumentError, public
+from .errors import (AbortedError, Code, FailedPreconditionError, InvalidArgumentError, TensorverbsError, from_code,
+                     public)
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
 from .metrics.recvs import RecvMetrics
@@ -416,6 +419,59 @@ class Server:
             if not fut.cancel():
                 fut.give_back()
             raise
+
+    @public
+    def recv_many(self, entries: Iterable[RecvEntry | tuple[Any, ...]], timeout: float | None = None, *,
+                  return_exceptions: bool = False, device: str | None = None, dtype: Any = None,
+                  tensor_type: str | None = None) -> list[Any]:
+        """Receive many tensors in one call: each entry a :class:`tensorverbs.RecvEntry`
+        (name, source, step_id, out) or a tuple of them; ``timeout`` and the keywords hold
+        for every entry (see :meth:`recv_async`). Once every entry has settled, the results
+        in entry order. With ``return_exceptions`` a failed entry holds its
+        TensorverbsError; otherwise the first failed entry's error is raised, naming all
+        that failed, its ``results`` holding what each entry ended with. Interrupted, every
+        tensor is kept for the next recv of it."""
+        return_exceptions = check.flag(return_exceptions, "return_exceptions")
+        batch, futures = self._start_many(entries, timeout, device, dtype, tensor_type)
+        return batches.wait(batch, futures).settle(return_exceptions)
+
+    @public
+    def recv_many_async(self, entries: Iterable[RecvEntry | tuple[Any, ...]], timeout: float | None = None, *,
+                        device: str | None = None, dtype: Any = None,
+                        tensor_type: str | None = None) -> list[concurrent.futures.Future[Any]]:
+        """Start the recvs of :meth:`recv_many`: their futures, in entry order."""
+        return self._start_many(entries, timeout, device, dtype, tensor_type)[1]
+
+    @public
+    async def arecv_many(self, entries: Iterable[RecvEntry | tuple[Any, ...]], timeout: float | None = None, *,
+                         return_exceptions: bool = False, device: str | None = None, dtype: Any = None,
+                         tensor_type: str | None = None) -> list[Any]:
+        """:meth:`recv_many` in asyncio, without blocking the event loop; cancelling the
+        awaiting task gives every recv up, each tensor kept for the next recv of it."""
+        return_exceptions = check.flag(return_exceptions, "return_exceptions")
+        batch, futures = self._start_many(entries, timeout, device, dtype, tensor_type)
+        return (await batches.await_all(batch, futures)).settle(return_exceptions)
+
+    @public
+    def send_many(self, entries: Iterable[SendEntry | tuple[Any, ...]]) -> list[SendHandle]:
+        """Send many tensors in one call: each entry a :class:`tensorverbs.SendEntry`
+        (name, value, to, step_id) or a tuple of them; their handles in entry order (see
+        :meth:`send`). An entry that cannot be sent raises its error naming it; the entries
+        before it were sent."""
+        handles = []
+        for i, entry in enumerate(batches.entries(entries, SendEntry)):
+            try:
+                handles.append(self.send(entry.name, entry.value, entry.to, entry.step_id))
+            except TensorverbsError as exc:
+                raise from_code(int(exc.code), f"entry {i} ({entry.name!r} to {entry.to}): {exc.message}") from None
+        return handles
+
+    def _start_many(self, entries: Iterable[Any], timeout: float | None, device: str | None, dtype: Any,
+                    tensor_type: str | None) -> tuple[list[RecvEntry], list[Any]]:
+        batch = batches.entries(entries, RecvEntry)
+        timeout = check.optional_seconds(timeout, "timeout")
+        return batch, batches.start(batch, lambda e: self.recv_async(
+            e.name, e.source, e.step_id, timeout, device, e.out, dtype=dtype, tensor_type=tensor_type))
 
     def _results(self, out: Any, dtype: Any, tensor_type: str | None) -> Results | None:
         """How a recv's result is made (None: the received array as it is)."""

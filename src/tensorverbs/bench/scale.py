@@ -118,6 +118,7 @@ def _mib(nbytes: int | None) -> str:
 
 
 def show(rows: Sequence[dict[str, Any]]) -> None:
+    """Print the figures of every count as one table."""
     def ms(seconds: float | None) -> str:
         return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"
 
@@ -130,6 +131,7 @@ def show(rows: Sequence[dict[str, Any]]) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The benchmark's command-line options."""
     p = argparse.ArgumentParser(prog="tensorverbs bench scale", description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", type=int, nargs="+", default=[8, 16, 32], help="task counts (default 8 16 32)")
     p.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))

@@ -1,0 +1,137 @@
+"""Batches of recvs and sends: many keys in one call, a result or an error per entry.
+
+An entry names one tensor: :class:`RecvEntry` (name, source, step, ``out``) or
+:class:`SendEntry` (name, value, destination, step); a plain tuple in the same order is
+taken too. A batch of recvs waits until every entry has settled, then returns the
+results in entry order. With ``return_exceptions`` an entry that failed holds its
+TensorverbsError in its place; without it the first failed entry's error is raised, its
+message naming every entry that failed, and its ``results`` attribute holds what every
+entry ended with (the tensors that did arrive are not lost). A batch given up while
+waiting (Ctrl-C, a signal handler's exception) gives back every tensor it had, each kept
+for the next recv of it, as a single recv does.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
+
+from .errors import InvalidArgumentError, TensorverbsError, from_code
+from .rendezvous.future import RecvFuture
+
+
+class RecvEntry(NamedTuple):
+    """One recv of a batch: tensor ``name`` from ``source`` at ``step_id``, into ``out``
+    if given (see ``Server.recv_async``)."""
+
+    name: str
+    source: str
+    step_id: int = 0
+    out: Any = None
+
+
+class SendEntry(NamedTuple):
+    """One send of a batch: ``value`` as tensor ``name`` for task ``to`` at ``step_id``."""
+
+    name: str
+    value: Any
+    to: str
+    step_id: int = 0
+
+
+def entries(items: Iterable[Any], kind: type[RecvEntry] | type[SendEntry]) -> list[Any]:
+    """``items`` as entries of ``kind``; InvalidArgumentError naming the first that is not
+    one (or a tuple that makes one)."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise InvalidArgumentError(f"a batch is a sequence of {kind.__name__}s, not {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, kind):
+            out.append(item)
+            continue
+        try:
+            out.append(kind(*item))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"entry {i} of the batch is not a {kind.__name__} ({', '.join(kind._fields)}): {item!r}") from None
+    return out
+
+
+def describe(entry: RecvEntry) -> str:
+    """The entry, for messages: "'w' from /job:ps/task:0 at step 3"."""
+    return f"{entry.name!r} from {entry.source} at step {entry.step_id}"
+
+
+def start(batch: Sequence[RecvEntry], start_one: Callable[[RecvEntry], concurrent.futures.Future[Any]]
+          ) -> list[concurrent.futures.Future[Any]]:
+    """Each entry's recv started; if one cannot start (a bad argument), the ones started
+    are given up and its error is raised naming the entry."""
+    futures: list[concurrent.futures.Future[Any]] = []
+    for i, entry in enumerate(batch):
+        try:
+            futures.append(start_one(entry))
+        except TensorverbsError as exc:
+            give_back(futures)
+            raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
+    return futures
+
+
+def give_back(futures: Iterable[concurrent.futures.Future[Any]]) -> None:
+    """Give every recv up: a pending one is cancelled, a settled one's tensor is kept for
+    the next recv of it."""
+    for fut in futures:
+        if not fut.cancel() and isinstance(fut, RecvFuture):
+            fut.give_back()
+
+
+@dataclass
+class Outcomes:
+    """What each entry of a batch ended with: its result or its error."""
+
+    batch: Sequence[RecvEntry]
+    results: list[Any]
+
+    def settle(self, return_exceptions: bool) -> list[Any]:
+        """The results; or, unless ``return_exceptions``, the first failed entry's error
+        (naming all that failed, with ``results`` attached)."""
+        failed = [i for i, r in enumerate(self.results) if isinstance(r, TensorverbsError)]
+        if return_exceptions or not failed:
+            return self.results
+        first: TensorverbsError = self.results[failed[0]]
+        others = f"; {len(failed)} of {len(self.batch)} entries failed: {', '.join(map(str, failed))}" \
+            if len(failed) > 1 else ""
+        error = from_code(int(first.code), f"entry {failed[0]} ({describe(self.batch[failed[0]])}): "
+                                           f"{first.message}{others}")
+        error.results = self.results  # type: ignore[attr-defined]
+        raise error
+
+
+def wait(batch: Sequence[RecvEntry], futures: Sequence[concurrent.futures.Future[Any]]) -> Outcomes:
+    """Wait for every recv of ``batch``; given up while waiting, each is given back."""
+    results: list[Any] = []
+    try:
+        for fut in futures:
+            try:
+                results.append(fut.result())
+            except TensorverbsError as exc:
+                results.append(exc)
+    except BaseException:
+        give_back(futures)
+        raise
+    return Outcomes(batch, results)
+
+
+async def await_all(batch: Sequence[RecvEntry], futures: Sequence[RecvFuture]) -> Outcomes:
+    """:func:`wait` in asyncio: the loop keeps running; a cancelled awaiting task gives
+    every recv back."""
+    results: list[Any] = []
+    try:
+        for fut in futures:
+            try:
+                results.append(await fut)
+            except TensorverbsError as exc:
+                results.append(exc)
+    except BaseException:
+        give_back(futures)
+        raise
+    return Outcomes(batch, results)
