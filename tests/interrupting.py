@@ -26,12 +26,22 @@ def interrupted_recv(server, name: str, source: str, step_id: int, timeout: floa
     but nothing interrupts a sleep of the main thread. That makes certain what happens by
     chance when the signal comes just before the main thread's wait goes to sleep (its C
     handler runs in the main thread then, and the sleep that follows is not interrupted)."""
+    return _interrupted(lambda: server.recv(name, source, step_id, timeout), elsewhere)
+
+
+def interrupted_recv_many(server, names: list[str], source: str, step_id: int,
+                          timeout: float) -> tuple[str, float] | None:
+    """:func:`interrupted_recv` of a batch: ``server.recv_many`` of ``names``."""
+    return _interrupted(lambda: server.recv_many([(n, source, step_id) for n in names], timeout), False)
+
+
+def _interrupted(recv, elsewhere: bool) -> tuple[str, float] | None:
     signal.signal(signal.SIGUSR1, _raise)
     masked = {signal.SIGINT, signal.SIGUSR1}
     if elsewhere:
         signal.pthread_sigmask(signal.SIG_BLOCK, masked)
     try:
-        server.recv(name, source, step_id, timeout)
+        recv()
     except (KeyboardInterrupt, Signalled) as exc:
         return type(exc).__name__, time.monotonic()
     except Exception:

@@ -106,3 +106,23 @@ def test_a_signal_another_thread_takes_interrupts_a_recv_on_a_channel_in_use(tas
     assert worker.call("recv_pattern", "warm", PS, step, 64, 1, "uint8", 30)
     _interrupt_then_retry(ps, worker, step, signal.SIGUSR1, "Signalled", record_property,
                           elsewhere=True)
+
+
+def test_ctrl_c_interrupts_a_batch_which_keeps_every_tensor(tasks, step, record_property):
+    """A recv_many whose first tensor had been sent: interrupted while it waits for the
+    second, it keeps both for the next recvs."""
+    ps, worker = tasks
+    ps.call("send_pattern", "b0", WORKER, step, NBYTES, step)
+    worker.post("run", "interrupting:interrupted_recv_many", ["b0", "b1"], PS, step, RECV_TIMEOUT)
+    ps.call("wait_waiters", 1)  # b1's request waits in the ps's table: the batch waits
+    sent = time.monotonic()
+    os.kill(worker.process.pid, signal.SIGINT)
+    try:
+        outcome = worker.result(timeout=WAIT)
+    except TimeoutError:
+        pytest.fail(f"the batch was still waiting {WAIT:g} s after the signal")
+    assert outcome is not None and outcome[0] == "KeyboardInterrupt"
+    record_property("interrupt_latency_s", round(outcome[1] - sent, 4))
+    ps.call("send_pattern", "b1", WORKER, step, NBYTES, step + 1)
+    assert worker.call("recv_pattern", "b0", PS, step, NBYTES, step, "uint8", 30), "b0 lost or wrong"
+    assert worker.call("recv_pattern", "b1", PS, step, NBYTES, step + 1, "uint8", 30), "b1 lost or wrong"
