@@ -110,3 +110,11 @@ def test_a_bad_entry_is_refused_naming_it(pair, step, entries, match):
 def test_a_bad_send_entry_is_refused_naming_it(pair, step):
     with pytest.raises(tv.InvalidArgumentError, match=r"entry 0 \('z' to /job:nobody/task:0\)"):
         pair.worker.send_many([("z", np.ones(2), "/job:nobody/task:0", step)])
+
+
+def test_a_batch_returns_torch_tensors_when_asked(pair, step):
+    torch = pytest.importorskip("torch", reason="torch results need torch")
+    _send_all(pair, step, ["p0", "p1"])
+    got = pair.worker.recv_many([("p0", pair.PS, step), ("p1", pair.PS, step)], timeout=60, tensor_type="torch")
+    assert all(isinstance(t, torch.Tensor) for t in got)
+    assert all(same(t.numpy(), _expected(step, i)) for i, t in enumerate(got))

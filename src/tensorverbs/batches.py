@@ -12,6 +12,7 @@ for the next recv of it, as a single recv does.
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
@@ -108,30 +109,30 @@ class Outcomes:
 
 def wait(batch: Sequence[RecvEntry], futures: Sequence[concurrent.futures.Future[Any]]) -> Outcomes:
     """Wait for every recv of ``batch``; given up while waiting, each is given back."""
-    results: list[Any] = []
     try:
         for fut in futures:
-            try:
-                results.append(fut.result())
-            except TensorverbsError as exc:
-                results.append(exc)
+            fut.exception()  # waits (on the main thread in slices: signal handlers run)
     except BaseException:
         give_back(futures)
         raise
-    return Outcomes(batch, results)
+    return _outcomes(batch, futures)
 
 
-async def await_all(batch: Sequence[RecvEntry], futures: Sequence[RecvFuture]) -> Outcomes:
+async def await_all(batch: Sequence[RecvEntry], futures: Sequence[concurrent.futures.Future[Any]]) -> Outcomes:
     """:func:`wait` in asyncio: the loop keeps running; a cancelled awaiting task gives
     every recv back."""
-    results: list[Any] = []
     try:
-        for fut in futures:
-            try:
-                results.append(await fut)
-            except TensorverbsError as exc:
-                results.append(exc)
+        if futures:
+            await asyncio.wait([asyncio.wrap_future(fut) for fut in futures])
     except BaseException:
         give_back(futures)
         raise
+    return _outcomes(batch, futures)
+
+
+def _outcomes(batch: Sequence[RecvEntry], futures: Sequence[concurrent.futures.Future[Any]]) -> Outcomes:
+    results = []
+    for fut in futures:
+        error = fut.exception(0)
+        results.append(fut.result(0) if error is None else error)
     return Outcomes(batch, results)
