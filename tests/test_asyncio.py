@@ -148,3 +148,32 @@ def test_cancelling_an_arecv_whose_tensor_just_came_keeps_it(pair, step, monkeyp
     if out is not None:
         out[:] = 0  # the caller reuses out
     assert same(pair.worker.recv("j", pair.PS, step, timeout=60), sent)
+
+
+def test_awaiting_a_recv_future_cancelled_directly_raises_cancelled_error(pair, step):
+    """``fut.cancel()`` then ``await fut``: tensorverbs' CancelledError, as ``fut.result()``
+    raises (asyncio's is for a cancelled awaiting task)."""
+    async def main():
+        fut = pair.worker.recv_async("never", pair.PS, step, timeout=60)
+        assert fut.cancel()
+        with pytest.raises(tv.CancelledError, match="cancelled"):
+            await fut
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_task_awaiting_a_recv_future_raises_asyncios_cancelled_error(pair, step):
+    async def main():
+        fut = pair.worker.recv_async("never", pair.PS, step, timeout=60)
+
+        async def awaiting():
+            return await fut
+
+        task = asyncio.create_task(awaiting())
+        await Ticker().ticks(TICKS)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert fut.cancelled()  # the recv was given up with it
+
+    asyncio.run(main())

@@ -41,8 +41,18 @@ class RecvFuture(concurrent.futures.Future[Any]):
     def __await__(self) -> Generator[Any, None, Any]:
         """``await fut`` in a coroutine: the recv's result, without blocking the event loop.
         Cancelling the awaiting task cancels the recv (a result that came just then stays
-        in this future)."""
-        return asyncio.wrap_future(self).__await__()
+        in this future); a recv cancelled itself raises CancelledError, as ``result()``."""
+        return self._awaited().__await__()
+
+    async def _awaited(self) -> Any:
+        waiter = asyncio.wrap_future(self)
+        try:
+            return await asyncio.shield(waiter)  # tells the task's cancellation from the recv's
+        except asyncio.CancelledError:
+            if waiter.cancelled():
+                raise CancelledError("the recv was cancelled") from None
+            self.cancel()  # the awaiting task was cancelled: the recv with it
+            raise
 
     def returnable(self, give_back: Callable[[], object]) -> None:
         """Tell how to hand the tensor this future was settled with back to the next recv
