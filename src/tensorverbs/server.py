@@ -16,8 +16,6 @@ import threading
 import weakref
 from typing import Any, Iterable, Mapping
 
-import grpc
-
 import numpy as np
 from prometheus_client import CollectorRegistry
 
@@ -26,7 +24,7 @@ from . import batches
 from .batches import RecvEntry, SendEntry
 from .cluster import ClusterSpec, TaskName, parse_task
 from .devices import HOST, Device, device_of, get_device, host_array
-from .errors import (AbortedError, Code, FailedPreconditionError, InvalidArgumentError, TensorverbsError, from_code,
+from .errors import (AbortedError, FailedPreconditionError, InvalidArgumentError, TensorverbsError, from_code,
                      public)
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
@@ -47,6 +45,7 @@ from .rpc.loop import EventLoopThread
 from .rpc.peers import Peers
 from .rpc.service import Servicer, start_server
 from .rpc.tls import TlsConfig
+from .running import Running, shut_down_dropped
 from .runtime import TaskRuntime
 from .stats import Counters
 from .tensor import numeric_dtype, prepare
@@ -63,66 +62,6 @@ PROTOCOLS = {
 #: counters every server reports, whatever its protocol
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
             "bytes_received", "proxy_copies", "ipc_sent", "ipc_received")
-#: how long stopping may wait for the gRPC server and channels to close (seconds)
-CLOSE_TIMEOUT = 10.0
-
-
-class _Running:
-    """What a started Server runs: its threads, runtime ``rt``, protocol, gRPC server and
-    metrics endpoint, each set once started. It refers to nothing that refers to the
-    Server, so a finalizer can stop it once the Server is gone."""
-
-    def __init__(self, stopped: threading.Event, sends: Sends) -> None:
-        self.stopped = stopped
-        self.sends = sends
-        self.loop: EventLoopThread | None = None
-        self.deadlines: Deadlines | None = None
-        self.lanes: Lanes | None = None
-        self.rt: TaskRuntime | None = None
-        self.rendezvous: RemoteRendezvous | None = None
-        self.grpc: grpc.aio.Server | None = None
-        self.metrics_endpoint: MetricsEndpoint | None = None
-        self._once = threading.Lock()
-        self._done = False
-
-    def shutdown(self) -> None:
-        """Fail pending recvs, close channels, stop serving and end the threads; once."""
-        with self._once:
-            if self._done:
-                return
-            self._done = True
-        self.stopped.set()
-        rt = self.rt
-        try:
-            if self.metrics_endpoint is not None:
-                self.metrics_endpoint.stop()
-            if self.rendezvous is not None:
-                self.rendezvous.stop()
-            self.sends.close(int(Code.CANCELLED), "the server stopped before its receiver took it")
-            if rt is not None:
-                if hasattr(rt, "shared"):
-                    rt.shared.close()
-                try:
-                    rt.loop.submit(self._close(rt)).result(timeout=CLOSE_TIMEOUT)
-                except concurrent.futures.TimeoutError:
-                    log.warning("%s: closing gRPC took more than %g s", rt.task, CLOSE_TIMEOUT)
-        finally:
-            for part in (self.loop, self.deadlines):
-                if part is not None:
-                    part.stop()
-            if self.lanes is not None:
-                self.lanes.close()
-
-    async def _close(self, rt: TaskRuntime) -> None:
-        if self.grpc is not None:
-            await self.grpc.stop(grace=0.5)
-        await rt.peers.close()
-
-
-def _shut_down_dropped(running: _Running) -> None:
-    """The finalizer of a Server dropped without stop(): its shutdown runs in a thread of
-    its own (the garbage collector may run anywhere, the event loop's thread included)."""
-    threading.Thread(target=running.shutdown, name="tensorverbs-finalizer", daemon=True).start()
 
 
 class Server:
@@ -187,12 +126,12 @@ class Server:
         bind = bind_address or self.cluster.address(self._task)
         peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls)
         # every argument and setting is checked: from here on, what starts is stopped by
-        # _Running.shutdown, on a failure below, stop(), or the finalizer of a dropped server
+        # Running.shutdown, on a failure below, stop(), or the finalizer of a dropped server
         self.incarnation = secrets.randbits(64) or 1
         self._stopped = threading.Event()
         self._sends = Sends()
-        self._running = running = _Running(self._stopped, self._sends)
-        self._finalizer = weakref.finalize(self, _shut_down_dropped, running)
+        self._running = running = Running(self._stopped, self._sends)
+        self._finalizer = weakref.finalize(self, shut_down_dropped, running)
         self._finalizer.atexit = False
         name = f"tensorverbs-{self._task.job}-{self._task.task}"
         try:
