@@ -3,10 +3,12 @@
 #                 grpc+verbs against grpc)
 #   make test   - install into .venv with the test and bench extras, torch and Ray (make
 #                 install does that alone) and run the tests: the native core's unit tests, the
-#                 type check (mypy), the Python suite, then the soft-RoCE lane where it can run
+#                 type check (mypy), then the Python suite and, beside it, the soft-RoCE lane
+#                 where it can run
 # and for the native core (csrc/):
-#   make sanitize  - its unit tests under AddressSanitizer + UBSan, then under ThreadSanitizer
-#   make fuzz      - each of its libFuzzer targets over its seeds, then for FUZZ_SECONDS (default 30)
+#   make sanitize  - its unit tests and its libFuzzer targets' seeds under AddressSanitizer + UBSan
+#                    (clang), then the unit tests under ThreadSanitizer
+#   make fuzz      - each of its libFuzzer targets for FUZZ_SECONDS (default 30), on that build
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -21,11 +23,13 @@ BUILD_DEPS := 'scikit-build-core>=0.11' 'nanobind>=2.5' ninja
 CORE_SOURCES := $(shell find csrc -type f)
 FUZZ_SECONDS ?= 30
 
-# configure, build and test one of csrc/CMakePresets.json's presets (build/<preset>)
-preset = cd csrc && export PATH="$(abspath $(BIN)):$$PATH" && cmake --preset $(1) \
-	&& cmake --build --preset $(1) && ctest --preset $(1)
+# configure and build one of csrc/CMakePresets.json's presets (build/<preset>); preset
+# also runs its tests
+build = cd csrc && export PATH="$(abspath $(BIN)):$$PATH" && cmake --preset $(1) \
+	&& cmake --build --preset $(1)
+preset = $(call build,$(1)) && ctest --preset $(1)
 
-.PHONY: demo test install deps sanitize fuzz rxe-lane clean
+.PHONY: demo test pytest install deps sanitize fuzz rxe-lane clean
 
 $(BIN)/ninja:
 	$(PYTHON) -m venv $(VENV)
@@ -53,25 +57,30 @@ deps:
 demo: $(BIN)/tensorverbs
 	$(BIN)/tensorverbs demo
 
+# the Python suite and the soft-RoCE lane (a qemu guest) run side by side; each one's
+# output comes when it ends
 test: deps install
 	$(call preset,release)
 	$(BIN)/mypy
+	@$(MAKE) --no-print-directory -j2 --output-sync=target pytest rxe-lane
+
+pytest: install
 	$(BIN)/python -m pytest
-	$(MAKE) rxe-lane
 
 sanitize: deps $(BIN)/ninja
 	$(call preset,asan)
 	$(call preset,tsan)
 
-# the corpus grows in build/fuzz/corpus/<name>; a crashing input is left in build/fuzz/
+# the fuzzers are built by the asan preset (whose tests run each over its seeds); the corpus
+# grows in build/fuzz/corpus/<name>; a crashing input is left in build/fuzz/
 fuzz: deps $(BIN)/ninja
-	$(call preset,fuzz)
-	@for fuzzer in build/fuzz/fuzzers/fuzz_*; do \
+	$(call build,asan)
+	@mkdir -p build/fuzz; for fuzzer in build/asan/fuzzers/fuzz_*; do \
 	  name=$${fuzzer##*/fuzz_}; log=build/fuzz/$$name.log; \
 	  mkdir -p build/fuzz/corpus/$$name; \
 	  echo "fuzz_$$name: $(FUZZ_SECONDS)s (log: $$log)"; \
 	  $$fuzzer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=build/fuzz/ \
-	    build/fuzz/corpus/$$name build/fuzz/seeds/$$name > $$log 2>&1 \
+	    build/fuzz/corpus/$$name build/asan/seeds/$$name > $$log 2>&1 \
 	    || { tail -n 60 $$log; echo "fuzz_$$name FAILED"; exit 1; }; \
 	  grep -E '^(Done|stat::new_units_added)' $$log; \
 	done
