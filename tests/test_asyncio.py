@@ -12,6 +12,14 @@ import pytest
 import tensorverbs as tv
 from tensorverbs.local_cluster import pattern, same
 
+from variants import SURFACE_VARIANTS
+
+
+@pytest.fixture(scope="module", params=SURFACE_VARIANTS)
+def variant(request) -> str:
+    """This suite is about the Python surface: each protocol and provider once."""
+    return request.param
+
 #: ticks the ticker task makes while a recv is pending, before the tensor is sent
 TICKS = 200
 

@@ -11,6 +11,14 @@ import pytest
 import tensorverbs as tv
 from tensorverbs.local_cluster import pattern, same
 
+from variants import SURFACE_VARIANTS
+
+
+@pytest.fixture(scope="module", params=SURFACE_VARIANTS)
+def variant(request) -> str:
+    """This suite is about the Python surface: each protocol and provider once."""
+    return request.param
+
 #: an inline tensor, one written into a landing, one large enough for the registered paths
 SIZES = [16, 64 << 10, 4 << 20]
 

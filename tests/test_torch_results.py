@@ -12,7 +12,7 @@ import tensorverbs as tv
 from tensorverbs.local_cluster import TaskProcess, cluster_spec, pattern, same
 from tensorverbs.verbs.config import RdmaConfig
 
-from variants import VARIANTS, Pair
+from variants import SURFACE_VARIANTS, VARIANTS, Pair
 
 torch = pytest.importorskip("torch", reason="torch results need torch")
 
@@ -27,7 +27,7 @@ DTYPES = {
 }
 
 
-@pytest.fixture(scope="module", params=list(VARIANTS))
+@pytest.fixture(scope="module", params=SURFACE_VARIANTS)
 def tpair(request):
     """A ps (numpy results) in a child process and an in-process worker with torch results."""
     protocol, env = VARIANTS[request.param]

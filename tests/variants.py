@@ -46,3 +46,8 @@ def start_pair(protocol: str, env: dict[str, str], **server_kwargs) -> Pair:
         ps.stop()
         raise
     return Pair(ps, worker, protocol, env, cluster)
+
+#: the variants of suites about the Python surface (results, asyncio, batches): each
+#: protocol and provider once; the soft provider's TCP path and read mode differ only below
+#: that surface, and the data-path suites run them
+SURFACE_VARIANTS = [name for name in VARIANTS if name not in ("verbs-tcp", "verbs-read")]

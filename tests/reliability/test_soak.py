@@ -18,11 +18,13 @@ POOL_SLACK = (256 << 10) + 4096
 
 def test_10000_steps_memory_flat(variant):
     """The peak after the first half of the run is no higher than the peak of the half
-    after the warm-up, for RSS and for the registered pool."""
+    after the warm-up, for RSS and for the registered pool. grpc's steps are slower: it
+    takes half as many (a leaked 4 KiB tensor a step is still 20 MiB, beyond RSS_SLACK)."""
+    steps = STEPS // 2 if variant == "grpc" else STEPS
     with Cluster({"ps": 1, "worker": 1}, variant) as cluster:
         marks = cluster.run({
-            PS: ("exchanges:soak", WORKER, True, STEPS, SAMPLES),
-            WORKER: ("exchanges:soak", PS, False, STEPS, SAMPLES),
+            PS: ("exchanges:soak", WORKER, True, steps, SAMPLES),
+            WORKER: ("exchanges:soak", PS, False, steps, SAMPLES),
         }, timeout=600)
         half = WARM_UP + (SAMPLES - WARM_UP) // 2
         for task, samples in marks.items():
