@@ -38,9 +38,9 @@ SendOp& SendQueue::post(const SendWr& wr) {
   return op;
 }
 
-void SendQueue::flush_all() {
+void SendQueue::flush_all(const SendOp* busy) {
   for (SendOp& op : ops_) {
-    if (!op.done) {
+    if (!op.done && &op != busy) {
       op.done = true;
       op.status = WcStatus::kWrFlushErr;
     }

@@ -39,8 +39,8 @@ class SendQueue {
 
   std::size_t size() const { return ops_.size(); }
   SendOp& post(const SendWr& wr);
-  // Every request not done yet is done, flushed (the queue pair failed).
-  void flush_all();
+  // Every request not done yet but `busy` is done, flushed (the queue pair failed).
+  void flush_all(const SendOp* busy = nullptr);
   // Delivers the completions of the done requests at the front, in post order; the
   // detail of the first error among them, if one failed (the queue pair fails with it).
   std::optional<std::string> emit();

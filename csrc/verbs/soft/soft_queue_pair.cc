@@ -60,7 +60,12 @@ Status SoftQueuePair::init() {
 
 SoftQueuePair::~SoftQueuePair() {
   context_->remove_qp(token_, cookie_);
+  {  // a helper may still copy from the caller's memory into the peer's
+    std::unique_lock copy_lock(copy_->mu);
+    copy_->cv.wait(copy_lock, [&] { return !copy_->busy; });
+  }
   std::lock_guard lock(mu_);
+  if (copying_ != nullptr) KeyTableView::unpin(copy_pin_);
   teardown_locked();
 }
 
@@ -284,7 +289,7 @@ void SoftQueuePair::enter_error_locked(const std::string& why) {
   state_.store(QpState::kError, std::memory_order_release);
   if (detail_.empty()) detail_ = why;
   teardown_locked();  // first: nothing may touch the callers' buffers after their flush
-  sends_.flush_all();
+  sends_.flush_all(copying_);  // a copy under way ends first: its operation flushes then
   emit_locked();
   recvs_.flush_all();
 }

@@ -19,12 +19,15 @@
 // Connection (soft_queue_pair.cc): see handshake.h; traffic that arrives before connect()
 // waits in the socket, as packets for a verbs queue pair before RTR.
 //
-// Locking: one mutex per queue pair for all of its state (payload reads and shared-memory
-// copies included), then a completion queue's, then the stream's transmit lock.
+// Locking: one mutex per queue pair for all of its state (payload reads and small
+// shared-memory copies included), then a completion queue's, then the stream's transmit
+// lock. A large copy holds none of them: its helper only raises a flag and kicks the
+// progress engine, whose driver completes the operation.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -49,6 +52,10 @@ namespace tensorverbs::verbs::soft {
 class SoftContext;
 class SoftCompletionQueue;
 class SoftProtectionDomain;
+
+// Shared-memory copies from this size up leave the queue pair's mutex and the posting
+// thread (a large copy would hold up every channel of the context meanwhile).
+inline constexpr std::uint32_t kAsyncCopyBytes = 4 << 20;
 
 // How long an acknowledgement waits for a frame going back to ride on before it goes alone.
 inline constexpr std::chrono::microseconds kAckDelay{20};
@@ -126,6 +133,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   void stream_request_locked(SendOp& op, FrameOp code, const std::uint8_t* payload,
                              std::uint32_t length);
   bool publish_event_locked(SendOp& op);
+  bool complete_copied_locked(SendOp& op);
+  void land_copy_locked();
   void retry_pending_locked();
   void finish_locked(SendOp& op, WcStatus status, std::string detail = "") {
     op.finish(status, std::move(detail));
@@ -186,6 +195,18 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::uint32_t acked_ = 0;
   bool ring_doorbell_ = false;
   std::atomic<bool> pending_on_ring_{false};
+  // the large shared-memory copy under way off the mutex (one at a time)
+  struct CopyInFlight {  // shared with the helper that copies
+    std::atomic<bool> landed{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    bool busy = false;  // until the helper is done with this queue pair
+  };
+  const std::shared_ptr<CopyInFlight> copy_ = std::make_shared<CopyInFlight>();
+  SendOp* copying_ = nullptr;  // its operation (at the front of pending_)
+  KeyTableView::Pinned copy_pin_;
+  std::shared_ptr<PeerMemory> copy_peer_;  // keeps the pinned key table and segment mapped
+  std::shared_ptr<SharedSegment> copy_segment_;
   std::atomic<std::uint64_t> pending_seen_head_{0};
   // responder
   ReceiveQueue recvs_;

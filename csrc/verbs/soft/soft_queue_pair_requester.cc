@@ -145,20 +145,59 @@ bool SoftQueuePair::execute_shm_locked(SendOp& op, std::uint8_t* local, bool* us
       return true;
     }
     std::uint8_t* remote = segment->data() + pinned.segment_offset;
-    if (is_read) {
-      context_->copier().copy(local, remote, length);
-    } else {
-      context_->copier().copy(remote, local, length);
+    std::uint8_t* dst = is_read ? local : remote;
+    const std::uint8_t* src = is_read ? remote : local;
+    *used = true;
+    if (length >= kAsyncCopyBytes) {
+      copying_ = &op;
+      copy_pin_ = pinned;
+      copy_peer_ = peer_;
+      copy_segment_ = std::move(segment);
+      {
+        std::lock_guard copy_lock(copy_->mu);
+        copy_->busy = true;
+      }
+      context_->copier().copy_async(dst, src, length,
+                                    [copy = copy_, progress = &context_->progress()] {
+                                      copy->landed.store(true, std::memory_order_release);
+                                      progress->kick();
+                                      std::lock_guard copy_lock(copy->mu);
+                                      copy->busy = false;
+                                      copy->cv.notify_all();
+                                    });
+      return false;  // pending until the copy landed
     }
+    std::memmove(dst, src, length);
     KeyTableView::unpin(pinned);
   }
   *used = true;
-  if (wr.opcode == WrOpcode::kRdmaWriteWithImm) {
-    op.copied = true;
-    return publish_event_locked(op);
-  }
+  op.copied = true;
+  return complete_copied_locked(op);
+}
+
+// Completes an operation whose data is in place; false when it must wait (a full ring).
+bool SoftQueuePair::complete_copied_locked(SendOp& op) {
+  if (op.wr.opcode == WrOpcode::kRdmaWriteWithImm) return publish_event_locked(op);
   finish_locked(op, WcStatus::kSuccess);
   return true;
+}
+
+// The copy handed to the helpers landed: its operation completes (flushed, if the queue
+// pair failed meanwhile), and what was posted after it goes on.
+void SoftQueuePair::land_copy_locked() {
+  if (copying_ == nullptr || !copy_->landed.exchange(false, std::memory_order_acquire)) return;
+  KeyTableView::unpin(copy_pin_);
+  copy_peer_.reset();
+  copy_segment_.reset();
+  SendOp& op = *copying_;
+  copying_ = nullptr;
+  op.copied = true;
+  if (state_.load() == QpState::kError) {
+    finish_locked(op, WcStatus::kWrFlushErr);
+  } else {
+    retry_pending_locked();  // (it is the first pending)
+  }
+  emit_locked();
 }
 
 // Publishes the immediate of a write whose data is in place; false when the ring is full.
@@ -212,9 +251,9 @@ void SoftQueuePair::stream_request_locked(SendOp& op, FrameOp code, const std::u
 }
 
 void SoftQueuePair::retry_pending_locked() {
-  while (!pending_.empty() && state_ready_locked()) {
+  while (!pending_.empty() && state_ready_locked() && copying_ == nullptr) {
     SendOp& op = *pending_.front();
-    const bool finished = op.copied ? publish_event_locked(op) : execute_locked(op);
+    const bool finished = op.copied ? complete_copied_locked(op) : execute_locked(op);
     if (!finished) break;
     if (!pending_.empty()) pending_.pop_front();  // (the error state clears it)
   }

@@ -46,6 +46,7 @@ Status SoftQueuePair::post_recv(const RecvWr* wrs, std::size_t count) {
 
 // ----------------------------------------------------------------- memory (the driver)
 bool SoftQueuePair::memory_ready() const {
+  if (copy_->landed.load(std::memory_order_acquire)) return true;
   if (ring_->published() != ring_seen_tail_.load(std::memory_order_relaxed)) return true;
   if (ack_due_.load(std::memory_order_acquire)) return true;
   if (pending_on_ring_.load(std::memory_order_acquire)) {
@@ -58,6 +59,7 @@ bool SoftQueuePair::memory_ready() const {
 bool SoftQueuePair::poll_memory() {
   if (!memory_ready()) return false;
   std::lock_guard lock(mu_);
+  land_copy_locked();
   if (!state_ready_locked()) {
     ring_seen_tail_.store(ring_->published(), std::memory_order_relaxed);
     return false;
