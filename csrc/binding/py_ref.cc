@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/thread_guard.h"
+#include "core/thread_name.h"
 
 namespace tensorverbs::binding {
 
@@ -20,7 +21,12 @@ class Janitor {
     if (stopped_) return;  // the interpreter is going away: leak
     run_guarded(
         [&] {
-          if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+          if (!thread_.joinable()) {
+            thread_ = std::thread([this] {
+              name_thread("tv-py-release");
+              run();
+            });
+          }
           queue_.push_back(object);
         },
         [](const char*) {});

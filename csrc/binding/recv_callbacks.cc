@@ -12,6 +12,7 @@
 #include "binding/byte_view.h"
 #include "core/spin_pause.h"
 #include "core/thread_guard.h"
+#include "core/thread_name.h"
 #include "binding/py_ref.h"
 
 namespace nb = nanobind;
@@ -28,7 +29,12 @@ class Settler {
   void post(std::shared_ptr<FutureRecv> recv, RecvResult result) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (!thread_.joinable()) {
+      thread_ = std::thread([this] {
+        name_thread("tv-settle");
+        run();
+      });
+    }
     queue_.emplace_back(std::move(recv), std::move(result));
     wake_.notify_one();
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/thread_guard.h"
+#include "core/thread_name.h"
 #include "verbs/work.h"
 
 namespace tensorverbs {
@@ -62,7 +63,12 @@ void RdmaAdapter::wants_housekeeping() {
   if (!housekeeping_wanted_.exchange(true)) cq_->wake();
 }
 
-void RdmaAdapter::start() { thread_ = std::thread([this] { run(); }); }
+void RdmaAdapter::start() {
+  thread_ = std::thread([this] {
+    name_thread("tv-completion");
+    run();
+  });
+}
 
 void RdmaAdapter::stop() {
   if (!thread_.joinable()) return;

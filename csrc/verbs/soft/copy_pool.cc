@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/thread_guard.h"
+#include "core/thread_name.h"
 
 namespace tensorverbs::verbs::soft {
 
@@ -28,7 +29,10 @@ bool CopyPool::start_helpers_locked() {
     run_guarded(
         [&] {
           while (threads_.size() < static_cast<std::size_t>(helpers_)) {
-            threads_.emplace_back([this] { run(); });
+            threads_.emplace_back([this] {
+              name_thread("tv-copy");
+              run();
+            });
           }
         },
         [](const char*) {});

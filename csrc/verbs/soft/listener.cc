@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/thread_guard.h"
+#include "core/thread_name.h"
 #include "verbs/soft/fd_passing.h"
 #include "verbs/soft/handshake.h"
 
@@ -97,7 +98,10 @@ Result<std::unique_ptr<Listener>> Listener::start(const std::string& host, bool 
   }
   listener->on_dial_ = std::move(on_dial);
   listener->on_tick_ = std::move(on_tick);
-  listener->thread_ = std::thread([l = listener.get()] { l->run(); });
+  listener->thread_ = std::thread([l = listener.get()] {
+    name_thread("tv-listener");
+    l->run();
+  });
   return listener;
 }
 

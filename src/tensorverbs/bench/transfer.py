@@ -12,8 +12,10 @@ and the receiver.
 
 Then the in-flight rate: the contenders that can (tensorverbs' ``recv_async``) start
 ``--in-flight`` receives of 4 KiB at once and wait for them all, while the sender sends
-as many; tensors per second, Python calls included. Last, the issue's goals, each with
-the figure it bounds.
+as many; tensors per second, Python calls included. Then 4 KiB as applications call it:
+the blocking ``recv(..., timeout=)`` in a loop, ``recv_async(...).result()``, and a
+blocking recv after the process sat idle for 20 ms (its caches and its threads cold).
+Last, the goals, each with the figure it bounds.
 
     tensorverbs bench transfer --max-size 256MiB --rounds 8 --plot transfer.png
 """
@@ -28,13 +30,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..verbs.config import parse_size
-from . import report
+from . import cpu_profile, report
 from .contenders import Contender, Pair, by_name
+from .contenders.base import CALLS, IDLE_GAP
 from .peer import PeerError
 from .transfer_goals import find, goals
 
-#: the size of the in-flight rate
-FLIGHT_BYTES = 4 << 10
+#: the size of the in-flight rate and of the calls
+FLIGHT_BYTES = SMALL_BYTES = 4 << 10
+#: transfers a round for each way of calling (one "recv after idle" sits idle 20 ms first)
+CALL_TRANSFERS = 25
 
 
 def default_sizes(smallest: int, largest: int) -> list[int]:
@@ -84,11 +89,12 @@ class Turns:
     def __init__(self, pairs: list[Pair], status: dict) -> None:
         self.live, self.status, self.step = list(pairs), status, 0
 
-    def run(self, pair: Pair, nbytes: int, count: int, verify: bool, flight: bool) -> dict | None:
+    def run(self, pair: Pair, nbytes: int, count: int, verify: bool, flight: bool,
+            call: str = "recv") -> dict | None:
         """One round of ``pair`` (see :meth:`Pair.run`); None if it failed."""
         pair.resume()
         try:
-            out = pair.run(nbytes, count, self.step, verify, flight)
+            out = pair.run(nbytes, count, self.step, verify, flight, call)
             pair.pause()
             return out
         except PeerError as exc:
@@ -125,14 +131,15 @@ class Tally:
 
 
 def rounds_of(turns: Turns, nbytes: int, count: int, rounds: int, warmup: int, flight: bool,
-              advance: Callable[[], None]) -> dict[str, Tally]:
-    """``warmup`` checked rounds of each live pair (those that can, in ``flight``), then
-    ``rounds`` timed rounds taking turns, each round starting one pair further on."""
-    pairs = [p for p in turns.live if not flight or p.contender.in_flight]
+              advance: Callable[[], None], call: str = "recv") -> dict[str, Tally]:
+    """``warmup`` checked rounds of each live pair (those that can, in ``flight`` or with
+    ``call``), then ``rounds`` timed rounds taking turns, each round starting one pair
+    further on."""
+    pairs = [p for p in turns.live if (p.contender.in_flight if flight else p.can(call))]
     tallies: dict[str, Tally] = {p.contender.name: Tally() for p in pairs}
     for pair in pairs:
         for _ in range(warmup):
-            if (out := turns.run(pair, nbytes, count, True, flight)) is not None:
+            if (out := turns.run(pair, nbytes, count, True, flight, call)) is not None:
                 tallies[pair.contender.name].verified = out["ok"]
     advance()
     for r in range(rounds):
@@ -140,7 +147,7 @@ def rounds_of(turns: Turns, nbytes: int, count: int, rounds: int, warmup: int, f
         for pair in pairs[k:] + pairs[:k]:
             if pair not in turns.live:
                 continue
-            if (out := turns.run(pair, nbytes, count, False, flight)) is not None:
+            if (out := turns.run(pair, nbytes, count, False, flight, call)) is not None:
                 tallies[pair.contender.name].add(out, count)
         advance()
     return {name: t for name, t in tallies.items() if t.transfers}
@@ -177,10 +184,30 @@ def measure_flight(turns: Turns, count: int, rounds: int, warmup: int,
     return results
 
 
+def measure_calls(turns: Turns, count: int, rounds: int, warmup: int,
+                  advance: Callable[[], None] = lambda: None) -> list[dict]:
+    """4 KiB transfers asked for as applications ask (each of :data:`CALLS`, ``count`` a
+    round), by every live pair that can; one result per (contender, call)."""
+    results = []
+    for call in CALLS:
+        for name, t in rounds_of(turns, SMALL_BYTES, count, rounds, warmup, False, advance,
+                                 call).items():
+            s = report.summarize(t.seconds)
+            results.append({"contender": name, "call": call, "bytes": SMALL_BYTES,
+                            "verified": t.verified, "seconds": s,
+                            "latency_us": {"median": s["median"] * 1e6, "p99": s["p99"] * 1e6},
+                            "cpu_us": t.cpu_us()})
+    return results
+
+
 def _cpu(r: dict) -> str:
     """A row's µs of CPU per transfer: sender/receiver."""
     return "/".join("-" if us is None else f"{us:.3g}" if us < 100 else f"{us:.0f}"
                     for us in (r["cpu_us"]["sender"], r["cpu_us"]["receiver"]))
+
+
+def _call(calls: list[dict], name: str, call: str) -> dict | None:
+    return next((r for r in calls if r["contender"] == name and r["call"] == call), None)
 
 
 def _bad(r: dict) -> str:
@@ -216,6 +243,15 @@ def show(result: dict) -> None:
     con.print(report.table("CPU per transfer, µs: sender/receiver", heads, rows(_cpu)))
     if result["settings"]["in_flight"]:
         con.print(_flight_table(flight, names, result["settings"]["in_flight"]))
+    if calls := result["calls"]:
+        called = [n for n in names if any(r["contender"] == n for r in calls)]
+        cells = [[name, *(f"{r['latency_us']['median']:.0f}/{r['latency_us']['p99']:.0f} ({_cpu(r)})"
+                          if (r := _call(calls, name, call)) else "n/a" for call in CALLS)]
+                 for name in called]
+        con.print(report.table(
+            f"{report.human_size(SMALL_BYTES)} as applications call it: µs median/p99 (CPU µs "
+            f"sender/receiver); idle {IDLE_GAP * 1e3:g} ms before each 'recv after idle'",
+            ["", *CALLS], cells))
     con.print(report.table("goals", ["goal", "measured", ""], report.goal_rows(result["goals"])))
     for name, s in result["contenders"].items():
         if not s["available"] or s.get("failed"):
@@ -252,8 +288,14 @@ def parser() -> argparse.ArgumentParser:
                    help="at most this many transfers per contender and round (default 100)")
     p.add_argument("--in-flight", type=int, default=2000, metavar="N",
                    help="4 KiB recvs in flight for the in-flight rate (default 2000; 0 skips)")
+    p.add_argument("--call-transfers", type=int, default=CALL_TRANSFERS, metavar="N",
+                   help="4 KiB transfers a round for each way of calling recv (default "
+                   f"{CALL_TRANSFERS}; 0 skips)")
     p.add_argument("--contenders", help="comma-separated names (default: all available): "
                    + ", ".join(c.name for c in by_name()))
+    p.add_argument("--profile", nargs="?", type=float, const=10.0, metavar="SECONDS",
+                   help="instead of the sweep: sample the 4 KiB loop of each contender (default "
+                   "grpc+verbs) with perf for SECONDS (default 10) and print where the CPU goes")
     p.add_argument("--json", default="transfer.json", help="where the results go (default transfer.json)")
     p.add_argument("--plot", nargs="?", const="transfer.png", metavar="PNG",
                    help="also plot bandwidth against size (default file transfer.png)")
@@ -275,27 +317,67 @@ def _sizes(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
 
 def run(contenders: list[Contender], sizes: list[int], rounds: int = 8, warmup: int = 1,
         round_bytes: int = 64 << 20, max_transfers: int = 100,
-        in_flight: int = 2000) -> dict[str, Any]:
-    """Start the contenders, run the sweep and the in-flight rate (``in_flight`` 0 skips
-    it) with a progress bar, stop them; the result."""
+        in_flight: int = 2000, call_transfers: int = CALL_TRANSFERS) -> dict[str, Any]:
+    """Start the contenders, run the sweep, the in-flight rate and the calls
+    (``in_flight`` or ``call_transfers`` 0 skips them) with a progress bar, stop them; the
+    result."""
     with report.progress() as bar:
         pairs, status = start(contenders, bar.console.print)
         flights = in_flight > 0 and any(p.contender.in_flight for p in pairs)
-        task = bar.add_task("transfers", total=(len(sizes) + flights) * (rounds + 1))
+        phases = len(sizes) + flights + (len(CALLS) if call_transfers > 0 else 0)
+        task = bar.add_task("transfers", total=phases * (rounds + 1))
         turns = Turns(pairs, status)
         try:
             results = measure(turns, sizes, rounds, warmup, round_bytes, max_transfers,
                               lambda: bar.advance(task))
             flight = measure_flight(turns, in_flight, rounds, warmup,
                                     lambda: bar.advance(task)) if flights else []
+            calls = measure_calls(turns, call_transfers, rounds, warmup,
+                                  lambda: bar.advance(task)) if call_transfers > 0 else []
         finally:
             for pair in pairs:
                 pair.close()
     settings = {"sizes": sizes, "rounds": rounds, "warmup_rounds": warmup,
                 "round_bytes": round_bytes, "max_transfers": max_transfers,
-                "in_flight": in_flight, "dtype": "float32"}
+                "in_flight": in_flight, "call_transfers": call_transfers,
+                "idle_gap_s": IDLE_GAP, "dtype": "float32"}
     return {"benchmark": "transfer", "settings": settings, "contenders": status,
-            "results": results, "in_flight": flight, "goals": goals(results, flight)}
+            "results": results, "in_flight": flight, "calls": calls,
+            "goals": goals(results, flight, calls)}
+
+
+def run_profile(contenders: list[Contender], seconds: float) -> int:
+    """``--profile``: each contender's 4 KiB tight loop under perf; prints the reports."""
+    if (why := cpu_profile.unavailable()) is not None:
+        report.console.print(f"[red]cannot profile[/]: {why}")
+        return 2
+    with report.progress() as bar:
+        pairs, status = start(contenders, bar.console.print)
+    turns, failed = Turns(pairs, status), False
+    try:
+        for pair in pairs:
+            count = CALL_TRANSFERS * 4
+            turns.run(pair, SMALL_BYTES, count, True, False)  # warm, checked
+            reports = cpu_profile.profile(
+                pair, seconds, lambda: turns.run(pair, SMALL_BYTES, count, False, False))
+            name = pair.contender.name
+            if status[name].get("failed"):
+                failed = True
+                report.console.print(f"[red]{name} failed[/]: {escape(status[name]['failed'])}")
+                continue
+            report.console.rule(f"{name}: {report.human_size(SMALL_BYTES)} recv in a loop, "
+                                f"{seconds:g} s sampled")
+            for side, text in reports.items():
+                report.console.print(f"{side}: CPU samples by thread and library (%)", markup=False)
+                report.console.print(text["by_thread"], markup=False, highlight=False,
+                                     soft_wrap=True)
+                report.console.print(f"{side}: hottest symbols (%)", markup=False)
+                report.console.print(text["by_symbol"], markup=False, highlight=False,
+                                     soft_wrap=True)
+    finally:
+        for pair in turns.live:
+            pair.close()
+    return 1 if failed or not pairs else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -304,17 +386,23 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     sizes = _sizes(p, args)
-    if args.rounds < 1 or args.warmup < 0 or args.max_transfers < 1 or args.in_flight < 0:
-        p.error("give --rounds >= 1, --warmup >= 0, --max-transfers >= 1 and --in-flight >= 0")
+    if (args.rounds < 1 or args.warmup < 0 or args.max_transfers < 1 or args.in_flight < 0
+            or args.call_transfers < 0):
+        p.error("give --rounds >= 1, --warmup >= 0, --max-transfers >= 1, --in-flight >= 0 "
+                "and --call-transfers >= 0")
     try:
         contenders = by_name(args.contenders.split(",") if args.contenders else None)
         round_bytes = parse_size(args.round_bytes)
     except ValueError as exc:
         p.error(str(exc))
+    if args.profile is not None:
+        return run_profile(contenders if args.contenders else by_name(["grpc+verbs"]),
+                           args.profile)
     result = run(contenders, sizes, args.rounds, args.warmup, round_bytes, args.max_transfers,
-                 args.in_flight)
+                 args.in_flight, args.call_transfers)
     show(result)
     plotted = report.save(result, ["transfer", *argv], args.json, args.plot, plot)
-    bad = [r for r in result["results"] + result["in_flight"] if r["verified"] is False]
+    bad = [r for r in result["results"] + result["in_flight"] + result["calls"]
+           if r["verified"] is False]
     failed = [name for name, s in result["contenders"].items() if s.get("failed")]
     return 1 if bad or failed or not result["results"] else 0 if plotted else 2

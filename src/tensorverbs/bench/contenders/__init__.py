@@ -104,16 +104,26 @@ class Pair:
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
 
+    def can(self, call: str) -> bool:
+        """Whether this pair times transfers asked for with ``call`` (see
+        :data:`~.base.CALLS`): a future needs :meth:`Sink.start_one`, and a limit measured
+        in one process has no calls."""
+        if call == "recv_async().result()":
+            return self.contender.in_flight
+        return call == "recv" or self.contender.module_.Source is not None
+
     def run(self, nbytes: int, count: int, step: int, verify: bool = False,
-            flight: bool = False) -> dict:
+            flight: bool = False, call: str = "recv") -> dict:
         """``count`` transfers of ``nbytes`` at steps ``step``.., timed in the sink: one at a
-        time, or with ``flight`` all started at once (one sample for them all).
+        time (asked for with ``call``), or with ``flight`` all started at once (one sample
+        for them all).
         ``{"seconds": [...], "ok": bool | None, "cpu": the sink's CPU seconds,
         "sender_cpu": the source's CPU seconds (None without a source)}``."""
-        method = "in_flight" if flight else "fetch"
+        method, extra = ("in_flight", ()) if flight else ("fetch", (call,))
         source = self.source
         if source is None:
-            return {**self.sink.call(method, nbytes, count, step, verify), "sender_cpu": None}
+            return {**self.sink.call(method, nbytes, count, step, verify, None, *extra),
+                    "sender_cpu": None}
         offer = source.call("offer", nbytes)
         before = source.call("cpu")
         # a passive source's tensors are offered before the sink asks, except in flight,
@@ -123,7 +133,7 @@ class Pair:
             source.call("serve", nbytes, count, step)
         else:
             source.post("serve", nbytes, count, step)
-        out = self.sink.call(method, nbytes, count, step, verify, offer)
+        out = self.sink.call(method, nbytes, count, step, verify, offer, *extra)
         if not first:
             source.result()
         return {**out, "sender_cpu": source.call("cpu") - before}

@@ -63,6 +63,13 @@ class Source:
         """Release what the source holds."""
 
 
+#: the calls a sink can time one transfer with (see :meth:`Sink.fetch`): the tight loop,
+#: a future's result, and a blocking call after the process sat idle
+CALLS = ("recv", "recv_async().result()", "recv after idle")
+#: how long the process sits idle before each "recv after idle" (untimed)
+IDLE_GAP = 0.02
+
+
 class Sink:
     """The asking side: fetches ``count`` tensors one at a time and times each one, or
     (where :meth:`start_one` exists) starts them all at once and times them together."""
@@ -70,12 +77,19 @@ class Sink:
     def __init__(self) -> None:
         self.expected = Payloads()
 
-    def fetch(self, nbytes: int, count: int, step: int, verify: bool, offer: Any = None) -> dict:
+    def fetch(self, nbytes: int, count: int, step: int, verify: bool, offer: Any = None,
+              call: str = "recv") -> dict:
         """Seconds of each transfer, the CPU seconds of them all and (with ``verify``)
-        whether the first one's bytes are the payload's."""
+        whether the first one's bytes are the payload's. ``call`` (one of :data:`CALLS`)
+        says how each transfer is asked for; the idle gaps are neither timed nor counted
+        as CPU."""
         self.accept(offer)
         self.prepare(nbytes)
-        return self.timed(lambda i: self.fetch_one(nbytes, step + i), nbytes, count, verify)
+        if call == "recv_async().result()":
+            return self.timed(lambda i: self.start_one(nbytes, step + i).result(), nbytes, count,
+                              verify)
+        gap = IDLE_GAP if call == "recv after idle" else 0.0
+        return self.timed(lambda i: self.fetch_one(nbytes, step + i), nbytes, count, verify, gap)
 
     def in_flight(self, nbytes: int, count: int, step: int, verify: bool,
                   offer: Any = None) -> dict:
@@ -105,17 +119,22 @@ class Sink:
         """Start one transfer without waiting for it (only some contenders can)."""
         raise NotImplementedError
 
-    def timed(self, once: Callable[[int], Any], nbytes: int, count: int, verify: bool) -> dict:
+    def timed(self, once: Callable[[int], Any], nbytes: int, count: int, verify: bool,
+              gap: float = 0.0) -> dict:
         seconds, ok = [], None
-        cpu = time.process_time()
+        cpu = 0.0
         for i in range(count):
+            if gap:
+                time.sleep(gap)
+            cpu -= time.process_time()
             start = time.perf_counter()
             out = once(i)
             seconds.append(time.perf_counter() - start)
+            cpu += time.process_time()
             if verify and ok is None:
                 ok = same_bytes(out, self.expected.get(nbytes))
             del out  # a pooled buffer returns to its pool before the next transfer
-        return {"seconds": seconds, "cpu": time.process_time() - cpu, "ok": ok}
+        return {"seconds": seconds, "cpu": cpu, "ok": ok}
 
     def close(self) -> None:
         """Release what the sink holds."""
