@@ -15,6 +15,8 @@ std::size_t region_bytes(std::uint32_t slots) { return std::size_t{slots} * kSlo
 
 }  // namespace
 
+std::size_t RdmaMessageBuffer::registered_bytes(std::uint32_t slots) { return 2 * region_bytes(slots); }
+
 Result<std::unique_ptr<RdmaMessageBuffer>> RdmaMessageBuffer::create(verbs::ProtectionDomain& pd,
                                                                     std::uint32_t slots) {
   auto tx = pd.allocate_memory(region_bytes(slots), verbs::kLocalWrite);

@@ -30,6 +30,8 @@ class RdmaMessageBuffer {
                                                           std::uint32_t slots);
 
   std::uint32_t slots() const { return slots_; }
+  // The registered bytes of a buffer of `slots` (both regions).
+  static std::size_t registered_bytes(std::uint32_t slots);
   // The region the peer writes into: `slots` slots, then the ACK word.
   const verbs::MemoryRegion& rx() const { return *rx_; }
   void connect(std::uint64_t remote_addr, std::uint32_t remote_rkey);

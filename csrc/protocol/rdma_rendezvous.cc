@@ -278,6 +278,14 @@ std::string RdmaRendezvous::describe_channels() const {
 
 std::vector<std::pair<std::string, std::uint64_t>> RdmaRendezvous::stats() const {
   auto out = counters_.snapshot();
+  std::size_t channels = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channels = channels_.size();
+  }
+  // every channel's message buffer (the pool's blocks are counted apart)
+  out.emplace_back("message_buffer_bytes",
+                   channels * RdmaMessageBuffer::registered_bytes(settings_.slots));
   const PoolStats pool = pool_->stats();
   out.emplace_back("registered_bytes", pool.registered_bytes);
   out.emplace_back("pool_in_use_bytes", pool.in_use_bytes);

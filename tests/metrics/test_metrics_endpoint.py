@@ -21,7 +21,8 @@ TENSORS = [(100, "<=4KiB"), (4096, "<=4KiB"), (40_000, "<=64KiB"), (300_000, "<=
 #: the stats() entries that are levels, and their gauges
 GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_table_steps",
           "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
-          "registered_bytes": "tensorverbs_pool_registered_bytes"}
+          "registered_bytes": "tensorverbs_pool_registered_bytes",
+          "message_buffer_bytes": "tensorverbs_message_buffer_bytes"}
 
 
 def _exchange(metered, step: int) -> None:

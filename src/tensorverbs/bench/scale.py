@@ -8,7 +8,10 @@ flight at once, and checks the bytes. Per protocol and task count the benchmark 
   (every channel is set up on first use, so this is the set-up storm);
 - step: the median of the slowest task's later steps;
 - peak RSS (VmHWM), proportional set size (PSS: shared pages split among their users)
-  and registered memory (grpc+verbs) of the largest task.
+  and registered memory (grpc+verbs: the pool, and a channel's message buffers) of the
+  largest task;
+- idle CPU: then every task sits idle for ``--idle`` seconds (10) with its N-1 channels
+  open; the busiest task's CPU, in percent of a core.
 
 A count that fails (a task's error, a timeout) is reported with the first error and the
 benchmark goes on with the next.
@@ -31,6 +34,8 @@ PROTOCOLS = ("grpc", "grpc+verbs")
 JOB = "worker"
 #: seconds a task may take beyond its recvs' timeouts to report
 WAIT_MORE = 60.0
+#: seconds every task sits idle after its steps (its CPU then is the idle cost)
+IDLE_SECONDS = 10.0
 
 
 def _status_kib(field: str) -> int:
@@ -81,14 +86,23 @@ class ScaleTask:
         self.server.flush(self.timeout)  # every peer has what this task sent
         stats = self.server.stats()
         return {"seconds": seconds, "rss_peak_bytes": _status_kib("VmHWM") << 10, "pss_bytes": _pss_kib() << 10,
-                "registered_bytes": stats.get("registered_bytes", 0)}
+                "registered_bytes": stats.get("registered_bytes", 0),
+                "channel_bytes": stats.get("message_buffer_bytes", 0) // len(self.peers)}
+
+    def idle(self, seconds: float) -> float:
+        """Percent of a core this process used while it sat ``seconds`` idle, channels open."""
+        cpu = time.process_time()
+        time.sleep(seconds)
+        return (time.process_time() - cpu) / seconds * 100
 
     def close(self) -> None:
         self.server.stop()
 
 
-def run_count(protocol: str, tasks: int, steps: int, nbytes: int, timeout: float) -> dict[str, Any]:
-    """One all-to-all of ``tasks`` tasks; its figures, or ``error``."""
+def run_count(protocol: str, tasks: int, steps: int, nbytes: int, timeout: float,
+              idle: float = IDLE_SECONDS) -> dict[str, Any]:
+    """One all-to-all of ``tasks`` tasks, then ``idle`` seconds of rest; its figures, or
+    ``error``."""
     cluster = cluster_spec({JOB: tasks})
     peers: list[Peer] = []
     row: dict[str, Any] = {"protocol": protocol, "tasks": tasks, "steps": steps, "bytes": nbytes}
@@ -100,6 +114,9 @@ def run_count(protocol: str, tasks: int, steps: int, nbytes: int, timeout: float
         for peer in peers:  # at once: no task waits for another to be told
             peer.post("run", steps)
         results = [peer.result(timeout * steps + WAIT_MORE) for peer in peers]
+        for peer in peers:  # idle at once, every channel open
+            peer.post("idle", idle)
+        idle_pct = max(peer.result(idle + WAIT_MORE) for peer in peers)
     except (PeerError, TimeoutError) as exc:
         row["error"] = str(exc).strip().splitlines()[-1]
         return row
@@ -109,12 +126,17 @@ def run_count(protocol: str, tasks: int, steps: int, nbytes: int, timeout: float
     row.update(setup_s=slowest[0], step_s=statistics.median(slowest[1:]) if steps > 1 else None,
                rss_peak_bytes=max(r["rss_peak_bytes"] for r in results),
                pss_bytes=max(r["pss_bytes"] for r in results),
-               registered_bytes=max(r["registered_bytes"] for r in results))
+               registered_bytes=max(r["registered_bytes"] for r in results),
+               channel_bytes=max(r["channel_bytes"] for r in results), idle_cpu_pct=idle_pct)
     return row
 
 
 def _mib(nbytes: int | None) -> str:
     return "-" if nbytes is None else f"{nbytes / (1 << 20):.0f} MiB"
+
+
+def _kib(nbytes: int | None) -> str:
+    return "-" if not nbytes else f"{nbytes / (1 << 10):.0f} KiB"
 
 
 def show(rows: Sequence[dict[str, Any]]) -> None:
@@ -124,10 +146,15 @@ def show(rows: Sequence[dict[str, Any]]) -> None:
 
     report.console.print(report.table(
         "all-to-all: every task sends to and receives from every other each step",
-        ["protocol", "tasks", "set-up", "step", "peak RSS", "PSS", "registered", "error"],
+        ["protocol", "tasks", "set-up", "step", "peak RSS", "PSS", "registered", "per channel",
+         "idle CPU", "error"],
         [[r["protocol"], r["tasks"], ms(r.get("setup_s")), ms(r.get("step_s")), _mib(r.get("rss_peak_bytes")),
-          _mib(r.get("pss_bytes")), _mib(r.get("registered_bytes")), r.get("error", "")] for r in rows],
-        caption="per task: the largest task's memory, the slowest task's times"))
+          _mib(r.get("pss_bytes")), _mib(r.get("registered_bytes")), _kib(r.get("channel_bytes")),
+          "-" if r.get("idle_cpu_pct") is None else f"{r['idle_cpu_pct']:.1f}%", r.get("error", "")]
+         for r in rows],
+        caption="per task: the largest task's memory, the slowest task's times, the busiest "
+                "task's CPU while idle; registered: its pool; per channel: a channel's "
+                "registered message buffers"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -138,6 +165,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=5, help="steps per count (default 5; the first sets up)")
     p.add_argument("--size", default="64KiB", help="bytes each task sends each other task a step (default 64KiB)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a recv may take (default 120)")
+    p.add_argument("--idle", type=float, default=IDLE_SECONDS,
+                   help=f"seconds every task then sits idle, its CPU measured (default {IDLE_SECONDS:g})")
     p.add_argument("--json", default="scale.json", help="where the results go (default scale.json)")
     return p
 
@@ -147,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser()
     args = p.parse_args(argv)
-    if min(args.tasks) < 2 or args.steps < 1 or args.timeout <= 0:
-        p.error("give --tasks >= 2, --steps >= 1 and --timeout > 0")
+    if min(args.tasks) < 2 or args.steps < 1 or args.timeout <= 0 or args.idle <= 0:
+        p.error("give --tasks >= 2, --steps >= 1, --timeout > 0 and --idle > 0")
     try:
         nbytes = parse_size(args.size)
     except ValueError as exc:
@@ -157,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     for protocol in args.protocols:
         for tasks in args.tasks:
             report.console.print(f"{protocol}: {tasks} tasks ...")
-            rows.append(run_count(protocol, tasks, args.steps, nbytes, args.timeout))
+            rows.append(run_count(protocol, tasks, args.steps, nbytes, args.timeout, args.idle))
     show(rows)
     report.write_json(args.json, {"results": rows}, ["scale", *argv])
     report.console.print(f"results written to {args.json}")

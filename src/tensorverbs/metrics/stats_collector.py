@@ -12,6 +12,7 @@ GAUGES = {
     "table_steps": "tensorverbs_table_steps",
     "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
     "registered_bytes": "tensorverbs_pool_registered_bytes",
+    "message_buffer_bytes": "tensorverbs_message_buffer_bytes",
 }
 
 
