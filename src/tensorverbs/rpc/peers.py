@@ -30,7 +30,9 @@ from .options import CHANNEL_OPTIONS, RECONNECT_SECONDS, method
 from .tls import TlsConfig, refusal
 
 #: how long one try of the handshake with a peer that is not up yet lasts at most (its
-#: channel reconnects with backoff meanwhile)
+#: channel reconnects with backoff meanwhile); a try that runs out of time on a connected
+#: channel gives the next one twice as long, so that a peer slow to answer (busy in a
+#: set-up storm) is reached
 RETRY_SECONDS = 0.25
 #: how long connections to a peer must keep failing their TLS handshake before that is
 #: taken as the peer refusing this task (a peer starting up refuses connections instead)
@@ -71,6 +73,16 @@ class Peer:
         return f"{self.task} ({self.address})"
 
 
+def _next_try(peer: Peer, error: grpc.aio.AioRpcError, seconds: float) -> float:
+    """How long the next try of a call to ``peer`` that failed with ``error`` after
+    ``seconds`` may last: twice as long when the peer was connected but did not answer in
+    time (it is slow, not down)."""
+    if (error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            and peer.channel.get_state() == grpc.ChannelConnectivity.READY):
+        return seconds * 2
+    return seconds
+
+
 class Peers:
     """Channels to every other task of the cluster, created on first use, carrying
     ``token`` over ``tls`` (either may be None)."""
@@ -105,17 +117,19 @@ class Peers:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.startup_grace
         refused_since: float | None = None
+        try_seconds = RETRY_SECONDS
         # alternately a call that waits (briefly) for the channel to connect, and one that
         # does not, which fails at once with the reason it cannot connect
         for waits in itertools.cycle((True, False)):
             try:
                 status = await peer.get_status(
                     pb.GetStatusRequest(), wait_for_ready=waits,
-                    timeout=max(0.0, min(RETRY_SECONDS, deadline - loop.time())))
+                    timeout=max(0.0, min(try_seconds, deadline - loop.time())))
                 break
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
                     raise from_rpc_error(exc, str(peer)) from None
+                try_seconds = _next_try(peer, exc, try_seconds)
                 now = loop.time()
                 if not waits:
                     why = refusal(exc.details() or "")
@@ -140,6 +154,7 @@ class Peers:
         peer = self.peer(task)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + RECONNECT_SECONDS
+        try_seconds = RETRY_SECONDS
         # as in the handshake, alternately a call that waits for the channel to connect and
         # one that fails at once with the reason it cannot
         for waits in itertools.cycle((False, True)):
@@ -148,12 +163,13 @@ class Peers:
                 return f"it did not answer again within {RECONNECT_SECONDS:g} s"
             try:
                 status = await peer.get_status(pb.GetStatusRequest(), wait_for_ready=waits,
-                                               timeout=min(RETRY_SECONDS, remaining))
+                                               timeout=min(try_seconds, remaining))
                 break
             except grpc.aio.AioRpcError as exc:
                 details = exc.details() or exc.code().name
                 if exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
                     return f"reaching it again failed: {details}"
+                try_seconds = _next_try(peer, exc, try_seconds)
                 if "connection refused" in details.lower():
                     return "it refused the connection: its process is gone"
         if status.incarnation != incarnation:
