@@ -62,7 +62,9 @@ class ScaleTask:
 
     def __init__(self, cluster: dict[str, list[str]], index: int, protocol: str, nbytes: int,
                  timeout: float) -> None:
-        self.server = Server(cluster, JOB, index, protocol)
+        # N tasks starting at once on one machine may take long to answer their first
+        # calls: a recv's timeout is also how long a peer may take to come up
+        self.server = Server(cluster, JOB, index, protocol, startup_grace=timeout)
         self.index, self.nbytes, self.timeout = index, nbytes, timeout
         self.peers = [f"/job:{JOB}/task:{i}" for i in range(len(cluster[JOB])) if i != index]
 
@@ -164,7 +166,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--protocols", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
     p.add_argument("--steps", type=int, default=5, help="steps per count (default 5; the first sets up)")
     p.add_argument("--size", default="64KiB", help="bytes each task sends each other task a step (default 64KiB)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds a recv may take (default 120)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds a recv may take, and a peer to come up (default 120)")
     p.add_argument("--idle", type=float, default=IDLE_SECONDS,
                    help=f"seconds every task then sits idle, its CPU measured (default {IDLE_SECONDS:g})")
     p.add_argument("--json", default="scale.json", help="where the results go (default scale.json)")
