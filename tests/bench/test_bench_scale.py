@@ -40,3 +40,19 @@ def test_a_count_that_fails_is_reported_and_fails_the_run(tmp_path):
     [row] = json.loads(out.read_text())["results"]
     assert "tensorverbs.errors." in row["error"] and "within 0.001 s" in row["error"]
     assert "setup_s" not in row
+
+
+def test_32_tasks_started_at_once_move_all_to_all(tmp_path):
+    """The set-up storm of 32 tasks (992 channels) on both protocols: every task reaches
+    every other and moves the right bytes (a task may take long to answer its first calls
+    on a small machine: the recvs and the peers' start-up wait up to 10 minutes)."""
+    out = tmp_path / "scale.json"
+    assert scale.main(["--tasks", "32", "--steps", "2", "--idle", "1", "--timeout", "600",
+                       "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["protocol"], r["tasks"]) for r in rows] == [("grpc", 32), ("grpc+verbs", 32)]
+    for row in rows:
+        assert "error" not in row and row["setup_s"] > 0
+        if row["protocol"] == "grpc+verbs":
+            assert 0 < row["registered_bytes"] <= SMALL_TENSORS_REGISTERED
+            assert 0 < row["channel_bytes"] <= PER_CHANNEL
