@@ -8,6 +8,7 @@ import concurrent.futures
 import math
 import os
 import resource
+import time
 
 import numpy as np
 
@@ -159,8 +160,21 @@ def soak(server, peer: str, sends_first: bool, steps: int, samples: int) -> list
         else:
             take(), give()
         if step % every == every - 1:
-            marks.append((step, rss_bytes(), server.stats().get("pool_in_use_bytes", 0)))
+            marks.append((step, rss_bytes(), settled_pool(server)))
     return marks
+
+
+def settled_pool(server, within: float = 2.0) -> int:
+    """The pool bytes ``server`` keeps in use once what is in flight settled: the least
+    seen within ``within`` seconds (0 ends the wait). A busy machine releases a step's
+    buffers late (the peer takes a send late, a release thread runs late); a leak stays."""
+    deadline, least = time.monotonic() + within, None
+    while True:
+        in_use = server.stats().get("pool_in_use_bytes", 0)
+        least = in_use if least is None else min(least, in_use)
+        if least == 0 or time.monotonic() >= deadline:
+            return least
+        time.sleep(0.01)
 
 
 def rss_bytes() -> int:

@@ -12,7 +12,8 @@ WARM_UP = 4
 #: RSS growth allowed beyond the warm-up's peak: the allocator's slack, not a leak (a
 #: leak of one small tensor a step would be 40 MiB)
 RSS_SLACK = 16 << 20
-#: pool bytes in use vary by what is in flight at the sample: one step's tensors
+#: pool bytes in use once the sample settled (exchanges.settled_pool): at most what one
+#: step keeps in flight
 POOL_SLACK = (256 << 10) + 4096
 
 
