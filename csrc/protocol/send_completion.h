@@ -80,7 +80,10 @@ class SendCompletion {
 };
 
 // What a send's value carries; settles its completion as dropped if it goes unsettled.
-class SendTicket {
+// Shared from itself: a ticket made here and handed back from Python keeps its own
+// ownership, so its last reference may go on any thread without the GIL (otherwise the
+// binding's shared_ptr would release a Python object there, once per send).
+class SendTicket : public std::enable_shared_from_this<SendTicket> {
  public:
   explicit SendTicket(std::shared_ptr<SendCompletion> completion)
       : completion_(std::move(completion)) {}
