@@ -31,7 +31,6 @@ class CopyPool {
   // Copies `n` bytes and then calls `done` (which must not throw), on the helper that
   // finishes last, or in this call when no helper could take it.
   void copy_async(void* dst, const void* src, std::size_t n, std::function<void()> done);
-  int helpers() const { return helpers_; }
 
  private:
   // One copy: its parts go to helpers in turn (the pool's mutex guards the counts).

@@ -205,8 +205,7 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   const std::shared_ptr<CopyInFlight> copy_ = std::make_shared<CopyInFlight>();
   SendOp* copying_ = nullptr;  // its operation (at the front of pending_)
   KeyTableView::Pinned copy_pin_;
-  std::shared_ptr<PeerMemory> copy_peer_;  // keeps the pinned key table and segment mapped
-  std::shared_ptr<SharedSegment> copy_segment_;
+  std::shared_ptr<PeerMemory> copy_peer_;  // keeps the pinned key table and the segment mapped
   std::atomic<std::uint64_t> pending_seen_head_{0};
   // responder
   ReceiveQueue recvs_;

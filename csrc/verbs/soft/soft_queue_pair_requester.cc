@@ -151,8 +151,7 @@ bool SoftQueuePair::execute_shm_locked(SendOp& op, std::uint8_t* local, bool* us
     if (length >= kAsyncCopyBytes) {
       copying_ = &op;
       copy_pin_ = pinned;
-      copy_peer_ = peer_;
-      copy_segment_ = std::move(segment);
+      copy_peer_ = peer_;  // (which keeps every segment it mapped)
       {
         std::lock_guard copy_lock(copy_->mu);
         copy_->busy = true;
@@ -188,7 +187,6 @@ void SoftQueuePair::land_copy_locked() {
   if (copying_ == nullptr || !copy_->landed.exchange(false, std::memory_order_acquire)) return;
   KeyTableView::unpin(copy_pin_);
   copy_peer_.reset();
-  copy_segment_.reset();
   SendOp& op = *copying_;
   copying_ = nullptr;
   op.copied = true;
