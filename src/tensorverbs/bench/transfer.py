@@ -34,7 +34,7 @@ from . import cpu_profile, report
 from .contenders import Contender, Pair, by_name
 from .contenders.base import CALLS, IDLE_GAP
 from .peer import PeerError
-from .transfer_goals import find, goals
+from .transfer_goals import find, find_call, goals
 
 #: the size of the in-flight rate and of the calls
 FLIGHT_BYTES = SMALL_BYTES = 4 << 10
@@ -206,10 +206,6 @@ def _cpu(r: dict) -> str:
                     for us in (r["cpu_us"]["sender"], r["cpu_us"]["receiver"]))
 
 
-def _call(calls: list[dict], name: str, call: str) -> dict | None:
-    return next((r for r in calls if r["contender"] == name and r["call"] == call), None)
-
-
 def _bad(r: dict) -> str:
     return " [red]BAD[/]" if r["verified"] is False else ""
 
@@ -246,7 +242,7 @@ def show(result: dict) -> None:
     if calls := result["calls"]:
         called = [n for n in names if any(r["contender"] == n for r in calls)]
         cells = [[name, *(f"{r['latency_us']['median']:.0f}/{r['latency_us']['p99']:.0f} ({_cpu(r)})"
-                          if (r := _call(calls, name, call)) else "n/a" for call in CALLS)]
+                          if (r := find_call(calls, name, call)) else "n/a" for call in CALLS)]
                  for name in called]
         con.print(report.table(
             f"{report.human_size(SMALL_BYTES)} as applications call it: µs median/p99 (CPU µs "

@@ -75,25 +75,30 @@ def _rate(flight: list[dict]) -> dict:
     return _goal(goal, measured, rate / RATE, rate >= RATE)
 
 
-def _cpu(results: list[dict]) -> dict:
-    goal = f"CPU per {human_size(SMALL)} recv: {SUBJECT} ≤ {CPU_US:g} µs on each side"
+def _on_small(results: list[dict], goal: str,
+              judge: Callable[[dict], tuple[str, float, bool]]) -> dict:
+    """A goal on the subject's 4 KiB row of the sweep: ``judge(row)`` gives (measured,
+    ratio, met)."""
     row = find(results, SUBJECT, SMALL)
-    if row is None:
-        return _lacking(goal, SMALL, SUBJECT)
+    return _lacking(goal, SMALL, SUBJECT) if row is None else _goal(goal, *judge(row))
+
+
+def _cpu(row: dict) -> tuple[str, float, bool]:
     sender, receiver = row["cpu_us"]["sender"], row["cpu_us"]["receiver"]
     most = max(sender, receiver)
-    return _goal(goal, f"sender {sender:.3g}, receiver {receiver:.3g} µs = {most / CPU_US:.2f}x",
-                 most / CPU_US, most <= CPU_US)
+    return (f"sender {sender:.3g}, receiver {receiver:.3g} µs = {most / CPU_US:.2f}x",
+            most / CPU_US, most <= CPU_US)
 
 
-def _tail(results: list[dict]) -> dict:
-    goal = f"{human_size(SMALL)} round trip: {SUBJECT} p99 ≤ {TAIL:g}x its median"
-    row = find(results, SUBJECT, SMALL)
-    if row is None:
-        return _lacking(goal, SMALL, SUBJECT)
+def _tail(row: dict) -> tuple[str, float, bool]:
     p99, median = row["latency_us"]["p99"], row["latency_us"]["median"]
-    return _goal(goal, f"{p99:.0f} vs {median:.0f} µs = {p99 / median:.2f}x", p99 / median,
-                 p99 / median <= TAIL)
+    return f"{p99:.0f} vs {median:.0f} µs = {p99 / median:.2f}x", p99 / median, p99 / median <= TAIL
+
+
+def find_call(calls: list[dict], name: str, call: str) -> dict | None:
+    """The 4 KiB row of ``name`` asked for with ``call`` (None if it did not run)."""
+    return next((r for r in calls if r["contender"] == name and r["call"] == call
+                 and r["bytes"] == SMALL), None)
 
 
 def _calls(results: list[dict], calls: list[dict]) -> dict:
@@ -101,13 +106,10 @@ def _calls(results: list[dict], calls: list[dict]) -> dict:
     future against its plain loop): the worst ratio."""
     goal = (f"{human_size(SMALL)} round trip as applications call it (every call): {SUBJECT} "
             "≤ 0.5x raw unix called alike")
-
-    def row(name: str, call: str) -> dict | None:
-        return next((r for r in calls if r["contender"] == name and r["call"] == call
-                     and r["bytes"] == SMALL), None)
     ratios = []
     for mine in (r for r in calls if r["contender"] == SUBJECT and r["bytes"] == SMALL):
-        base = row("raw unix", mine["call"]) or row("raw unix", "recv") or find(results, "raw unix", SMALL)
+        base = (find_call(calls, "raw unix", mine["call"]) or find_call(calls, "raw unix", "recv")
+                or find(results, "raw unix", SMALL))
         if base is not None:
             a, b = mine["latency_us"]["median"], base["latency_us"]["median"]
             ratios.append((a / b, mine["call"], a, b))
@@ -127,7 +129,7 @@ def goals(results: list[dict], flight: list[dict], calls: list[dict] | None = No
                  SMALL, True, lambda r: r <= 0.5),
         _compare(results, f"{small} round trip: {SUBJECT} ≤ 0.5x nixl", SUBJECT, "nixl",
                  SMALL, True, lambda r: r <= 0.5),
-        _tail(results),
+        _on_small(results, f"{small} round trip: {SUBJECT} p99 ≤ {TAIL:g}x its median", _tail),
         _calls(results, calls or []),
         _compare(results, f"{small} round trip: {ACROSS} ≤ 1.5x raw tcp", ACROSS, "raw tcp",
                  SMALL, True, lambda r: r <= 1.5),
@@ -139,7 +141,7 @@ def goals(results: list[dict], flight: list[dict], calls: list[dict] | None = No
         _compare(results, f"{large}: {SUBJECT} ≥ 10x grpc", SUBJECT, "grpc", LARGE,
                  False, lambda r: r >= 10),
         *(_every_size(results, other) for other in ("gloo", "tensorpipe", "nixl")),
-        _cpu(results),
+        _on_small(results, f"CPU per {small} recv: {SUBJECT} ≤ {CPU_US:g} µs on each side", _cpu),
         _compare(results, f"{large} across hosts, soft TCP: {ACROSS} ≥ 0.9x raw tcp", ACROSS,
                  "raw tcp", LARGE, False, lambda r: r >= 0.9),
     ]
