@@ -20,6 +20,8 @@ def _refuse(name: str, expected: str, value: Any) -> InvalidArgumentError:
 
 def integer(value: Any, name: str, minimum: int | None = None) -> int:
     """``value`` as an int (any integral number; not a bool), at least ``minimum``."""
+    if type(value) is int and minimum is None:  # the common call, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _refuse(name, "an integer", value)
     if minimum is not None and value < minimum:
@@ -29,6 +31,8 @@ def integer(value: Any, name: str, minimum: int | None = None) -> int:
 
 def seconds(value: Any, name: str) -> float:
     """``value`` as a number of seconds (a real number, not NaN; negative counts as 0)."""
+    if type(value) is int or (type(value) is float and value == value):  # the common call
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
         raise _refuse(name, "a number of seconds", value)
     return float(value)

@@ -164,6 +164,11 @@ class ClusterSpec:
         else:
             del self._jobs[task.job]
 
+    def __contains__(self, task: object) -> bool:
+        """Whether ``task`` (a TaskName) is in the cluster."""
+        return (isinstance(task, TaskName) and task.replica == 0
+                and task.task in self._jobs.get(task.job, {}))
+
     def resolve(self, name: Union[str, TaskName]) -> TaskName:
         """The task called ``name``; InvalidArgumentError naming it if it is not in the cluster."""
         task = parse_task(name)

@@ -34,7 +34,7 @@ from .out import Out
 from .rendezvous.completion import SendHandle, Sends
 from .rendezvous.deadlines import Deadlines
 from .rendezvous.future import RecvFuture
-from .rendezvous.key import RendezvousKey, check_name
+from .rendezvous.key import RendezvousKey, TaskKeys
 from .rendezvous.lanes import Lanes
 from .rendezvous.local import LocalTable, Value
 from .rendezvous.remote import ProtocolOptions, RemoteRendezvous
@@ -128,6 +128,7 @@ class Server:
         # every argument and setting is checked: from here on, what starts is stopped by
         # Running.shutdown, on a failure below, stop(), or the finalizer of a dropped server
         self.incarnation = secrets.randbits(64) or 1
+        self._keys = TaskKeys(self.cluster, self._task, self.incarnation)
         self._stopped = threading.Event()
         self._sends = Sends()
         self._running = running = Running(self._stopped, self._sends)
@@ -248,7 +249,7 @@ class Server:
         waits for all of them.
         """
         self._check_running()
-        key = RendezvousKey(self._task, self.incarnation, self.cluster.resolve(to), check_name(name))
+        key = self._keys.send(name, to)
         step, device = check.integer(step_id, "step_id"), device_of(value)
         is_dead = check.flag(is_dead, "is_dead")
         ticket = self._sends.open(f"{key.name!r} to {key.dst} at step {step}")
@@ -414,6 +415,8 @@ class Server:
 
     def _results(self, out: Any, dtype: Any, tensor_type: str | None) -> Results | None:
         """How a recv's result is made (None: the received array as it is)."""
+        if dtype is None and tensor_type is None and (out is not None or self.tensor_type == "numpy"):
+            return None
         results = Results(check.optional_text(tensor_type, "tensor_type"), dtype, self.tensor_type)
         if out is not None:
             if results.casts:
@@ -436,10 +439,10 @@ class Server:
     def _recv_key(self, name: str, source: str) -> RendezvousKey:
         """The key of a recv of ``name`` from ``source`` here (a local recv is counted)."""
         self._check_running()
-        src = self.cluster.resolve(source)
-        if src == self._task:
+        key, local = self._keys.recv(name, source)
+        if local:
             self._rt.counters.add("local_recvs")
-        return RendezvousKey(src, 0, self._task, check_name(name))
+        return key
 
     @public
     def abort_step(self, step_id: int, reason: str = "") -> None:

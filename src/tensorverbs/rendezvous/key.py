@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..arguments import instance, text as check_text
-from ..cluster import TaskName, parse_task
+from ..cluster import ClusterSpec, TaskName, parse_task
 from ..errors import InvalidArgumentError
 
 _NAME = re.compile(r"^[^;\x00]{1,512}$")
@@ -73,3 +74,47 @@ def parse_key(text: str) -> RendezvousKey:
         raise InvalidArgumentError(f"malformed rendezvous key {text!r}")
     return RendezvousKey(parse_task(src), inc, parse_task(dst), check_name(name),
                          int(m.group(1)), int(m.group(2)))
+
+
+class TaskKeys:
+    """The keys of one task's sends and recvs, made once per (name, peer): a loop of
+    recvs neither parses its source nor checks its name again. A peer that left the
+    cluster is looked up anew (and refused so); at most :attr:`LIMIT` keys are kept."""
+
+    LIMIT = 4096
+
+    def __init__(self, cluster: ClusterSpec, task: TaskName, incarnation: int) -> None:
+        self._cluster, self._task, self._incarnation = cluster, task, incarnation
+        self._recvs: dict[tuple[str, str], tuple[RendezvousKey, bool]] = {}
+        self._sends: dict[tuple[str, str], RendezvousKey] = {}
+
+    def recv(self, name: str, source: str) -> tuple[RendezvousKey, bool]:
+        """The key of a recv of ``name`` from ``source`` and whether it is a local recv;
+        InvalidArgumentError for a bad name or a task not in the cluster."""
+        try:
+            hit = self._recvs.get((name, source))
+        except TypeError:  # unhashable: the checks below name what is wrong
+            hit = None
+        if hit is not None and hit[0].src in self._cluster:
+            return hit
+        src = self._cluster.resolve(source)
+        made = (RendezvousKey(src, 0, self._task, check_name(name)), src == self._task)
+        self._keep(self._recvs, (name, source), made)
+        return made
+
+    def send(self, name: str, to: str) -> RendezvousKey:
+        """The key of a send of ``name`` to ``to``; InvalidArgumentError as :meth:`recv`."""
+        try:
+            key = self._sends.get((name, to))
+        except TypeError:
+            key = None
+        if key is not None and key.dst in self._cluster:
+            return key
+        key = RendezvousKey(self._task, self._incarnation, self._cluster.resolve(to), check_name(name))
+        self._keep(self._sends, (name, to), key)
+        return key
+
+    def _keep(self, table: dict, at: tuple[str, str], made: Any) -> None:
+        if len(table) >= self.LIMIT:
+            table.clear()
+        table[at] = made
