@@ -105,3 +105,40 @@ def test_a_result_is_freed_with_its_future(cluster, step, source):
         assert freed() is None, "something the future holds keeps the result alive"
     finally:
         gc.enable()
+
+
+def test_a_future_waited_for_by_many_threads_settles_once_for_all(cluster, step):
+    """Threads waiting for one future's result at once (the first waiter settles it itself,
+    woken by the answer; the others wait on the future), some of them giving up first:
+    every waiter left gets the same tensor, every one that gave up a DeadlineExceededError,
+    and the tensor is not received twice."""
+    ps0, _, worker = cluster
+    fut = worker.recv_async("many", PS0, step, timeout=WAIT)
+    outcomes: dict[str, object] = {}
+    started = threading.Barrier(7)
+
+    def wait(name: str, timeout: float) -> None:
+        started.wait(WAIT)
+        try:
+            outcomes[name] = fut.result(timeout)
+        except tv.TensorverbsError as exc:
+            outcomes[name] = exc
+
+    threads = [threading.Thread(target=wait, args=(f"short{i}", 0.05)) for i in range(2)]
+    threads += [threading.Thread(target=wait, args=(f"long{i}", WAIT)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    started.wait(WAIT)
+    for thread in threads[:2]:  # the short waits end before the tensor is sent
+        thread.join(WAIT)
+    value = np.arange(1000, dtype=np.float32)
+    _send(ps0, "many", step, value)
+    mine = fut.result(WAIT)  # the main thread waits too
+    assert np.array_equal(mine, value)
+    for thread in threads:
+        thread.join(WAIT)
+    assert all(isinstance(outcomes[f"short{i}"], tv.DeadlineExceededError) for i in range(2)), outcomes
+    results = [outcomes[f"long{i}"] for i in range(4)]
+    assert all(result is mine for result in results), outcomes
+    with pytest.raises(tv.DeadlineExceededError):  # it was not kept for another recv
+        worker.recv("many", PS0, step, timeout=0.5)

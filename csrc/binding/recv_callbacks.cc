@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <thread>
@@ -116,13 +117,18 @@ void BlockingRecv::complete(RecvResult result) {
   cv_.notify_one();
 }
 
+bool spin_for(const std::atomic<bool>& done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    spin_pause();
+  }
+  return done.load(std::memory_order_acquire);
+}
+
 bool BlockingRecv::wait_for(std::chrono::nanoseconds slice) {
   if (!spun_) {
     spun_ = true;
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
-      spin_pause();
-    }
+    spin_for(done_);
   }
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_for(lock, slice, [this] { return done_.load(std::memory_order_acquire); });
@@ -146,8 +152,42 @@ FutureRecv::~FutureRecv() {
 }
 
 void FutureRecv::complete(RecvResult result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kWaited) {  // a thread waits for it: it settles the future
+      result_ = std::move(result);
+      state_ = State::kArrived;
+      ready_.store(true, std::memory_order_release);
+      arrived_.notify_one();
+      return;
+    }
+    state_ = State::kGone;
+  }
   // the core holds this callback while the recv is pending; the settler holds it until done
   settler().post(shared_from_this(), std::move(result));
+}
+
+FutureRecv::Waited FutureRecv::wait_here(double seconds) {
+  RecvResult result;
+  {
+    nb::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (state_ != State::kPending) return Waited::kElsewhere;
+    state_ = State::kWaited;
+    lock.unlock();
+    spin_for(ready_);
+    lock.lock();
+    const auto slice = std::chrono::duration<double>(std::max(0.0, seconds));
+    arrived_.wait_for(lock, slice, [this] { return state_ == State::kArrived; });
+    if (state_ != State::kArrived) {  // its answer goes to the settler if it comes now
+      state_ = State::kPending;
+      return Waited::kNotYet;
+    }
+    state_ = State::kGone;
+    result = std::move(result_);
+  }
+  settle(result);
+  return Waited::kSettledHere;
 }
 
 void FutureRecv::settle(RecvResult& result) {

@@ -1,7 +1,9 @@
 // How a Python caller gets a recv's answer: BlockingRecv (the calling thread waits with the
 // GIL released, woken directly by the thread that finished the recv) or FutureRecv (a
 // concurrent.futures.Future settled by the settler thread, which takes the GIL once for a
-// batch of answers). A value whose future was cancelled as it arrived goes back to the core.
+// batch of answers; or, while a thread waits for that future's result, by that thread, woken
+// directly as a blocking recv is). A value whose future was cancelled as it arrived goes back
+// to the core.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -18,6 +20,10 @@
 #include "protocol/rendezvous_key.h"
 
 namespace tensorverbs::binding {
+
+// Waits for `done` spinning for at most the spin time (most answers on one host come
+// sooner); whether it is set.
+bool spin_for(const std::atomic<bool>& done);
 
 // The Python form of a result: (code, message, dtype, shape, is_dead, payload), payload the
 // sender's own object (a local recv) or a ByteView of the received bytes (which shares
@@ -66,11 +72,26 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
   // The settler thread: with the GIL held.
   void settle(RecvResult& result);
 
+  // What wait_here() did.
+  enum class Waited { kNotYet = 0, kSettledHere = 1, kElsewhere = 2 };
+  // Called with the GIL by a thread that waits for the future: waits up to `seconds` (the
+  // GIL released) for the answer and settles the future itself (kSettledHere), without the
+  // settler thread's hand-off; kElsewhere when the answer went to the settler already or
+  // another thread waits here (the future is settled by them: wait on it).
+  Waited wait_here(double seconds);
+
  private:
+  enum class State { kPending, kWaited, kArrived, kGone };
+
   std::weak_ptr<RdmaRendezvous> rendezvous_;
   StepKey key_;
   PyObject* future_;
   PyObject* settle_;
+  std::mutex mu_;
+  std::condition_variable arrived_;
+  State state_ = State::kPending;   // kArrived: the answer is in result_, for the waiter
+  std::atomic<bool> ready_{false};  // state_ is kArrived (read while spinning)
+  RecvResult result_;
 };
 
 // Ends the settler thread (at interpreter exit).

@@ -97,10 +97,17 @@ TensorValue to_value(std::int32_t dtype, std::vector<std::int64_t> shape, bool i
 struct RecvHandle {
   std::shared_ptr<RdmaRendezvous> rendezvous;
   std::shared_ptr<PendingRecv> recv;
+  // (weak: the future it settles refers to this handle; the core and the settler keep it)
+  std::weak_ptr<FutureRecv> future;
   void give_up(int code, const std::string& message) {
     if (!recv) return;
     nb::gil_scoped_release release;
     recv->give_up(Status(static_cast<Code>(code), message));
+  }
+  int wait(double seconds) {
+    auto waited = FutureRecv::Waited::kElsewhere;
+    if (auto settling = future.lock()) waited = settling->wait_here(seconds);
+    return static_cast<int>(waited);
   }
 };
 
@@ -177,9 +184,10 @@ class Rendezvous {
     StepKey key{step, RendezvousKey{src, rv_->task(), name}};
     auto callback = std::make_shared<FutureRecv>(rv_, std::move(key), std::move(future), std::move(settle));
     std::optional<RecvDestination> into = to_destination(destination, callback);
+    std::weak_ptr<FutureRecv> settling = callback;
     nb::gil_scoped_release release;
     return RecvHandle{rv_, rv_->recv(step, src, std::move(name), timeout, std::move(callback),
-                                     std::move(into))};
+                                     std::move(into)), std::move(settling)};
   }
 
   void give_back(std::int64_t step, std::int32_t src, std::string name, std::int32_t dtype,
@@ -254,7 +262,11 @@ void bind_rendezvous(nb::module_& m) {
   nb::class_<RecvHandle>(m, "RecvHandle", "A recv in flight.")
       .def("give_up", &RecvHandle::give_up, "code"_a, "message"_a,
            "Stop waiting: the recv's caller gets (code, message); a tensor that arrives "
-           "anyway is kept for the next recv of its key and step.");
+           "anyway is kept for the next recv of its key and step.")
+      .def("wait", &RecvHandle::wait, "seconds"_a,
+           "Wait up to `seconds` for the answer and settle the recv's future in this thread: "
+           "0 not yet, 1 settled here, 2 settled by the settler thread or another waiter "
+           "(wait on the future).");
 
   nb::class_<Rendezvous>(m, "Rendezvous",
                          "The grpc+verbs protocol of one task: channels, tensors, recvs.")

@@ -77,6 +77,11 @@ class RecvHandle:
         Stop waiting: the recv's caller gets (code, message); a tensor that arrives anyway is kept for the next recv of its key and step.
         """
 
+    def wait(self, seconds: float) -> int:
+        """
+        Wait up to `seconds` for the answer and settle the recv's future in this thread: 0 not yet, 1 settled here, 2 settled by the settler thread or another waiter (wait on the future).
+        """
+
 class Rendezvous:
     """The grpc+verbs protocol of one task: channels, tensors, recvs."""
 

@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import functools
 import threading
+import time
 from typing import Any, Callable, Generator
 
 from ..errors import CancelledError, DeadlineExceededError
@@ -37,6 +38,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
         self._lanes, self._peer = lanes, peer
         self._return: Callable[[], object] | None = None
         self._returning = threading.Lock()
+        self._native: Callable[[float], int] | None = None
 
     def __await__(self) -> Generator[Any, None, Any]:
         """``await fut`` in a coroutine: the recv's result, without blocking the event loop.
@@ -53,6 +55,13 @@ class RecvFuture(concurrent.futures.Future[Any]):
                 raise CancelledError("the recv was cancelled") from None
             self.cancel()  # the awaiting task was cancelled: the recv with it
             raise
+
+    def settled_by(self, wait: Callable[[float], int]) -> None:
+        """Let a thread that waits for the result settle this future itself, woken directly
+        by the answer (no hand-off through the thread that settles it otherwise):
+        ``wait(seconds)`` waits so and returns 0 (not yet), 1 (settled) or 2 (settled
+        elsewhere: wait on this future)."""
+        self._native = wait
 
     def returnable(self, give_back: Callable[[], object]) -> None:
         """Tell how to hand the tensor this future was settled with back to the next recv
@@ -93,12 +102,26 @@ class RecvFuture(concurrent.futures.Future[Any]):
         """Wait until done or ``timeout`` seconds passed; on the main thread in slices, so
         that signal handlers run in between (their exception propagates). Returns the
         timeout left for the base class's wait: 0 when done waiting here."""
-        if self.done() or threading.current_thread() is not threading.main_thread():
+        if self.done():
             return timeout
-        wait_in_slices(self._done_within, timeout, _SIGNAL_SLICE)
+        if threading.current_thread() is threading.main_thread():
+            wait_in_slices(self._done_within, timeout, _SIGNAL_SLICE)
+        elif self._native is not None:
+            wait_in_slices(self._done_within, timeout, _SIGNAL_SLICE if timeout is None else timeout)
+        else:
+            return timeout
         return 0
 
     def _done_within(self, seconds: float) -> bool:
+        native = self._native
+        if native is not None:
+            started = time.monotonic()
+            if native(seconds) == 0 or self.done():
+                return self.done()
+            # settled elsewhere, or here onto a lane (a copy to a device): the future's own
+            # wait from here on
+            self._native = None
+            seconds = max(0.0, seconds - (time.monotonic() - started))
         try:
             super().exception(seconds)
         except concurrent.futures.TimeoutError:

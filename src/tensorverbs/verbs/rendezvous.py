@@ -204,6 +204,7 @@ class VerbsRendezvous(RemoteRendezvous):
         handle = self.core.recv_async(call.step_id, src, call.key.name, timeout, call.future,
                                       functools.partial(self._settle, call, src),
                                       call.out and call.out.destination)
+        call.future.settled_by(handle.wait)
         op = _CoreRecv(handle)
         op.cancel_with(call.future)
         return op
