@@ -114,7 +114,7 @@ class TaskKeys:
         self._keep(self._sends, (name, to), key)
         return key
 
-    def _keep(self, table: dict, at: tuple[str, str], made: Any) -> None:
+    def _keep(self, table: dict[tuple[str, str], Any], at: tuple[str, str], made: Any) -> None:
         if len(table) >= self.LIMIT:
             table.clear()
         table[at] = made
