@@ -30,7 +30,11 @@ class TaskName:
     replica: int = 0
 
     def __str__(self) -> str:
-        return f"/job:{self.job}/replica:{self.replica}/task:{self.task}"
+        try:
+            return self.__dict__["_text"]  # written once: recvs name their peer by it
+        except KeyError:
+            text = self.__dict__["_text"] = f"/job:{self.job}/replica:{self.replica}/task:{self.task}"
+            return text
 
     @property
     def device(self) -> str:

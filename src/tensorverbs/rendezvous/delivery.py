@@ -64,10 +64,10 @@ class Delivery:
         return None if out.fits(dtype, shape) else out.refusal(what, dtype, shape)
 
     def result(self, value: Value, src: "TaskName", device: Device, out: Out | None,
-               what: str = "") -> Any:
+               call: RecvCall | None = None) -> Any:
         """What the caller of a recv from ``src`` gets of ``value``: on ``device``, or
         ``out`` holding it (``out`` fits it); a TensorverbsError if it cannot be made (e.g.
-        no memory for the copy to the device)."""
+        no memory for the copy to the device), naming ``call`` if given."""
         array = value.array
         try:
             if is_descriptor(array):  # a tensor passed by handle
@@ -84,7 +84,8 @@ class Delivery:
             return result
         except Exception as exc:
             target = (out.device if out is not None else device).name
-            raise as_error(exc, f"{what + ': ' if what else ''}making the received tensor for {target}") from exc
+            what = f"{call.what}: " if call is not None else ""
+            raise as_error(exc, f"{what}making the received tensor for {target}") from exc
 
     def settle(self, call: RecvCall, value: Value, observe: int | None = None,
                give_back: Callable[[Value], object] | None = None) -> bool:
@@ -100,13 +101,13 @@ class Delivery:
         if fut.done():
             return False
         try:
-            error = self.refusal(call.out, call.what, value)
+            error = self.refusal(call.out, call.what, value) if call.out is not None else None
             if error is not None:
                 settle(fut, error)
                 return False
             if observe is not None:
                 self.observe(call.key.src, observe, call.started)
-            result = self.result(value, call.key.src, call.device, call.out, call.what)
+            result = self.result(value, call.key.src, call.device, call.out, call)
         except Exception as exc:
             settle(fut, as_error(exc, f"{call.what}: delivering the tensor"))
             return True
