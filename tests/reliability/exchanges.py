@@ -274,3 +274,15 @@ def wait_delivered(server, sent: int, waiting: int = 0) -> tuple[int, int]:
         if now == (sent, waiting) or time.monotonic() > deadline:
             return now
         time.sleep(0.01)
+
+
+def wait_fewer_waiters(server, n: int, within: float = 60.0) -> None:
+    """Block until fewer than ``n`` recvs wait in ``server``'s local table (a condition,
+    polled): a peer's recvs withdrawn."""
+    import time
+
+    deadline = time.monotonic() + within
+    while server.pending()[1] >= n:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{n} or more recvs still waited after {within:g} s")
+        time.sleep(0.005)

@@ -72,6 +72,29 @@ def test_receiver_frozen_then_killed_gets_the_tensor_it_never_read(variant):
         assert cluster[WORKER].call("run", "exchanges:wait_received", "thawed", nbytes, [0]) == [0]
 
 
+def test_receiver_frozen_past_the_keepalive_timeout_ends_its_recvs_cleanly(variant):
+    """A receiver frozen for longer than the keepalive timeout, so that its peer drops the
+    connection (as the peers of a task overloaded in a set-up storm do): once it runs
+    again, each recv it had pending gets its tensor, sent meanwhile, or UnavailableError
+    naming the peer; never a bare CANCELLED."""
+    if variant != "grpc":
+        pytest.skip("the recvs wait in gRPC calls on grpc only")
+    count, nbytes = 4, 64 << 10
+    with Cluster({"ps": 1, "worker": 1}, variant) as cluster:
+        cluster.run({WORKER: ("exchanges:begin_recvs", "thawed", PS, 4, count, None)})
+        cluster[PS].call("wait_waiters", count)
+        frozen = cluster[WORKER].process.pid
+        os.kill(frozen, signal.SIGSTOP)
+        try:  # the ps's keepalive gives up on the frozen worker: its calls end there
+            cluster[PS].call("run", "exchanges:wait_fewer_waiters", 1)
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        cluster[PS].call("run", "exchanges:send_many", WORKER, 4, count, nbytes)
+        received, unavailable = cluster.run(
+            {WORKER: ("exchanges:await_ends", "thawed", nbytes, VANISH_BOUND)})[WORKER]
+        assert received + unavailable == count
+
+
 _NETNS = unavailable_reason()
 
 

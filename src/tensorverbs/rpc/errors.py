@@ -21,7 +21,7 @@ def from_rpc_error(exc: grpc.RpcError, peer: str) -> TensorverbsError:
         return UnavailableError(f"{peer} is unavailable: {details}")
     if number == Code.UNAUTHENTICATED:
         return UnauthenticatedError(f"{peer} refused this task: {details}")
-    return from_code(number, details)
+    return from_code(number, f"{peer}: {details}")
 
 
 def to_status(error: TensorverbsError) -> tuple[grpc.StatusCode, str]:
