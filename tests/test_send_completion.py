@@ -113,3 +113,13 @@ def test_local_sends_complete_and_stop_fails_the_rest(protocol):
     with pytest.raises(tv.CancelledError, match="'left'.*server stopped"):
         left.wait(timeout=10)
     server.flush(timeout=0)
+
+
+def test_a_send_refused_leaves_nothing_for_flush(pair, step):
+    """A send refused (its step aborted) raises, and flush does not wait for it, even while
+    the caller keeps the error (and with it the call's frame)."""
+    pair.worker.abort_step(step, "the step went wrong")
+    with pytest.raises(tv.AbortedError) as raised:
+        pair.worker.send("refused", np.arange(4), to=pair.PS, step_id=step)
+    pair.worker.flush(timeout=10)
+    assert "went wrong" in str(raised.value)
