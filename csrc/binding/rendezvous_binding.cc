@@ -166,6 +166,21 @@ class Rendezvous {
     check(status);
   }
 
+  std::vector<std::pair<int, std::string>> broadcast(
+      std::int64_t step, std::vector<std::int32_t> dsts, std::string name, std::int32_t dtype,
+      std::vector<std::int64_t> shape, bool is_dead, nb::handle data,
+      std::vector<std::shared_ptr<SendTicket>> tickets) {
+    TensorValue value = to_value(dtype, std::move(shape), is_dead, data);
+    std::vector<Status> sent;
+    {
+      nb::gil_scoped_release release;
+      sent = rv_->broadcast(step, dsts, name, std::move(value), std::move(tickets));
+    }
+    std::vector<std::pair<int, std::string>> out;
+    for (const Status& status : sent) out.emplace_back(static_cast<int>(status.code()), status.message());
+    return out;
+  }
+
   nb::tuple recv(std::int64_t step, std::int32_t src, std::string name, double timeout,
                  const nb::object& destination) {
     auto waiting = std::make_shared<BlockingRecv>();
@@ -286,6 +301,10 @@ void bind_rendezvous(nb::module_& m) {
            "is_dead"_a, "data"_a, "ticket"_a.none() = nb::none(),
            "Offer a tensor: `data` exports its bytes (buffer protocol); `ticket` (a "
            "SendTicket) is told when the receiver has it.")
+      .def("broadcast", &Rendezvous::broadcast, "step"_a, "dsts"_a, "name"_a, "dtype"_a, "shape"_a,
+           "is_dead"_a, "data"_a, "tickets"_a,
+           "Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes "
+           "registered once for all: (code, message) of each send, in order.")
       .def("recv", &Rendezvous::recv, "step"_a, "src"_a, "name"_a, "timeout"_a,
            "destination"_a = nb::none(),
            "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). "

@@ -147,6 +147,37 @@ Status RdmaRendezvous::send(std::int64_t step, std::int32_t dst, std::string nam
   return table_.send(step, RendezvousKey{task(), dst, std::move(name)}, std::move(value));
 }
 
+std::vector<Status> RdmaRendezvous::broadcast(std::int64_t step,
+                                              const std::vector<std::int32_t>& dsts,
+                                              const std::string& name, TensorValue value,
+                                              std::vector<std::shared_ptr<SendTicket>> tickets) {
+  const std::size_t size = value.size();
+  if (dsts.size() > 1 && size > 0 && !pool_->region_of(value.data, size)) {
+    auto* data = const_cast<std::uint8_t*>(value.data);  // only ever read
+    Result<std::unique_ptr<verbs::MemoryRegion>> registered =
+        size >= kStageBelow ? pd_->register_memory(data, size, 0)
+                            : Status(Code::kUnavailable, "small: staged");
+    if (registered.ok()) {
+      value.region = registered.take();
+      counters_.add(counters_.source_registrations);
+    } else if (auto staged = pool_->allocate(size); staged.ok()) {  // once, for every peer
+      PoolBuffer buffer = staged.take();
+      std::memcpy(buffer->data(), value.data, size);
+      value.data = buffer->data();
+      value.keepalive = std::move(buffer);
+      counters_.add(counters_.staging_copies);
+    }  // else each send stages its own copy when it is answered
+  }
+  std::vector<Status> done;
+  done.reserve(dsts.size());
+  for (std::size_t i = 0; i < dsts.size(); ++i) {
+    TensorValue copy = value;
+    copy.ticket = i < tickets.size() ? tickets[i] : nullptr;
+    done.push_back(send(step, dsts[i], name, std::move(copy)));
+  }
+  return done;
+}
+
 std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_t src,
                                                   std::string name, double timeout,
                                                   std::shared_ptr<RecvCallback> caller,

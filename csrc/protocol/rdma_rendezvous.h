@@ -67,6 +67,11 @@ class RdmaRendezvous final : public ChannelOwner {
 
   // -- tensors -------------------------------------------------------------------------------
   Status send(std::int64_t step, std::int32_t dst, std::string name, TensorValue value);
+  // Sends `value` to each of `dsts` (`tickets` one each, or empty), its bytes registered
+  // (or staged into the pool) once for all: what each send did, in order.
+  std::vector<Status> broadcast(std::int64_t step, const std::vector<std::int32_t>& dsts,
+                                const std::string& name, TensorValue value,
+                                std::vector<std::shared_ptr<SendTicket>> tickets);
   // Starts a recv (from this task's table when `src` is this task); `caller` is completed
   // exactly once. `timeout` < 0: none. A tensor from a peer that fits `destination` lands
   // there (TensorLanding). The returned handle can give the recv up.

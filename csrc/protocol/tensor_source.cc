@@ -14,6 +14,10 @@ Result<std::unique_ptr<TensorSource>> TensorSource::prepare(const TensorValue& v
   const std::size_t size = value.size();
   if (size == 0) return source;
   const verbs::MemoryRegion* region = pool.region_of(value.data, size);
+  if (!region && value.region) {
+    source->shared_ = value.region;
+    region = source->shared_.get();
+  }
   auto* data = const_cast<std::uint8_t*>(value.data);  // only ever read
   if (!region && size >= kStageBelow) {
     auto registered = pd.register_memory(data, size, 0);  // a window gives the peer its read

@@ -1,8 +1,9 @@
 // TensorSource: the registered bytes of a tensor about to be written (or read by the peer):
 // memory of the pool needs nothing; other memory is registered for the transfer, except
 // small tensors (below kStageBelow bytes, where a copy costs less than a registration) and
-// memory that cannot be registered, which are staged into the pool. This is the one place
-// that decides how a tensor's bytes meet registered memory on the sending side.
+// memory that cannot be registered, which are staged into the pool; a value registered
+// already (the sends of a broadcast share one registration) uses its own. This is the one
+// place that decides how a tensor's bytes meet registered memory on the sending side.
 #pragma once
 
 #include <cstddef>
@@ -52,6 +53,7 @@ class TensorSource {
   std::uint64_t addr_ = 0, length_ = 0;
   std::uint32_t lkey_ = 0;
   std::unique_ptr<verbs::MemoryRegion> registration_;
+  std::shared_ptr<const verbs::MemoryRegion> shared_;  // the value's own (a broadcast's)
   PoolBuffer staged_;
   std::unique_ptr<verbs::MemoryWindow> window_;
 };

@@ -106,6 +106,11 @@ class Rendezvous:
         Offer a tensor: `data` exports its bytes (buffer protocol); `ticket` (a SendTicket) is told when the receiver has it.
         """
 
+    def broadcast(self, step: int, dsts: Sequence[int], name: str, dtype: int, shape: Sequence[int], is_dead: bool, data: object, tickets: Sequence[SendTicket]) -> list[tuple[int, str]]:
+        """
+        Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes registered once for all: (code, message) of each send, in order.
+        """
+
     def recv(self, step: int, src: int, name: str, timeout: float, destination: object | None = None) -> tuple:
         """
         Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), lands in it where it can (payload then views it).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -53,6 +53,13 @@ def text(value: Any, name: str) -> str:
 def optional_text(value: Any, name: str) -> str | None:
     """None, or ``value``, a str."""
     return None if value is None else text(value, name)
+
+
+def sequence(value: Any, name: str, expected: str = "a list") -> list[Any]:
+    """``value``, a list, tuple or other sequence (not a str or bytes), as a list."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise _refuse(name, expected, value)
+    return list(value)
 
 
 def flag(value: Any, name: str) -> bool:

@@ -31,7 +31,8 @@ class TaskName:
 
     def __str__(self) -> str:
         try:
-            return self.__dict__["_text"]  # written once: recvs name their peer by it
+            text: str = self.__dict__["_text"]  # written once: recvs name their peer by it
+            return text
         except KeyError:
             text = self.__dict__["_text"] = f"/job:{self.job}/replica:{self.replica}/task:{self.task}"
             return text

@@ -14,7 +14,7 @@ import logging
 import secrets
 import threading
 import weakref
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -49,6 +49,9 @@ from .running import Running, shut_down_dropped
 from .runtime import TaskRuntime
 from .stats import Counters
 from .tensor import numeric_dtype, prepare
+
+if TYPE_CHECKING:
+    from . import _core
 from .verbs.config import RdmaConfig
 
 log = logging.getLogger(__name__)
@@ -232,9 +235,10 @@ class Server:
             raise FailedPreconditionError(f"server of {self._task} is stopped")
 
     @public
-    def send(self, name: str, value: Any, to: str, step_id: int = 0,
+    def send(self, name: str, value: Any, to: str | Sequence[str], step_id: int = 0,
              is_dead: bool = False) -> SendHandle:
-        """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``.
+        """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``; ``to`` a list
+        of tasks: for each of them (a broadcast), the tensor's bytes registered once for all.
 
         ``value`` is a numpy array (or anything ``numpy.asarray`` takes), a torch tensor
         or any tensor speaking DLPack (``__dlpack__``), or an array of the ``cpu:proxy``
@@ -244,15 +248,29 @@ class Server:
         otherwise the array itself is sent, so the caller must not modify it until it
         has been received.
 
-        Returns a :class:`SendHandle` that completes when ``to`` has the tensor (it fails
-        with AbortedError if the step is aborted or cleaned up first); :meth:`flush`
-        waits for all of them.
+        Returns a :class:`SendHandle` that completes when ``to`` has the tensor (every task
+        of ``to``; it fails with AbortedError if the step is aborted or cleaned up first);
+        :meth:`flush` waits for all of them.
         """
         self._check_running()
+        if not isinstance(to, str):
+            return self._broadcast(name, value, to, step_id, is_dead)
         key = self._keys.send(name, to)
         step, device = check.integer(step_id, "step_id"), device_of(value)
         is_dead = check.flag(is_dead, "is_dead")
         ticket = self._sends.open(f"{key.name!r} to {key.dst} at step {step}")
+        try:
+            self._offer(step, key, value, device, is_dead, ticket)
+        except TensorverbsError as exc:  # settled now, not when the ticket is freed
+            ticket.fail(int(exc.code), exc.message)
+            raise
+        self._rt.counters.add("sends")
+        return SendHandle(ticket.completion)
+
+    def _offer(self, step: int, key: RendezvousKey, value: Any, device: Device, is_dead: bool,
+               ticket: "_core.SendTicket") -> None:
+        """Put ``value`` (on ``device``) in the table for ``key``'s receiver: by handle to a
+        task of this host that sees the device, else its host bytes."""
         shared = self._rt.shared.offer(step, key, value, device) if not is_dead else None
         if shared is not None:  # passed by handle to a task of this host
             shared.ticket = ticket
@@ -266,8 +284,31 @@ class Server:
             if copied:
                 self._rt.counters.add("proxy_copies")
             self._rendezvous.send(step, key, Value(prepare(array), is_dead, ticket))
-        self._rt.counters.add("sends")
-        return SendHandle(ticket.completion)
+
+    def _broadcast(self, name: str, value: Any, to: Sequence[str], step_id: int,
+                   is_dead: bool) -> SendHandle:
+        """:meth:`send` to each task of ``to``."""
+        keys = [self._keys.send(name, task) for task in check.sequence(to, "to", "a task or a list of tasks")]
+        if not keys:
+            raise InvalidArgumentError("to lists no task to send to")
+        seen: set[TaskName] = set()
+        for key in keys:
+            if key.dst in seen:
+                raise InvalidArgumentError(f"to lists {key.dst} twice")
+            seen.add(key.dst)
+        step, device = check.integer(step_id, "step_id"), device_of(value)
+        if check.flag(is_dead, "is_dead") or device is not HOST:  # a send each (by handle on a device)
+            handles = [self.send(name, value, str(key.dst), step, is_dead) for key in keys]
+            return SendHandle(*(c for handle in handles for c in handle.completions))
+        tickets = [self._sends.open(f"{key.name!r} to {key.dst} at step {step}") for key in keys]
+        try:
+            self._rendezvous.broadcast(step, keys, Value(prepare(host_array(value, device)[0])), tickets)
+        except TensorverbsError as exc:  # each ticket not settled yet fails with it, now
+            for ticket in tickets:
+                ticket.fail(int(exc.code), exc.message)
+            raise
+        self._rt.counters.add("sends", len(keys))
+        return SendHandle(*(ticket.completion for ticket in tickets))
 
     @public
     def flush(self, timeout: float | None = None) -> None:

@@ -34,46 +34,68 @@ def wait_in_slices(wait: Callable[[float], bool], timeout: float | None, slice_s
 
 
 class SendHandle:
-    """The completion of one passive send (what :meth:`tensorverbs.Server.send` returns).
+    """The completion of a passive send (what :meth:`tensorverbs.Server.send` returns): of
+    one receiver, or of every receiver of a broadcast.
 
-    It completes when the receiver has the tensor. It fails with AbortedError when the
-    step is aborted or cleaned up first, CancelledError when the server stops first. A
-    send whose receiver never asks stays pending: wait with a timeout."""
+    It completes when the receiver (every receiver) has the tensor. It fails with
+    AbortedError when the step is aborted or cleaned up first, CancelledError when the
+    server stops first; a broadcast fails if the send to any receiver failed, naming
+    each that did. A send whose receiver never asks stays pending: wait with a timeout."""
 
-    __slots__ = ("_completion",)
+    __slots__ = ("_completions",)
 
-    def __init__(self, completion: "_core.SendCompletion") -> None:
-        self._completion = completion
+    def __init__(self, *completions: "_core.SendCompletion") -> None:
+        self._completions = completions
 
     @property
     def what(self) -> str:
-        """The send, for messages: "'w' to /job:worker/replica:0/task:0 at step 3"."""
-        return self._completion.what
+        """The send, for messages: "'w' to /job:worker/replica:0/task:0 at step 3" (each
+        receiver's, joined by "; ", for a broadcast)."""
+        return "; ".join(completion.what for completion in self._completions)
+
+    @property
+    def completions(self) -> tuple["_core.SendCompletion", ...]:
+        """The completion of each receiver's send."""
+        return self._completions
 
     def done(self) -> bool:
-        """Whether the send is settled (delivered or failed)."""
-        return self._completion.outcome() is not None
+        """Whether the send is settled (delivered or failed) for every receiver."""
+        return all(completion.outcome() is not None for completion in self._completions)
 
     def wait(self, timeout: float | None = None) -> None:
-        """Block until the receiver has the tensor; raise the send's TensorverbsError if
-        it failed, DeadlineExceededError if ``timeout`` seconds passed first (the send
-        stays pending)."""
+        """Block until the receiver (every receiver) has the tensor; raise the send's
+        TensorverbsError if it failed, DeadlineExceededError if ``timeout`` seconds passed
+        first (the send stays pending)."""
         error = self.exception(timeout)
         if error is not None:
             raise error
 
     def exception(self, timeout: float | None = None) -> TensorverbsError | None:
         """Block like :meth:`wait`; the send's error, or None once it was delivered."""
-        if not wait_in_slices(self._completion.wait, timeout):
-            raise DeadlineExceededError(f"{self.what} was not received within {timeout:g} s")
-        outcome = self._completion.outcome()
-        assert outcome is not None  # settled: the wait returned True
-        code, message = outcome
-        return from_code(code, message) if code else None
+        if not wait_in_slices(self._settled_within, timeout):
+            waiting = [c.what for c in self._completions if c.outcome() is None]
+            raise DeadlineExceededError(f"{'; '.join(waiting)} was not received within {timeout:g} s")
+        failed = [(c.what, outcome) for c in self._completions
+                  if (outcome := c.outcome()) is not None and outcome[0]]
+        if not failed:
+            return None
+        if len(self._completions) == 1:
+            code, message = failed[0][1]
+            return from_code(code, message)
+        return from_code(failed[0][1][0], "; ".join(f"{what}: {message}" for what, (_, message) in failed))
+
+    def _settled_within(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the sends still open; whether all are settled."""
+        deadline = time.monotonic() + seconds
+        for completion in self._completions:
+            if completion.outcome() is None and not completion.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
 
     def __repr__(self) -> str:
-        outcome = self._completion.outcome()
-        state = "pending" if outcome is None else "delivered" if not outcome[0] else "failed"
+        outcomes = [c.outcome() for c in self._completions]
+        state = ("pending" if None in outcomes else
+                 "failed" if any(outcome[0] for outcome in outcomes if outcome) else "delivered")
         return f"<SendHandle {self.what}: {state}>"
 
 

@@ -22,12 +22,12 @@ import functools
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Sequence
 
 import numpy as np
 
 from ..devices import HOST, Device
-from ..errors import AbortedError, CancelledError, TensorverbsError
+from ..errors import AbortedError, CancelledError, TensorverbsError, from_code
 from ..out import Out
 from .deadlines import Deadline
 from .delivery import Delivery
@@ -103,6 +103,20 @@ class RemoteRendezvous(abc.ABC):
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
         """Offer ``value``, a tensor of this task (AbortedError if the step is aborted)."""
         self.rt.table.send(step_id, key, value)
+
+    def broadcast(self, step_id: int, keys: Sequence[RendezvousKey], value: Value,
+                  tickets: Sequence[Any]) -> None:
+        """Offer ``value`` under each of ``keys`` (a send each, ``tickets`` one each);
+        the error of a send that failed names its receiver (its ticket fails with it), the
+        others are offered."""
+        failed = []
+        for key, ticket in zip(keys, tickets):
+            try:
+                self.send(step_id, key, Value(value.array, value.is_dead, ticket))
+            except TensorverbsError as exc:
+                failed.append((key, int(exc.code), exc.message))
+                ticket.fail(int(exc.code), exc.message)
+        raise_failed_sends(failed)
 
     def pending(self) -> tuple[int, int]:
         """(tensors of this task waiting for their recv, recvs of them waiting for a send)."""
@@ -288,3 +302,11 @@ class _LocalRecv(PendingRecv):
 
     def cancel(self) -> None:
         self._waiter.cancel()
+
+
+def raise_failed_sends(failed: Sequence[tuple[RendezvousKey, int, str]]) -> None:
+    """Raise the error (its code, its message) of the first send of a broadcast that
+    failed, naming each that did; nothing when none did."""
+    if failed:
+        raise from_code(failed[0][1], "; ".join(
+            f"send of {key.name!r} to {key.dst}: {message}" for key, _, message in failed))

@@ -15,7 +15,7 @@ import concurrent.futures
 import functools
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from ..out import Out
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall, describe_recv, settle
-from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous
+from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous, raise_failed_sends
 from ..runtime import host_of
 from ..tensor import DT_STRING, DT_VARIANT, VARIANT_DTYPE, decode_proto, dtype_enum, encode_proto, numpy_dtype
 from .channels import VerbsChannels
@@ -151,6 +151,20 @@ class VerbsRendezvous(RemoteRendezvous):
         data = encode_proto(array) if dtype == DT_STRING else array
         self.core.send(step_id, self.ids[key.dst], key.name, dtype, array.shape, value.is_dead, data,
                        value.ticket)
+
+    def broadcast(self, step_id: int, keys: Sequence[RendezvousKey], value: Value,
+                  tickets: Sequence[Any]) -> None:
+        """Offer ``value`` to each receiver of ``keys``, its bytes registered once for all."""
+        array = value.array
+        if array.dtype == object:  # strings: a TensorProto each
+            return super().broadcast(step_id, keys, value, tickets)
+        sent = self.core.broadcast(step_id, [self.ids[key.dst] for key in keys], keys[0].name,
+                                   dtype_enum(array.dtype), array.shape, value.is_dead, array, list(tickets))
+        failed = [(key, code, message) for key, (code, message) in zip(keys, sent) if code]
+        for ticket, (code, message) in zip(tickets, sent):
+            if code:
+                ticket.fail(code, message)
+        raise_failed_sends(failed)
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An array in registered memory: sending it needs no registration or copy."""
