@@ -14,7 +14,7 @@ import logging
 import secrets
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -23,7 +23,7 @@ from . import arguments as check
 from . import batches
 from .batches import RecvEntry, SendEntry
 from .cluster import ClusterSpec, TaskName, parse_task
-from .devices import HOST, Device, device_of, get_device, host_array
+from .devices import HOST, Device, get_device
 from .errors import (AbortedError, FailedPreconditionError, InvalidArgumentError, TensorverbsError, from_code,
                      public)
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
@@ -36,8 +36,9 @@ from .rendezvous.deadlines import Deadlines
 from .rendezvous.future import RecvFuture
 from .rendezvous.key import RendezvousKey, TaskKeys
 from .rendezvous.lanes import Lanes
-from .rendezvous.local import LocalTable, Value
+from .rendezvous.local import LocalTable
 from .rendezvous.remote import ProtocolOptions, RemoteRendezvous
+from .rendezvous.sending import Sending
 from .resolvers.base import ClusterResolver
 from .results import ResultFuture, Results, as_torch, is_torch_dtype, numpy_dtype_of
 from .rpc.auth import JobToken
@@ -48,10 +49,7 @@ from .rpc.tls import TlsConfig
 from .running import Running, shut_down_dropped
 from .runtime import TaskRuntime
 from .stats import Counters
-from .tensor import numeric_dtype, prepare
-
-if TYPE_CHECKING:
-    from . import _core
+from .tensor import numeric_dtype
 from .verbs.config import RdmaConfig
 
 log = logging.getLogger(__name__)
@@ -155,6 +153,7 @@ class Server:
             options = ProtocolOptions(rdma_config, spare_tasks, bind_address)
             self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt, options)
             running.rendezvous = self._rendezvous
+            self._sending = Sending(self._keys, self._sends, self._rt, self._rendezvous)
             counters.gauge("table_steps", self._rendezvous.table_steps)
             # everything a peer's first call needs is in place before the port opens
             self._rendezvous.start()
@@ -253,62 +252,7 @@ class Server:
         :meth:`flush` waits for all of them.
         """
         self._check_running()
-        if not isinstance(to, str):
-            return self._broadcast(name, value, to, step_id, is_dead)
-        key = self._keys.send(name, to)
-        step, device = check.integer(step_id, "step_id"), device_of(value)
-        is_dead = check.flag(is_dead, "is_dead")
-        ticket = self._sends.open(f"{key.name!r} to {key.dst} at step {step}")
-        try:
-            self._offer(step, key, value, device, is_dead, ticket)
-        except TensorverbsError as exc:  # settled now, not when the ticket is freed
-            ticket.fail(int(exc.code), exc.message)
-            raise
-        self._rt.counters.add("sends")
-        return SendHandle(ticket.completion)
-
-    def _offer(self, step: int, key: RendezvousKey, value: Any, device: Device, is_dead: bool,
-               ticket: "_core.SendTicket") -> None:
-        """Put ``value`` (on ``device``) in the table for ``key``'s receiver: by handle to a
-        task of this host that sees the device, else its host bytes."""
-        shared = self._rt.shared.offer(step, key, value, device) if not is_dead else None
-        if shared is not None:  # passed by handle to a task of this host
-            shared.ticket = ticket
-            try:
-                self._rendezvous.send(step, key, shared)
-            except BaseException:
-                self._rt.shared.withdraw(shared)
-                raise
-        else:
-            array, copied = host_array(value, device)
-            if copied:
-                self._rt.counters.add("proxy_copies")
-            self._rendezvous.send(step, key, Value(prepare(array), is_dead, ticket))
-
-    def _broadcast(self, name: str, value: Any, to: Sequence[str], step_id: int,
-                   is_dead: bool) -> SendHandle:
-        """:meth:`send` to each task of ``to``."""
-        keys = [self._keys.send(name, task) for task in check.sequence(to, "to", "a task or a list of tasks")]
-        if not keys:
-            raise InvalidArgumentError("to lists no task to send to")
-        seen: set[TaskName] = set()
-        for key in keys:
-            if key.dst in seen:
-                raise InvalidArgumentError(f"to lists {key.dst} twice")
-            seen.add(key.dst)
-        step, device = check.integer(step_id, "step_id"), device_of(value)
-        if check.flag(is_dead, "is_dead") or device is not HOST:  # a send each (by handle on a device)
-            handles = [self.send(name, value, str(key.dst), step, is_dead) for key in keys]
-            return SendHandle(*(c for handle in handles for c in handle.completions))
-        tickets = [self._sends.open(f"{key.name!r} to {key.dst} at step {step}") for key in keys]
-        try:
-            self._rendezvous.broadcast(step, keys, Value(prepare(host_array(value, device)[0])), tickets)
-        except TensorverbsError as exc:  # each ticket not settled yet fails with it, now
-            for ticket in tickets:
-                ticket.fail(int(exc.code), exc.message)
-            raise
-        self._rt.counters.add("sends", len(keys))
-        return SendHandle(*(ticket.completion for ticket in tickets))
+        return self._sending.send(name, value, to, step_id, is_dead)
 
     @public
     def flush(self, timeout: float | None = None) -> None:

@@ -1,0 +1,99 @@
+"""Sending: what a task's send does below the public call, for every protocol.
+
+A send gets its key and a completion ticket; its tensor is offered by handle (a tensor of
+a device, to a task of this host that sees the device) or as host bytes. A broadcast
+offers one tensor to several receivers, the protocol registering its bytes once for all.
+A send the table refuses fails its ticket at once, so that ``flush`` never waits for it.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from .. import arguments as check
+from ..devices import HOST, Device, device_of, host_array
+from ..errors import InvalidArgumentError, TensorverbsError
+from ..tensor import prepare
+from .completion import SendHandle, Sends
+from .key import RendezvousKey, TaskKeys
+from .local import Value
+
+if TYPE_CHECKING:
+    from .. import _core
+    from ..cluster import TaskName
+    from ..runtime import TaskRuntime
+    from .remote import RemoteRendezvous
+
+
+class Sending:
+    """The sends of one task, into ``rendezvous``; their tickets from ``sends``."""
+
+    def __init__(self, keys: TaskKeys, sends: Sends, runtime: "TaskRuntime",
+                 rendezvous: "RemoteRendezvous") -> None:
+        self._keys, self._sends, self._rt, self._rendezvous = keys, sends, runtime, rendezvous
+
+    def send(self, name: str, value: Any, to: str | Sequence[str], step_id: int,
+             is_dead: bool) -> SendHandle:
+        """Offer ``value`` as ``name`` to ``to`` (a task, or a list of them) at ``step_id``."""
+        if not isinstance(to, str):
+            return self._broadcast(name, value, to, step_id, is_dead)
+        key = self._keys.send(name, to)
+        step, device = check.integer(step_id, "step_id"), device_of(value)
+        is_dead = check.flag(is_dead, "is_dead")
+        ticket = self._open(key, step)
+        with _failing([ticket]):
+            self._offer(step, key, value, device, is_dead, ticket)
+        self._rt.counters.add("sends")
+        return SendHandle(ticket.completion)
+
+    def _broadcast(self, name: str, value: Any, to: Sequence[str], step_id: int,
+                   is_dead: bool) -> SendHandle:
+        keys = [self._keys.send(name, task) for task in check.sequence(to, "to", "a task or a list of tasks")]
+        if not keys:
+            raise InvalidArgumentError("to lists no task to send to")
+        seen: set["TaskName"] = set()
+        for key in keys:
+            if key.dst in seen:
+                raise InvalidArgumentError(f"to lists {key.dst} twice")
+            seen.add(key.dst)
+        step, device = check.integer(step_id, "step_id"), device_of(value)
+        if check.flag(is_dead, "is_dead") or device is not HOST:  # a send each (by handle on a device)
+            handles = [self.send(name, value, str(key.dst), step, is_dead) for key in keys]
+            return SendHandle(*(c for handle in handles for c in handle.completions))
+        tickets = [self._open(key, step) for key in keys]
+        with _failing(tickets):
+            self._rendezvous.broadcast(step, keys, Value(prepare(host_array(value, device)[0])), tickets)
+        self._rt.counters.add("sends", len(keys))
+        return SendHandle(*(ticket.completion for ticket in tickets))
+
+    def _open(self, key: RendezvousKey, step: int) -> "_core.SendTicket":
+        return self._sends.open(f"{key.name!r} to {key.dst} at step {step}")
+
+    def _offer(self, step: int, key: RendezvousKey, value: Any, device: Device, is_dead: bool,
+               ticket: "_core.SendTicket") -> None:
+        """Put ``value`` (on ``device``) in the table for ``key``'s receiver."""
+        shared = self._rt.shared.offer(step, key, value, device) if not is_dead else None
+        if shared is not None:  # passed by handle to a task of this host
+            shared.ticket = ticket
+            try:
+                self._rendezvous.send(step, key, shared)
+            except BaseException:
+                self._rt.shared.withdraw(shared)
+                raise
+        else:
+            array, copied = host_array(value, device)
+            if copied:
+                self._rt.counters.add("proxy_copies")
+            self._rendezvous.send(step, key, Value(prepare(array), is_dead, ticket))
+
+
+@contextlib.contextmanager
+def _failing(tickets: Sequence["_core.SendTicket"]) -> Iterator[None]:
+    """A TensorverbsError raised within fails each of ``tickets`` not settled yet, now (not
+    when the ticket is freed, which the error's traceback may put off)."""
+    try:
+        yield
+    except TensorverbsError as exc:
+        for ticket in tickets:
+            ticket.fail(int(exc.code), exc.message)
+        raise
