@@ -16,6 +16,7 @@ BENCHMARKS = {
     "alexnet": "tensorverbs.bench.alexnet",
     "verbs": "tensorverbs.bench.verbs_write",
     "scale": "tensorverbs.bench.scale",
+    "sync": "tensorverbs.bench.sync",
 }
 
 

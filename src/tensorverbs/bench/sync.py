@@ -1,0 +1,214 @@
+"""``tensorverbs bench sync``: weight sync, one trainer and N receivers.
+
+The trainer holds ``--total`` bytes of parameters (default 1 GiB) in ``--tensors``
+float32 tensors shaped as a transformer's (per layer: four attention matrices, two MLP
+matrices, their biases and two norms). A round moves every tensor to every receiver:
+each receiver first asks for all of them (``recv_async``), then the trainer offers them
+and the round is timed in the trainer, from its first send until every handle says its
+receivers have the tensor. Two ways of offering, alternating round by round so that a
+noisy neighbour slows both alike:
+
+- sends: one ``send`` per tensor and receiver;
+- broadcast: one ``send(..., to=[receivers])`` per tensor (its bytes registered once).
+
+For each receiver count and way: the median round, the rate delivered (bytes times
+receivers per second), and the broadcast's time against the sends'. Every receiver
+checks the bytes of its first, middle and last tensor each round.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..local_cluster import cluster_spec
+from ..server import Server
+from ..verbs.config import parse_size
+from . import report
+from .peer import Peer, PeerError, close_all
+
+WAYS = ("sends", "broadcast")
+TRAINER = "/job:trainer/task:0"
+#: tensors per transformer layer: 4 attention (h, h), 2 MLP (4h, h) and (h, 4h), their
+#: biases (h, 4h, h: 3) and two norms (h)
+PER_LAYER = 11
+#: seconds a round may take, and a peer to come up
+TIMEOUT = 300.0
+
+
+def layer_shapes(total: int, tensors: int) -> list[tuple[int, ...]]:
+    """About ``tensors`` float32 shapes of transformer layers adding up to about
+    ``total`` bytes (the hidden size a multiple of 64)."""
+    layers = max(1, round(tensors / PER_LAYER))
+    hidden = max(64, round(math.sqrt(total / 4 / layers / 12) / 64) * 64)
+    h = hidden
+    layer = [(h, h)] * 4 + [(4 * h, h), (h, 4 * h), (h,), (4 * h,), (h,), (h,), (h,)]
+    return layer * layers
+
+
+def _value(shape: tuple[int, ...], i: int) -> np.ndarray:
+    """Tensor ``i`` of the parameters: its values tell it apart."""
+    return np.full(shape, float(i % 1000) + 0.5, np.float32)
+
+
+class SyncTrainer:
+    """The trainer, in its own process: it holds the parameters and offers them."""
+
+    def __init__(self, cluster: dict[str, list[str]], protocol: str, shapes: list[tuple[int, ...]]) -> None:
+        self.server = Server(cluster, "trainer", 0, protocol, startup_grace=TIMEOUT)
+        self.params = [_value(shape, i) for i, shape in enumerate(shapes)]
+        self.receivers = [f"/job:infer/task:{i}" for i in range(len(cluster["infer"]))]
+
+    def round(self, step: int, way: str) -> float:
+        """Offer every tensor to every receiver ``way``; seconds until all have them."""
+        start = time.perf_counter()
+        if way == "broadcast":
+            handles = [self.server.send(f"p{i}", p, to=self.receivers, step_id=step)
+                       for i, p in enumerate(self.params)]
+        else:
+            handles = [self.server.send(f"p{i}", p, to=r, step_id=step)
+                       for i, p in enumerate(self.params) for r in self.receivers]
+        for handle in handles:
+            handle.wait(TIMEOUT)
+        seconds = time.perf_counter() - start
+        self.server.cleanup_step(step)
+        return seconds
+
+    def registrations(self) -> int:
+        return self.server.stats().get("source_registrations", 0)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+class SyncReceiver:
+    """A receiver (an inference process), in its own process."""
+
+    def __init__(self, cluster: dict[str, list[str]], index: int, protocol: str,
+                 shapes: list[tuple[int, ...]]) -> None:
+        self.server = Server(cluster, "infer", index, protocol, startup_grace=TIMEOUT)
+        self.shapes = shapes
+        self.futures: list[Any] = []
+
+    def ask(self, step: int) -> int:
+        """Start a recv of every tensor of ``step``."""
+        self.futures = [self.server.recv_async(f"p{i}", TRAINER, step, TIMEOUT) for i in range(len(self.shapes))]
+        return len(self.futures)
+
+    def check(self) -> int:
+        """Wait for every tensor; check the first, middle and last."""
+        got = [fut.result(TIMEOUT) for fut in self.futures]
+        for i in (0, len(got) // 2, len(got) - 1):
+            if not np.array_equal(got[i], _value(self.shapes[i], i)):
+                raise AssertionError(f"{self.server.task}: wrong bytes in tensor p{i}")
+        self.futures = []
+        return len(got)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int) -> dict[str, Any]:
+    """Rounds of both ways to ``receivers`` receivers; their figures, or ``error``."""
+    cluster = cluster_spec({"trainer": 1, "infer": receivers})
+    nbytes = sum(int(np.prod(s)) * 4 for s in shapes)
+    row: dict[str, Any] = {"protocol": protocol, "receivers": receivers, "tensors": len(shapes), "bytes": nbytes}
+    peers: list[Peer] = []
+    seconds: dict[str, list[float]] = {way: [] for way in WAYS}
+    try:
+        trainer = Peer("trainer", "tensorverbs.bench.sync:SyncTrainer", cluster, protocol, shapes, wait=False)
+        peers = [trainer] + [Peer(f"infer{i}", "tensorverbs.bench.sync:SyncReceiver", cluster, i, protocol,
+                                  shapes, wait=False) for i in range(receivers)]
+        for peer in peers:
+            peer.ready()
+        registered = {}
+        for step in range(1 + 2 * rounds):  # a warm-up round first (it sets the channels up)
+            way = WAYS[step % 2]
+            for peer in peers[1:]:
+                peer.call("ask", step, timeout=TIMEOUT)
+            before = trainer.call("registrations")
+            took = trainer.call("round", step, way, timeout=TIMEOUT * 2)
+            registered[way] = trainer.call("registrations") - before
+            for peer in peers[1:]:
+                peer.call("check", timeout=TIMEOUT)
+            if step:
+                seconds[way].append(took)
+    except (PeerError, TimeoutError) as exc:
+        row["error"] = str(exc).strip().splitlines()[-1]
+        return row
+    finally:
+        close_all(peers)
+    for way in WAYS:
+        median = statistics.median(seconds[way])
+        row[way] = {"seconds": seconds[way], "median_s": median, "gbps": nbytes * receivers / median / 1e9,
+                    "registrations": registered[way]}
+    row["broadcast_vs_sends"] = row["broadcast"]["median_s"] / row["sends"]["median_s"]
+    return row
+
+
+def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The weight-sync goal: broadcast to 4 within 0.8x the time of 4 sends."""
+    four = [r for r in rows if r["receivers"] == 4 and r["protocol"] == "grpc+verbs" and "error" not in r]
+    if not four:
+        return [{"goal": "broadcast to 4 <= 0.8x 4 sends", "measured": "no grpc+verbs run to 4", "met": None}]
+    ratio = four[0]["broadcast_vs_sends"]
+    return [{"goal": "broadcast to 4 <= 0.8x 4 sends", "measured": f"{ratio:.2f}x", "met": ratio <= 0.8}]
+
+
+def show(rows: Sequence[dict[str, Any]]) -> None:
+    """Print every count's figures and the goal."""
+    body = []
+    for r in rows:
+        if "error" in r:
+            body.append([r["protocol"], r["receivers"], "-", "-", "-", "-", r["error"]])
+            continue
+        body.append([r["protocol"], r["receivers"],
+                     *(f"{r[w]['median_s'] * 1e3:.0f} ms, {r[w]['gbps']:.2f} GB/s, {r[w]['registrations']} reg."
+                       for w in WAYS),
+                     f"{r['broadcast_vs_sends']:.2f}x", ""])
+    total = report.human_size(rows[0]["bytes"]) if rows else "-"
+    report.console.print(report.table(
+        f"weight sync: {total} in {rows[0]['tensors'] if rows else 0} tensors to every receiver",
+        ["protocol", "receivers", "sends", "broadcast", "broadcast / sends", "error"], body,
+        caption="median round (until every receiver has every tensor), bytes x receivers per second, "
+                "source registrations per round"))
+    report.console.print(report.table("goals", ["goal", "measured", ""], report.goal_rows(goals(rows))))
+
+
+def parser() -> argparse.ArgumentParser:
+    """The benchmark's command-line options."""
+    p = argparse.ArgumentParser(prog="tensorverbs bench sync", description=__doc__.split("\n\n")[0])
+    p.add_argument("--receivers", type=int, nargs="+", default=[1, 2, 4], help="receiver counts (default 1 2 4)")
+    p.add_argument("--protocols", nargs="+", choices=("grpc", "grpc+verbs"), default=["grpc+verbs"])
+    p.add_argument("--total", default="1GiB", help="bytes of parameters (default 1GiB)")
+    p.add_argument("--tensors", type=int, default=300, help="about this many tensors (default 300)")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds of each way (default 3)")
+    p.add_argument("--json", default="sync.json", help="where the results go (default sync.json)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; the exit status (1 if a count failed)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if min(args.receivers) < 1 or args.rounds < 1 or args.tensors < 1:
+        p.error("give --receivers >= 1, --rounds >= 1 and --tensors >= 1")
+    try:
+        shapes = layer_shapes(parse_size(args.total), args.tensors)
+    except ValueError as exc:
+        p.error(str(exc))
+    rows = []
+    for protocol in args.protocols:
+        for receivers in args.receivers:
+            report.console.print(f"{protocol}: {receivers} receiver(s) ...")
+            rows.append(run_count(protocol, receivers, shapes, args.rounds))
+    show(rows)
+    report.write_json(args.json, {"results": rows, "goals": goals(rows)}, ["sync", *argv])
+    report.console.print(f"results written to {args.json}")
+    return 1 if any("error" in r for r in rows) else 0

@@ -1,0 +1,37 @@
+"""``bench sync``: a trainer's parameters reach every receiver (bytes checked in the
+receivers), both ways, and the figures reach the JSON; a broadcast registers each large
+tensor once where sends register it once per receiver. Timings are never asserted."""
+from __future__ import annotations
+
+import json
+
+from tensorverbs.bench import sync
+
+
+def test_weight_sync_reaches_every_receiver_both_ways(tmp_path):
+    out = tmp_path / "sync.json"
+    assert sync.main(["--total", "8MiB", "--tensors", "11", "--receivers", "1", "3", "--rounds", "1",
+                      "--protocols", "grpc", "grpc+verbs", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = result["results"]
+    assert [(r["protocol"], r["receivers"]) for r in rows] == [
+        ("grpc", 1), ("grpc", 3), ("grpc+verbs", 1), ("grpc+verbs", 3)]
+    for row in rows:
+        assert "error" not in row and row["tensors"] == 11
+        for way in sync.WAYS:
+            assert len(row[way]["seconds"]) == 1 and row[way]["gbps"] > 0
+    verbs = {r["receivers"]: r for r in rows if r["protocol"] == "grpc+verbs"}
+    matrices = 6  # a layer's tensors large enough to be registered rather than staged
+    assert verbs[1]["sends"]["registrations"] == verbs[1]["broadcast"]["registrations"] == matrices
+    assert verbs[3]["sends"]["registrations"] == 3 * matrices
+    assert verbs[3]["broadcast"]["registrations"] == matrices
+    assert all(r[way]["registrations"] == 0 for r in rows if r["protocol"] == "grpc" for way in sync.WAYS)
+    [goal] = result["goals"]  # judged on a run to 4 receivers only
+    assert goal["met"] is None and "no grpc+verbs run to 4" in goal["measured"]
+
+
+def test_shapes_are_a_transformers_layers():
+    shapes = sync.layer_shapes(1 << 30, 300)
+    assert len(shapes) % sync.PER_LAYER == 0 and abs(len(shapes) - 300) <= sync.PER_LAYER
+    total = sum(4 * (s[0] * (s[1] if len(s) > 1 else 1)) for s in shapes)
+    assert 0.8 * (1 << 30) <= total <= 1.2 * (1 << 30)
