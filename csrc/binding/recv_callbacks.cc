@@ -140,6 +140,43 @@ RecvResult BlockingRecv::wait() {
   return std::move(result_);
 }
 
+class BatchRecv::Entry final : public PyRecvCallback {
+ public:
+  Entry(std::shared_ptr<BatchRecv> batch, std::size_t index) : batch_(std::move(batch)), index_(index) {}
+  void complete(RecvResult result) override { batch_->complete(index_, std::move(result)); }
+
+ private:
+  const std::shared_ptr<BatchRecv> batch_;
+  const std::size_t index_;
+};
+
+std::shared_ptr<RecvCallback> BatchRecv::entry(std::size_t index) {
+  return std::make_shared<Entry>(shared_from_this(), index);
+}
+
+void BatchRecv::complete(std::size_t index, RecvResult result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  results_[index] = std::move(result);
+  if (--left_ == 0) {
+    done_.store(true, std::memory_order_release);
+    all_in_.notify_one();
+  }
+}
+
+bool BatchRecv::wait_for(std::chrono::nanoseconds slice) {
+  if (!spun_) {
+    spun_ = true;
+    spin_for(done_);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  return all_in_.wait_for(lock, slice, [this] { return left_ == 0; });
+}
+
+void BatchRecv::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  all_in_.wait(lock, [this] { return left_ == 0; });
+}
+
 FutureRecv::FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nb::object future,
                        nb::object settle)
     : rendezvous_(std::move(rendezvous)), key_(std::move(key)),

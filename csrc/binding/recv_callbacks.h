@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "protocol/pending_recv.h"
 #include "protocol/rdma_rendezvous.h"
@@ -57,6 +58,30 @@ class BlockingRecv final : public PyRecvCallback {
   std::mutex mu_;
   std::condition_variable cv_;
   RecvResult result_;
+};
+
+// The entries of a batch of recvs (recv_many): entry(i) is entry i's callback; the calling
+// thread waits, the GIL released, until every entry has its answer, woken once by the last.
+class BatchRecv : public std::enable_shared_from_this<BatchRecv> {
+ public:
+  explicit BatchRecv(std::size_t entries) : results_(entries), left_(entries) {}
+  std::shared_ptr<RecvCallback> entry(std::size_t index);
+  // Waits up to `slice` (spinning briefly the first time); true once every entry is in.
+  bool wait_for(std::chrono::nanoseconds slice);
+  void wait();
+  // The answers, in entry order (once every entry is in).
+  std::vector<RecvResult> take() { return std::move(results_); }
+
+ private:
+  class Entry;
+  void complete(std::size_t index, RecvResult result);
+
+  std::mutex mu_;
+  std::condition_variable all_in_;
+  std::vector<RecvResult> results_;
+  std::size_t left_;
+  std::atomic<bool> done_{false};
+  bool spun_ = false;
 };
 
 class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_this<FutureRecv> {

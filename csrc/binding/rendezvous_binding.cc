@@ -191,7 +191,43 @@ class Rendezvous {
       nb::gil_scoped_release release;
       pending = rv_->recv(step, src, std::move(name), timeout, waiting, std::move(into));
     }
-    return to_python(wait_interruptibly(*waiting, pending, key));
+    wait_interruptibly(*waiting, [&] {
+      if (pending) pending->give_up(Status(Code::kCancelled, "the recv was interrupted"));
+      keep(key, waiting->wait());
+    });
+    return to_python(waiting->wait());
+  }
+
+  std::vector<nb::tuple> recv_many(const std::vector<std::int64_t>& steps,
+                                   const std::vector<std::int32_t>& srcs,
+                                   const std::vector<std::string>& names, double timeout) {
+    const std::size_t n = names.size();
+    if (steps.size() != n || srcs.size() != n) {
+      throw nb::value_error("recv_many: steps, srcs and names differ in length");
+    }
+    auto batch = std::make_shared<BatchRecv>(n);
+    std::vector<std::shared_ptr<PendingRecv>> pending(n);
+    {
+      nb::gil_scoped_release release;
+      for (std::size_t i = 0; i < n; ++i) {
+        pending[i] = rv_->recv(steps[i], srcs[i], names[i], timeout, batch->entry(i));
+      }
+    }
+    wait_interruptibly(*batch, [&] {
+      for (auto& recv : pending) {
+        if (recv) recv->give_up(Status(Code::kCancelled, "the recv was interrupted"));
+      }
+      batch->wait();
+      std::vector<RecvResult> results = batch->take();
+      for (std::size_t i = 0; i < n; ++i) {
+        keep(StepKey{steps[i], RendezvousKey{srcs[i], rv_->task(), names[i]}}, std::move(results[i]));
+      }
+    });
+    std::vector<RecvResult> results = batch->take();
+    std::vector<nb::tuple> out;
+    out.reserve(n);
+    for (const RecvResult& result : results) out.push_back(to_python(result));
+    return out;
   }
 
   RecvHandle recv_async(std::int64_t step, std::int32_t src, std::string name, double timeout,
@@ -243,29 +279,31 @@ class Rendezvous {
   std::shared_ptr<RdmaRendezvous> rv_;
 
  private:
-  // Waits (the GIL released) for a blocking recv's answer. On the main thread it waits in
-  // slices and runs the signal handlers in between: when one raises (Ctrl-C's
-  // KeyboardInterrupt), the recv is given up, a tensor that came anyway goes to the next
-  // recv of `key`, and the handler's exception is raised.
-  RecvResult wait_interruptibly(BlockingRecv& waiting, const std::shared_ptr<PendingRecv>& pending,
-                                const StepKey& key) {
+  // Waits (the GIL released) until `waiting` has its answers. On the main thread it waits
+  // in slices and runs the signal handlers in between: when one raises (Ctrl-C's
+  // KeyboardInterrupt), `give_up()` runs (without the GIL: it gives the recvs up and keeps
+  // the tensors that came anyway for the next recvs of their keys) and the handler's
+  // exception is raised.
+  template <class Waiting, class GiveUp>
+  static void wait_interruptibly(Waiting& waiting, const GiveUp& give_up) {
     const bool signals = on_main_thread();
     for (;;) {
       {
         nb::gil_scoped_release release;
-        if (!signals) return waiting.wait();
-        if (waiting.wait_for(kSignalSlice)) return waiting.wait();
+        if (waiting.wait_for(signals ? kSignalSlice : std::chrono::hours(1))) return;
       }
-      if (PyErr_CheckSignals() == 0) continue;
+      if (!signals || PyErr_CheckSignals() == 0) continue;
       nb::python_error raised;  // takes the handler's exception
       {
         nb::gil_scoped_release release;
-        if (pending) pending->give_up(Status(Code::kCancelled, "the recv was interrupted"));
-        RecvResult result = waiting.wait();
-        if (result.status.ok()) rv_->keep_late(key, std::move(result.value));
+        give_up();
       }
       throw raised;
     }
+  }
+
+  void keep(const StepKey& key, RecvResult result) {
+    if (result.status.ok()) rv_->keep_late(key, std::move(result.value));
   }
 };
 
@@ -305,6 +343,10 @@ void bind_rendezvous(nb::module_& m) {
            "is_dead"_a, "data"_a, "tickets"_a,
            "Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes "
            "registered once for all: (code, message) of each send, in order.")
+      .def("recv_many", &Rendezvous::recv_many, "steps"_a, "srcs"_a, "names"_a, "timeout"_a,
+           "Receive many tensors (blocking, the GIL released once): each entry's (code, "
+           "message, dtype, shape, is_dead, payload), in entry order. Interrupted, every "
+           "entry is given up and each tensor that came is kept for the next recv of it.")
       .def("recv", &Rendezvous::recv, "step"_a, "src"_a, "name"_a, "timeout"_a,
            "destination"_a = nb::none(),
            "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). "

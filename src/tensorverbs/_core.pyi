@@ -111,6 +111,11 @@ class Rendezvous:
         Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes registered once for all: (code, message) of each send, in order.
         """
 
+    def recv_many(self, steps: Sequence[int], srcs: Sequence[int], names: Sequence[str], timeout: float) -> list[tuple]:
+        """
+        Receive many tensors (blocking, the GIL released once): each entry's (code, message, dtype, shape, is_dead, payload), in entry order. Interrupted, every entry is given up and each tensor that came is kept for the next recv of it.
+        """
+
     def recv(self, step: int, src: int, name: str, timeout: float, destination: object | None = None) -> tuple:
         """
         Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), lands in it where it can (payload then views it).

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
 from .errors import InvalidArgumentError, TensorverbsError, from_code
 from .rendezvous.future import RecvFuture
+
+T = TypeVar("T")
 
 
 class RecvEntry(NamedTuple):
@@ -63,18 +65,25 @@ def describe(entry: RecvEntry) -> str:
     return f"{entry.name!r} from {entry.source} at step {entry.step_id}"
 
 
+def each(batch: Sequence[RecvEntry], fn: Callable[[RecvEntry], T],
+         undo: Callable[[list[T]], object] = lambda done: None) -> list[T]:
+    """``fn`` of each entry; if it raises for one (a bad argument), ``undo`` of what it
+    made so far, and its error raised naming the entry."""
+    made: list[T] = []
+    for i, entry in enumerate(batch):
+        try:
+            made.append(fn(entry))
+        except TensorverbsError as exc:
+            undo(made)
+            raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
+    return made
+
+
 def start(batch: Sequence[RecvEntry], start_one: Callable[[RecvEntry], concurrent.futures.Future[Any]]
           ) -> list[concurrent.futures.Future[Any]]:
     """Each entry's recv started; if one cannot start (a bad argument), the ones started
     are given up and its error is raised naming the entry."""
-    futures: list[concurrent.futures.Future[Any]] = []
-    for i, entry in enumerate(batch):
-        try:
-            futures.append(start_one(entry))
-        except TensorverbsError as exc:
-            give_back(futures)
-            raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
-    return futures
+    return each(batch, start_one, give_back)
 
 
 def give_back(futures: Iterable[concurrent.futures.Future[Any]]) -> None:

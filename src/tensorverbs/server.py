@@ -357,7 +357,15 @@ class Server:
         that failed, its ``results`` holding what each entry ended with. Interrupted, every
         tensor is kept for the next recv of it."""
         return_exceptions = check.flag(return_exceptions, "return_exceptions")
-        batch, futures = self._start_many(entries, timeout, device, dtype, tensor_type)
+        batch = batches.entries(entries, RecvEntry)
+        if device is None and all(e.out is None for e in batch) and self._results(None, dtype, tensor_type) is None:
+            seconds = check.optional_seconds(timeout, "timeout")
+            calls = batches.each(batch, lambda e: (self._recv_key(e.name, e.source),
+                                                   check.integer(e.step_id, "step_id")))
+            results = self._rendezvous.recv_many(calls, seconds)  # at once, where the protocol can
+            if results is not None:
+                return batches.Outcomes(batch, results).settle(return_exceptions)
+        futures = self._start_batch(batch, timeout, device, dtype, tensor_type)
         return batches.wait(batch, futures).settle(return_exceptions)
 
     @public
@@ -394,8 +402,12 @@ class Server:
     def _start_many(self, entries: Iterable[Any], timeout: float | None, device: str | None, dtype: Any,
                     tensor_type: str | None) -> tuple[list[RecvEntry], list[Any]]:
         batch = batches.entries(entries, RecvEntry)
+        return batch, self._start_batch(batch, timeout, device, dtype, tensor_type)
+
+    def _start_batch(self, batch: list[RecvEntry], timeout: float | None, device: str | None, dtype: Any,
+                     tensor_type: str | None) -> list[Any]:
         timeout = check.optional_seconds(timeout, "timeout")
-        return batch, batches.start(batch, lambda e: self.recv_async(
+        return batches.start(batch, lambda e: self.recv_async(
             e.name, e.source, e.step_id, timeout, device, e.out, dtype=dtype, tensor_type=tensor_type))
 
     def _results(self, out: Any, dtype: Any, tensor_type: str | None) -> Results | None:

@@ -12,7 +12,7 @@ import pytest
 from tensorverbs.bench import cpu_profile, transfer, transfer_goals
 from tensorverbs.bench.contenders import by_name
 from tensorverbs.bench.contenders import nixl as nixl_contender
-from tensorverbs.bench.contenders.base import CALLS, payload, same_bytes
+from tensorverbs.bench.contenders.base import CALLS, FLIGHT_CALLS, payload, same_bytes
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 NIXL, NIXL_ABOUT = nixl_contender.available()
@@ -54,9 +54,10 @@ def test_core_contenders_move_the_right_bytes_and_count_cpu():
         assert r["seconds"]["count"] == 2 * 3 and r["gbps"] > 0
         assert r["cpu_us"]["receiver"] > 0
         assert (r["cpu_us"]["sender"] is None) == (r["contender"] == "memcpy")
-    flight = {r["contender"]: r for r in result["in_flight"]}
-    assert set(flight) == FLYING
-    for r in flight.values():
+    # every pair that keeps transfers in flight, with futures and in one batch call
+    assert {(r["contender"], r["call"]) for r in result["in_flight"]} == \
+        {(name, call) for name in FLYING for call in FLIGHT_CALLS}
+    for r in result["in_flight"]:
         assert r["verified"] is True and r["in_flight"] == 20 and r["tensors_per_s"] > 0
         assert r["seconds"]["count"] == 2 and r["cpu_us"]["sender"] > 0
     # every way of calling, by every pair that can: a future only where recv_async is
@@ -112,12 +113,12 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
                _row("grpc+verbs", largest, 10.0), _row("tensorpipe", small, 0.1),
                _row("tensorpipe", largest, 2.0)]
     results[0]["latency_us"]["p99"] = results[0]["latency_us"]["median"] * 4
-    flight = [{"contender": "grpc+verbs", "bytes": small, "in_flight": 2000,
-               "tensors_per_s": 120_000.0}]
+    flight = [{"contender": "grpc+verbs", "call": call, "bytes": small, "in_flight": 2000,
+               "tensors_per_s": rate} for call, rate in (("recv_async", 120_000.0), ("recv_many", 720_000.0))]
     calls = [{"contender": "grpc+verbs", "call": call, "bytes": small,
               "latency_us": {"median": us}} for call, us in (("recv", 5.0), ("recv after idle", 9.0))]
     goals = transfer_goals.goals(results, flight, calls)
-    assert len(goals) == 14 and len({g["goal"] for g in goals}) == 14
+    assert len(goals) == 16 and len({g["goal"] for g in goals}) == 16
 
     def goal(text: str) -> dict:
         (found,) = [g for g in goals if text in g["goal"]]
@@ -129,6 +130,12 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
     slowest = goal("as applications call it")
     assert slowest["met"] is False and "worst recv after idle" in slowest["measured"]
     assert goal("≥ 150,000/s")["ratio"] == pytest.approx(0.8)
+    assert goal("by recv_many: grpc+verbs ≥ 500,000/s")["met"] is True
+    assert goal("recv_many ≥ 5x recv_async")["ratio"] == pytest.approx(6.0)
+    assert goal("recv_many ≥ 5x recv_async")["met"] is True
+    assert goal("recv_many ≥ 5x recv_async") != goal("by recv_many")
+    no_batch = transfer_goals.goals(results, flight[:1])
+    assert next(g for g in no_batch if "recv_many ≥ 5x" in g["goal"])["met"] is None
     assert goal("≥ 0.9x memcpy")["met"] is False
     gloo = goal("ahead of gloo")
     assert gloo["met"] is False and "at 64 MiB" in gloo["measured"]
@@ -157,7 +164,8 @@ def test_command_writes_json_and_plot(tmp_path):
     assert {"contender", "bytes", "verified", "seconds", "gbps", "gbps_p25", "gbps_p75",
             "latency_us", "cpu_us"} <= set(row)
     assert {"median", "p99"} <= set(row["latency_us"])
-    assert [r["contender"] for r in data["in_flight"]] == ["grpc+verbs"]
+    assert [(r["contender"], r["call"]) for r in data["in_flight"]] == [
+        ("grpc+verbs", "recv_async"), ("grpc+verbs", "recv_many")]
     assert {(r["contender"], r["call"]) for r in data["calls"]} == \
         {("grpc+verbs", call) for call in CALLS} | {("raw unix", "recv"), ("raw unix", "recv after idle"),
                                                     ("memcpy", "recv")}

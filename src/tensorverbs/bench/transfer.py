@@ -12,7 +12,8 @@ and the receiver.
 
 Then the in-flight rate: the contenders that can (tensorverbs' ``recv_async``) start
 ``--in-flight`` receives of 4 KiB at once and wait for them all, while the sender sends
-as many; tensors per second, Python calls included. Then 4 KiB as applications call it:
+as many; tensors per second, Python calls included; and the same in one batch call
+(tensorverbs' ``recv_many``). Then 4 KiB as applications call it:
 the blocking ``recv(..., timeout=)`` in a loop, ``recv_async(...).result()``, and a
 blocking recv after the process sat idle for 20 ms (its caches and its threads cold).
 Last, the goals, each with the figure it bounds.
@@ -32,7 +33,7 @@ from rich.table import Table
 from ..verbs.config import parse_size
 from . import cpu_profile, report
 from .contenders import Contender, Pair, by_name
-from .contenders.base import CALLS, IDLE_GAP
+from .contenders.base import CALLS, FLIGHT_CALLS, IDLE_GAP
 from .peer import PeerError
 from .transfer_goals import find, find_call, goals
 
@@ -135,7 +136,7 @@ def rounds_of(turns: Turns, nbytes: int, count: int, rounds: int, warmup: int, f
     """``warmup`` checked rounds of each live pair (those that can, in ``flight`` or with
     ``call``), then ``rounds`` timed rounds taking turns, each round starting one pair
     further on."""
-    pairs = [p for p in turns.live if (p.contender.in_flight if flight else p.can(call))]
+    pairs = [p for p in turns.live if (p.contender.flies(call) if flight else p.can(call))]
     tallies: dict[str, Tally] = {p.contender.name: Tally() for p in pairs}
     for pair in pairs:
         for _ in range(warmup):
@@ -174,13 +175,14 @@ def measure(turns: Turns, sizes: list[int], rounds: int, warmup: int, budget: in
 def measure_flight(turns: Turns, count: int, rounds: int, warmup: int,
                    advance: Callable[[], None] = lambda: None) -> list[dict]:
     """The in-flight rate of every live pair that can: ``count`` 4 KiB transfers started
-    at once per round; one result per contender."""
+    at once per round, each way of :data:`FLIGHT_CALLS`; one result per (contender, call)."""
     results = []
-    for name, t in rounds_of(turns, FLIGHT_BYTES, count, rounds, warmup, True, advance).items():
-        s = report.summarize(t.seconds)
-        results.append({"contender": name, "bytes": FLIGHT_BYTES, "in_flight": count,
-                        "verified": t.verified, "seconds": s,
-                        "tensors_per_s": count / s["median"], "cpu_us": t.cpu_us()})
+    for call in FLIGHT_CALLS:
+        for name, t in rounds_of(turns, FLIGHT_BYTES, count, rounds, warmup, True, advance, call).items():
+            s = report.summarize(t.seconds)
+            results.append({"contender": name, "call": call, "bytes": FLIGHT_BYTES, "in_flight": count,
+                            "verified": t.verified, "seconds": s,
+                            "tensors_per_s": count / s["median"], "cpu_us": t.cpu_us()})
     return results
 
 
@@ -211,11 +213,12 @@ def _bad(r: dict) -> str:
 
 
 def _flight_table(flight: list[dict], names: list[str], count: int) -> Table:
-    """The in-flight rates: n/a for the contenders that cannot keep transfers in flight."""
-    rows = [[name, f"{r['tensors_per_s']:,.0f}{_bad(r)}", _cpu(r)]
-            if (r := find(flight, name, FLIGHT_BYTES)) else [name, "n/a", "n/a"] for name in names]
-    return report.table(f"{report.human_size(FLIGHT_BYTES)} tensors with {count:,} recvs in flight",
-                        ["", "tensors/s (median)", "CPU per tensor, µs: sender/receiver"], rows)
+    """The in-flight rates, each way: n/a for the contenders that cannot keep transfers in
+    flight so."""
+    rows = [[name, *(f"{r['tensors_per_s']:,.0f}{_bad(r)} ({_cpu(r)})" if (r := find_call(flight, name, call))
+                     else "n/a" for call in FLIGHT_CALLS)] for name in names]
+    return report.table(f"{report.human_size(FLIGHT_BYTES)} tensors with {count:,} recvs in flight: tensors/s "
+                        "(median) (CPU per tensor, µs: sender/receiver)", ["", *FLIGHT_CALLS], rows)
 
 
 def show(result: dict) -> None:
@@ -320,7 +323,7 @@ def run(contenders: list[Contender], sizes: list[int], rounds: int = 8, warmup: 
     with report.progress() as bar:
         pairs, status = start(contenders, bar.console.print)
         flights = in_flight > 0 and any(p.contender.in_flight for p in pairs)
-        phases = len(sizes) + flights + (len(CALLS) if call_transfers > 0 else 0)
+        phases = len(sizes) + flights * len(FLIGHT_CALLS) + (len(CALLS) if call_transfers > 0 else 0)
         task = bar.add_task("transfers", total=phases * (rounds + 1))
         turns = Turns(pairs, status)
         try:

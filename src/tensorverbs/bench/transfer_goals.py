@@ -16,6 +16,7 @@ from .report import human_size
 SUBJECT, ACROSS = "grpc+verbs", "grpc+verbs tcp"
 SMALL, MEDIUM, LARGE, LARGEST = 4 << 10, 1 << 20, 64 << 20, 256 << 20
 IN_FLIGHT, RATE = 2000, 150_000  # recvs in flight, 4 KiB tensors per second
+BATCH_RATE, BATCH_GAIN = 500_000, 5  # through a batch recv: tensors per second, x recv_async's
 CPU_US = 10.0                      # CPU per 4 KiB recv on each side, µs
 TAIL = 3.0                         # p99 over the median of the 4 KiB round trip
 
@@ -63,16 +64,27 @@ def _every_size(results: list[dict], other: str) -> dict:
     return _goal(goal, measured, a / b, False if a <= b else True if spans else None)
 
 
-def _rate(flight: list[dict]) -> dict:
-    goal = f"{human_size(SMALL)}, {IN_FLIGHT:,} recv_async in flight: {SUBJECT} ≥ {RATE:,}/s"
-    row = find(flight, SUBJECT, SMALL)
+def _rate(flight: list[dict], call: str, least: int) -> dict:
+    goal = f"{human_size(SMALL)}, {IN_FLIGHT:,} in flight by {call}: {SUBJECT} ≥ {least:,}/s"
+    row = find_call(flight, SUBJECT, call)
     if row is None:
-        return _lacking(goal, SMALL, f"{SUBJECT} in flight")
+        return _lacking(goal, SMALL, f"{SUBJECT} in flight by {call}")
     rate = row["tensors_per_s"]
-    measured = f"{rate:,.0f} tensors/s = {rate / RATE:.2f}x"
+    measured = f"{rate:,.0f} tensors/s = {rate / least:.2f}x"
     if row["in_flight"] != IN_FLIGHT:
-        return _goal(goal, f"{measured}, {row['in_flight']:,} in flight", rate / RATE, None)
-    return _goal(goal, measured, rate / RATE, rate >= RATE)
+        return _goal(goal, f"{measured}, {row['in_flight']:,} in flight", rate / least, None)
+    return _goal(goal, measured, rate / least, rate >= least)
+
+
+def _batch_gain(flight: list[dict]) -> dict:
+    """recv_many's rate against recv_async's, in flight alike."""
+    goal = f"{human_size(SMALL)} in flight: {SUBJECT} recv_many ≥ {BATCH_GAIN:g}x recv_async"
+    many, futures = (find_call(flight, SUBJECT, call) for call in ("recv_many", "recv_async"))
+    if many is None or futures is None:
+        return _lacking(goal, SMALL, f"{SUBJECT} recv_many and recv_async")
+    gain = many["tensors_per_s"] / futures["tensors_per_s"]
+    return _goal(goal, f"{many['tensors_per_s']:,.0f} vs {futures['tensors_per_s']:,.0f}/s = {gain:.2f}x",
+                 gain, gain >= BATCH_GAIN)
 
 
 def _on_small(results: list[dict], goal: str,
@@ -133,7 +145,9 @@ def goals(results: list[dict], flight: list[dict], calls: list[dict] | None = No
         _calls(results, calls or []),
         _compare(results, f"{small} round trip: {ACROSS} ≤ 1.5x raw tcp", ACROSS, "raw tcp",
                  SMALL, True, lambda r: r <= 1.5),
-        _rate(flight),
+        _rate(flight, "recv_async", RATE),
+        _rate(flight, "recv_many", BATCH_RATE),
+        _batch_gain(flight),
         _compare(results, f"{medium}: {SUBJECT} ≥ 0.5x memcpy", SUBJECT, "memcpy", MEDIUM,
                  False, lambda r: r >= 0.5),
         _compare(results, f"{large}: {SUBJECT} ≥ 0.9x memcpy", SUBJECT, "memcpy", LARGE,

@@ -104,6 +104,12 @@ class RemoteRendezvous(abc.ABC):
         """Offer ``value``, a tensor of this task (AbortedError if the step is aborted)."""
         self.rt.table.send(step_id, key, value)
 
+    def recv_many(self, calls: Sequence[tuple[RendezvousKey, int]], timeout: float | None) -> list[Any] | None:
+        """Many recvs of host arrays, ``(key, step)`` each, in one call: each one's array or
+        TensorverbsError, in order; None when the protocol has no such call (then each
+        recv goes its own way)."""
+        return None
+
     def broadcast(self, step_id: int, keys: Sequence[RendezvousKey], value: Value,
                   tickets: Sequence[Any]) -> None:
         """Offer ``value`` under each of ``keys`` (a send each, ``tickets`` one each);

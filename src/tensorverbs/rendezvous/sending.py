@@ -7,8 +7,7 @@ A send the table refuses fails its ticket at once, so that ``flush`` never waits
 """
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import arguments as check
 from ..devices import HOST, Device, device_of, host_array
@@ -87,13 +86,20 @@ class Sending:
             self._rendezvous.send(step, key, Value(prepare(array), is_dead, ticket))
 
 
-@contextlib.contextmanager
-def _failing(tickets: Sequence["_core.SendTicket"]) -> Iterator[None]:
+class _failing:
     """A TensorverbsError raised within fails each of ``tickets`` not settled yet, now (not
-    when the ticket is freed, which the error's traceback may put off)."""
-    try:
-        yield
-    except TensorverbsError as exc:
-        for ticket in tickets:
-            ticket.fail(int(exc.code), exc.message)
-        raise
+    when the ticket is freed, which the error's traceback may put off). A class, not a
+    generator: it is entered once per send."""
+
+    __slots__ = ("tickets",)
+
+    def __init__(self, tickets: Sequence["_core.SendTicket"]) -> None:
+        self.tickets = tickets
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, trace: Any) -> None:
+        if isinstance(exc, TensorverbsError):
+            for ticket in self.tickets:
+                ticket.fail(int(exc.code), exc.message)

@@ -204,6 +204,34 @@ class VerbsRendezvous(RemoteRendezvous):
             self.delivery.observe(key.src, memoryview(payload).nbytes, started)
         return self.delivery.result(value, key.src, device, out)
 
+    def recv_many(self, calls: Sequence[tuple[RendezvousKey, int]], timeout: float | None) -> list[Any] | None:
+        """The core's recvs of every call at once, waited for with the GIL released once;
+        None unless every channel is up already."""
+        srcs = []
+        for key, _ in calls:
+            src = self._direct(key)
+            if src is None:
+                return None
+            srcs.append(src)
+        started = time.monotonic()
+        answers = self.core.recv_many([step for _, step in calls], srcs, [key.name for key, _ in calls],
+                                      _timeout(timeout))
+        return [self._answer(key, step, src, answer, started)
+                for (key, step), src, answer in zip(calls, srcs, answers)]
+
+    def _answer(self, key: RendezvousKey, step_id: int, src: int, answer: tuple, started: float) -> Any:
+        """The array (or the TensorverbsError) of one of :meth:`recv_many`'s answers."""
+        code, message, dtype, shape, is_dead, payload = answer
+        if code:
+            return from_code(code, self.ids.named(message))
+        try:
+            value = Value(_array(dtype, shape, payload), is_dead)
+            if src != self.task_id:
+                self.delivery.observe(key.src, memoryview(payload).nbytes, started)
+            return self.delivery.result(value, key.src, HOST, None)
+        except Exception as exc:  # a malformed TensorProto; no memory for a descriptor's copy
+            return as_error(exc, f"{describe_recv(key, step_id)}: receiving the tensor")
+
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
                    device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
         src = self._direct(key)

@@ -49,6 +49,13 @@ class Contender:
         sink = self.module_.Sink
         return sink.start_one is not BaseSink.start_one
 
+    def flies(self, call: str) -> bool:
+        """Whether its sink can keep transfers in flight with ``call`` (one of
+        :data:`~.base.FLIGHT_CALLS`)."""
+        if call == "recv_many":
+            return self.module_.Sink.fetch_many is not BaseSink.fetch_many
+        return self.in_flight
+
     def peer(self, role: str, link: dict) -> Peer:
         """Start side ``role`` ("Source" or "Sink") in a process of its own (not waited for)."""
         return Peer(f"{self.name} {role.lower()}", f"{PACKAGE}.{self.module}:{role}", link,
@@ -115,11 +122,11 @@ class Pair:
     def run(self, nbytes: int, count: int, step: int, verify: bool = False,
             flight: bool = False, call: str = "recv") -> dict:
         """``count`` transfers of ``nbytes`` at steps ``step``.., timed in the sink: one at a
-        time (asked for with ``call``), or with ``flight`` all started at once (one sample
-        for them all).
+        time (asked for with ``call``), or with ``flight`` all started at once (with
+        ``call`` of :data:`~.base.FLIGHT_CALLS`; one sample for them all).
         ``{"seconds": [...], "ok": bool | None, "cpu": the sink's CPU seconds,
         "sender_cpu": the source's CPU seconds (None without a source)}``."""
-        method, extra = ("in_flight", ()) if flight else ("fetch", (call,))
+        method, extra = ("in_flight" if flight else "fetch"), (call,)
         source = self.source
         if source is None:
             return {**self.sink.call(method, nbytes, count, step, verify, None, *extra),

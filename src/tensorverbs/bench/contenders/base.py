@@ -66,6 +66,9 @@ class Source:
 #: the calls a sink can time one transfer with (see :meth:`Sink.fetch`): the tight loop,
 #: a future's result, and a blocking call after the process sat idle
 CALLS = ("recv", "recv_async().result()", "recv after idle")
+#: how the in-flight rate starts its transfers (see :meth:`Sink.in_flight`): a future each,
+#: or one batch call for them all
+FLIGHT_CALLS = ("recv_async", "recv_many")
 #: how long the process sits idle before each "recv after idle" (untimed)
 IDLE_GAP = 0.02
 
@@ -92,16 +95,20 @@ class Sink:
         return self.timed(lambda i: self.fetch_one(nbytes, step + i), nbytes, count, verify, gap)
 
     def in_flight(self, nbytes: int, count: int, step: int, verify: bool,
-                  offer: Any = None) -> dict:
-        """``count`` transfers started at once, then awaited: their seconds together (one
-        sample), their CPU seconds and (with ``verify``) the first one's check."""
+                  offer: Any = None, call: str = "recv_async") -> dict:
+        """``count`` transfers started at once (``call``, one of :data:`FLIGHT_CALLS`), then
+        awaited: their seconds together (one sample), their CPU seconds and (with
+        ``verify``) the first one's check."""
         self.accept(offer)
         self.prepare(nbytes)
         cpu, start = time.process_time(), time.perf_counter()
-        pending = [self.start_one(nbytes, step + i) for i in range(count)]
-        first = pending[0].result()
-        for future in pending[1:]:
-            future.result()
+        if call == "recv_many":
+            first = self.fetch_many(nbytes, count, step)[0]
+        else:
+            pending = [self.start_one(nbytes, step + i) for i in range(count)]
+            first = pending[0].result()
+            for future in pending[1:]:
+                future.result()
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         ok = same_bytes(first, self.expected.get(nbytes)) if verify else None
         return {"seconds": [seconds], "cpu": cpu, "ok": ok}
@@ -117,6 +124,11 @@ class Sink:
 
     def start_one(self, nbytes: int, step: int) -> Future:
         """Start one transfer without waiting for it (only some contenders can)."""
+        raise NotImplementedError
+
+    def fetch_many(self, nbytes: int, count: int, step: int) -> list[Any]:
+        """``count`` transfers at steps ``step``.. in one batch call (only some contenders
+        can)."""
         raise NotImplementedError
 
     def timed(self, once: Callable[[int], Any], nbytes: int, count: int, verify: bool,

@@ -62,5 +62,9 @@ class Sink(BaseSink):
         """A ``recv_async``: many kept in flight at once (the in-flight rate)."""
         return self.server.recv_async("t", source=SOURCE, step_id=step, timeout=TIMEOUT)
 
+    def fetch_many(self, nbytes: int, count: int, step: int) -> list[Any]:
+        """One ``recv_many`` of them all (the batch rate)."""
+        return self.server.recv_many([("t", SOURCE, step + i) for i in range(count)], timeout=TIMEOUT)
+
     def close(self) -> None:
         self.server.stop()
