@@ -1,5 +1,6 @@
 #include "binding/py_ref.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -11,6 +12,11 @@
 namespace tensorverbs::binding {
 
 namespace {
+
+// Releases wait this long to be released together (one GIL acquisition for many: a burst of
+// sends releases its arrays once, not once each), unless this many are waiting.
+constexpr auto kGather = std::chrono::microseconds(200);
+constexpr std::size_t kBatch = 256;
 
 class Janitor {
  public:
@@ -30,7 +36,7 @@ class Janitor {
           queue_.push_back(object);
         },
         [](const char*) {});
-    wake_.notify_one();
+    if (queue_.size() == 1 || queue_.size() == kBatch) wake_.notify_one();
   }
 
   void stop() {
@@ -56,6 +62,7 @@ class Janitor {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       wake_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
+      wake_.wait_for(lock, kGather, [this] { return stopped_ || queue_.size() >= kBatch; });
       if (stopped_) return;
       std::vector<PyObject*> batch;
       batch.swap(queue_);
