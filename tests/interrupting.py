@@ -50,3 +50,40 @@ def _interrupted(recv, elsewhere: bool) -> tuple[str, float] | None:
         if elsewhere:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, masked)
     return None
+
+
+def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
+                       timeout: float) -> tuple[str | None, bool, bool]:
+    """``server.recv_async(...).result()`` on the main thread, its tensor sent already, with
+    a KeyboardInterrupt raised as the first call of function ``at`` begins in this thread
+    (where a signal's handler may run it, while this thread settles the future it waited
+    for). Returns (the class of what ``result`` raised, or None; whether the future then
+    gives the tensor within ``timeout``; whether a done-callback added before ran)."""
+    import sys
+    import threading
+
+    import numpy as np
+
+    fut = server.recv_async(name, source, step_id, timeout)
+    called = threading.Event()
+    fut.add_done_callback(lambda _: called.set())
+
+    def trace(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == at:
+            sys.settrace(None)
+            raise KeyboardInterrupt(f"interrupted in {at}")
+        return None
+
+    raised = None
+    sys.settrace(trace)
+    try:
+        fut.result(timeout)
+    except BaseException as exc:
+        raised = type(exc).__name__
+    finally:
+        sys.settrace(None)
+    try:
+        got = isinstance(fut.result(timeout), np.ndarray)
+    except Exception:
+        got = False
+    return raised, got, called.wait(timeout)

@@ -126,3 +126,22 @@ def test_ctrl_c_interrupts_a_batch_which_keeps_every_tensor(tasks, step, record_
     ps.call("send_pattern", "b1", WORKER, step, NBYTES, step + 1)
     assert worker.call("recv_pattern", "b0", PS, step, NBYTES, step, "uint8", 30), "b0 lost or wrong"
     assert worker.call("recv_pattern", "b1", PS, step, NBYTES, step + 1, "uint8", 30), "b1 lost or wrong"
+
+
+@pytest.mark.parametrize("at", ["set_result", "_cancel_if_cancelled"])
+def test_ctrl_c_while_a_waiting_thread_settles_its_future_loses_nothing(tasks, step, variant, at):
+    """The main thread waiting for a future's result settles it itself when the answer
+    comes (grpc+verbs): a signal's exception raised in that Python code, before the future
+    is settled (set_result) or in its first done-callback, reaches the caller; the future
+    still gives the tensor and the caller's done-callback still runs."""
+    if VARIANTS[variant][0] != "grpc+verbs":
+        pytest.skip("on grpc the event loop settles the future")
+    ps, worker = tasks
+    ps.call("send_pattern", "warm", WORKER, step, 64, 1)
+    assert worker.call("recv_pattern", "warm", PS, step, 64, 1, "uint8", 30)
+    ps.call("send_pattern", "s", WORKER, step, NBYTES, step)
+    raised, got, called = worker.call("run", "interrupting:interrupted_settle", "s", PS, step, at, WAIT,
+                                      timeout=WAIT * 3)
+    assert raised == "KeyboardInterrupt", "the interrupt did not reach the caller"
+    assert got, "the future lost its tensor"
+    assert called, "the caller's done-callback never ran"
