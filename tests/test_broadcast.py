@@ -100,3 +100,12 @@ def test_a_bad_list_of_receivers_is_refused(job, step, to, what):
     with pytest.raises(tv.InvalidArgumentError, match=what):
         trainer.send("w", np.arange(4), to=to, step_id=step)
     assert trainer.pending()[0] == 0  # nothing was offered
+
+
+def test_a_task_given_as_a_task_name_is_one_receiver(job, step):
+    """A TaskName (as ``cluster.tasks()`` gives them) is one task, not a list of them."""
+    trainer, receivers = job
+    task = tv.ClusterSpec(trainer.cluster).resolve(RECEIVERS[0])
+    handle = trainer.send("w", pattern(64, step), to=task, step_id=step)
+    assert receivers[0].recv_pattern("w", TRAINER, step, 64, step, timeout=WAIT)
+    handle.wait(timeout=WAIT)

@@ -214,7 +214,7 @@ FutureRecv::Waited FutureRecv::wait_here(double seconds) {
     lock.unlock();
     spin_for(ready_);
     lock.lock();
-    const auto slice = std::chrono::duration<double>(std::max(0.0, seconds));
+    const auto slice = std::chrono::duration<double>(std::clamp(seconds, 0.0, 3600.0));
     arrived_.wait_for(lock, slice, [this] { return state_ == State::kArrived; });
     if (state_ != State::kArrived) {  // its answer goes to the settler if it comes now
       state_ = State::kPending;
@@ -223,17 +223,22 @@ FutureRecv::Waited FutureRecv::wait_here(double seconds) {
     state_ = State::kGone;
     result = std::move(result_);
   }
-  settle(result);
+  try {
+    settle_here(result);
+  } catch (nb::python_error&) {
+    // what a signal's handler raised as this thread settled (Ctrl-C): the caller gets it,
+    // and the answer, unless the future has it already, goes to the settler
+    if (!nb::cast<bool>(nb::handle(future_).attr("done")())) {
+      settler().post(shared_from_this(), std::move(result));
+    }
+    throw;
+  }
   return Waited::kSettledHere;
 }
 
 void FutureRecv::settle(RecvResult& result) {
-  const bool ok = result.status.ok();
-  bool taken = true;
   try {
-    nb::tuple args = to_python(result);
-    nb::object returned = nb::handle(settle_)(nb::handle(future_), *args);
-    taken = nb::cast<bool>(returned);
+    settle_here(result);
   } catch (nb::python_error& error) {
     error.restore();
     PyErr_WriteUnraisable(settle_);
@@ -241,7 +246,13 @@ void FutureRecv::settle(RecvResult& result) {
     PyErr_SetString(PyExc_RuntimeError, error.what());
     PyErr_WriteUnraisable(settle_);
   }
-  if (!taken && ok) {  // cancelled just as it arrived, or refused: the next recv gets it
+}
+
+void FutureRecv::settle_here(RecvResult& result) {
+  nb::tuple args = to_python(result);
+  nb::object returned = nb::handle(settle_)(nb::handle(future_), *args);
+  if (!nb::cast<bool>(returned) && result.status.ok()) {
+    // cancelled just as it arrived, or refused: the next recv gets it
     if (auto rendezvous = rendezvous_.lock()) {
       nb::gil_scoped_release release;
       rendezvous->keep_late(key_, std::move(result.value));

@@ -94,7 +94,7 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
              nanobind::object settle);
   ~FutureRecv() override;
   void complete(RecvResult result) override;
-  // The settler thread: with the GIL held.
+  // The settler thread: with the GIL held (what Python raises is reported as unraisable).
   void settle(RecvResult& result);
 
   // What wait_here() did.
@@ -107,6 +107,10 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
 
  private:
   enum class State { kPending, kWaited, kArrived, kGone };
+
+  // Calls the settle callback with the answer (the GIL held); a value not taken goes back to
+  // the rendezvous. What Python raises is thrown.
+  void settle_here(RecvResult& result);
 
   std::weak_ptr<RdmaRendezvous> rendezvous_;
   StepKey key_;

@@ -151,6 +151,7 @@ std::vector<Status> RdmaRendezvous::broadcast(std::int64_t step,
                                               const std::vector<std::int32_t>& dsts,
                                               const std::string& name, TensorValue value,
                                               std::vector<std::shared_ptr<SendTicket>> tickets) {
+  const TensorValue own = value;  // this task's own recv gets the sender's bytes as they are
   const std::size_t size = value.size();
   if (dsts.size() > 1 && size > 0 && !pool_->region_of(value.data, size)) {
     auto* data = const_cast<std::uint8_t*>(value.data);  // only ever read
@@ -171,7 +172,7 @@ std::vector<Status> RdmaRendezvous::broadcast(std::int64_t step,
   std::vector<Status> done;
   done.reserve(dsts.size());
   for (std::size_t i = 0; i < dsts.size(); ++i) {
-    TensorValue copy = value;
+    TensorValue copy = dsts[i] == task() ? own : value;
     copy.ticket = i < tickets.size() ? tickets[i] : nullptr;
     done.push_back(send(step, dsts[i], name, std::move(copy)));
   }

@@ -68,7 +68,8 @@ class RdmaRendezvous final : public ChannelOwner {
   // -- tensors -------------------------------------------------------------------------------
   Status send(std::int64_t step, std::int32_t dst, std::string name, TensorValue value);
   // Sends `value` to each of `dsts` (`tickets` one each, or empty), its bytes registered
-  // (or staged into the pool) once for all: what each send did, in order.
+  // (or staged into the pool) once for all peers (this task itself gets them as they are):
+  // what each send did, in order.
   std::vector<Status> broadcast(std::int64_t step, const std::vector<std::int32_t>& dsts,
                                 const std::string& name, TensorValue value,
                                 std::vector<std::shared_ptr<SendTicket>> tickets);

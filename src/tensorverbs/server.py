@@ -359,11 +359,15 @@ class Server:
         return_exceptions = check.flag(return_exceptions, "return_exceptions")
         batch = batches.entries(entries, RecvEntry)
         if device is None and all(e.out is None for e in batch) and self._results(None, dtype, tensor_type) is None:
+            self._check_running()
             seconds = check.optional_seconds(timeout, "timeout")
-            calls = batches.each(batch, lambda e: (self._recv_key(e.name, e.source),
-                                                   check.integer(e.step_id, "step_id")))
-            results = self._rendezvous.recv_many(calls, seconds)  # at once, where the protocol can
+            made = batches.each(batch, lambda e: (*self._keys.recv(e.name, e.source),
+                                                  check.integer(e.step_id, "step_id")))
+            # at once, where the protocol can
+            results = self._rendezvous.recv_many([(key, step) for key, _, step in made], seconds)
             if results is not None:
+                if local := sum(local for _, local, _ in made):
+                    self._rt.counters.add("local_recvs", local)
                 return batches.Outcomes(batch, results).settle(return_exceptions)
         futures = self._start_batch(batch, timeout, device, dtype, tensor_type)
         return batches.wait(batch, futures).settle(return_exceptions)

@@ -1,6 +1,7 @@
 // RdmaRendezvous::broadcast: one tensor offered to several receivers (here the peer and the
-// task itself) has its bytes registered once, or staged into the pool once when small; each
-// receiver gets the same bytes and each send's ticket is delivered.
+// task itself) has its bytes registered once, or staged into the pool once when small (the
+// task's own recv gets its tensor as it is); each receiver gets the same bytes and each
+// send's ticket is delivered.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -68,10 +69,12 @@ TEST_P(BroadcastPair, ASmallTensorIsStagedOnceForEveryReceiver) {
   const TensorValue sent = floats(4096, 7.0f);  // 16 KiB: staged into the pool
   const std::uint64_t staged = stat(*ps_, "staging_copies");
   std::vector<std::shared_ptr<SendCompletion>> completions;
-  for (const RecvResult& got : broadcast(2, sent, &completions)) {
-    ASSERT_TRUE(got.status.ok()) << got.status.message();
-    EXPECT_TRUE(same(got.value, sent));
+  const std::vector<RecvResult> got = broadcast(2, sent, &completions);
+  for (const RecvResult& each : got) {
+    ASSERT_TRUE(each.status.ok()) << each.status.message();
+    EXPECT_TRUE(same(each.value, sent));
   }
+  EXPECT_EQ(got[1].value.data, sent.data) << "the task's own recv got the staged copy, not its tensor";
   EXPECT_EQ(stat(*ps_, "staging_copies"), staged + 1);
   for (const auto& completion : completions) ASSERT_TRUE(completion->wait(60));
 }

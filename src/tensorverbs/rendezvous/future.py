@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import logging
 import threading
 import time
 from typing import Any, Callable, Generator
@@ -24,6 +25,10 @@ from .lanes import Lanes
 
 #: the longest a wait of the main thread for a recv sleeps before signal handlers run
 _SIGNAL_SLICE = 0.02
+#: the longest a wait of another thread for a recv sleeps at once (any timeout, even inf)
+_THREAD_SLICE = 1.0
+
+_log = logging.getLogger("concurrent.futures")
 
 
 class RecvFuture(concurrent.futures.Future[Any]):
@@ -81,6 +86,21 @@ class RecvFuture(concurrent.futures.Future[Any]):
         give_back()
         return True
 
+    def _invoke_callbacks(self) -> None:
+        """Run every done-callback even when one raises what a signal's handler raises in
+        the thread settling this future (Ctrl-C), then raise the first such exception (the
+        base class would skip the callbacks after it)."""
+        interrupted: BaseException | None = None
+        for callback in self._done_callbacks:  # type: ignore[attr-defined]
+            try:
+                callback(self)
+            except Exception:
+                _log.exception("exception calling callback for %r", self)
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
+
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
         if self._lanes is not None and not self.done():
             fn = functools.partial(self._lanes.run, self._peer, fn)
@@ -107,7 +127,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
         if threading.current_thread() is threading.main_thread():
             wait_in_slices(self._done_within, timeout, _SIGNAL_SLICE)
         elif self._native is not None:
-            wait_in_slices(self._done_within, timeout, _SIGNAL_SLICE if timeout is None else timeout)
+            wait_in_slices(self._done_within, timeout, _THREAD_SLICE)
         else:
             return timeout
         return 0

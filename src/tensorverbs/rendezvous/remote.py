@@ -113,8 +113,8 @@ class RemoteRendezvous(abc.ABC):
     def broadcast(self, step_id: int, keys: Sequence[RendezvousKey], value: Value,
                   tickets: Sequence[Any]) -> None:
         """Offer ``value`` under each of ``keys`` (a send each, ``tickets`` one each);
-        the error of a send that failed names its receiver (its ticket fails with it), the
-        others are offered."""
+        the error of a send that failed names its receiver and fails its ticket (each
+        ticket whose send was not made fails so), the others are offered."""
         failed = []
         for key, ticket in zip(keys, tickets):
             try:

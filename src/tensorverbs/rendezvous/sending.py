@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import arguments as check
+from ..cluster import TaskName
 from ..devices import HOST, Device, device_of, host_array
 from ..errors import InvalidArgumentError, TensorverbsError
 from ..tensor import prepare
@@ -19,7 +20,6 @@ from .local import Value
 
 if TYPE_CHECKING:
     from .. import _core
-    from ..cluster import TaskName
     from ..runtime import TaskRuntime
     from .remote import RemoteRendezvous
 
@@ -34,7 +34,7 @@ class Sending:
     def send(self, name: str, value: Any, to: str | Sequence[str], step_id: int,
              is_dead: bool) -> SendHandle:
         """Offer ``value`` as ``name`` to ``to`` (a task, or a list of them) at ``step_id``."""
-        if not isinstance(to, str):
+        if not isinstance(to, (str, TaskName)):
             return self._broadcast(name, value, to, step_id, is_dead)
         key = self._keys.send(name, to)
         step, device = check.integer(step_id, "step_id"), device_of(value)
@@ -50,7 +50,7 @@ class Sending:
         keys = [self._keys.send(name, task) for task in check.sequence(to, "to", "a task or a list of tasks")]
         if not keys:
             raise InvalidArgumentError("to lists no task to send to")
-        seen: set["TaskName"] = set()
+        seen: set[TaskName] = set()
         for key in keys:
             if key.dst in seen:
                 raise InvalidArgumentError(f"to lists {key.dst} twice")
@@ -59,9 +59,9 @@ class Sending:
         if check.flag(is_dead, "is_dead") or device is not HOST:  # a send each (by handle on a device)
             handles = [self.send(name, value, str(key.dst), step, is_dead) for key in keys]
             return SendHandle(*(c for handle in handles for c in handle.completions))
+        array = prepare(host_array(value, device)[0])
         tickets = [self._open(key, step) for key in keys]
-        with _failing(tickets):
-            self._rendezvous.broadcast(step, keys, Value(prepare(host_array(value, device)[0])), tickets)
+        self._rendezvous.broadcast(step, keys, Value(array), tickets)  # fails the tickets it did not send
         self._rt.counters.add("sends", len(keys))
         return SendHandle(*(ticket.completion for ticket in tickets))
 

@@ -158,8 +158,14 @@ class VerbsRendezvous(RemoteRendezvous):
         array = value.array
         if array.dtype == object:  # strings: a TensorProto each
             return super().broadcast(step_id, keys, value, tickets)
-        sent = self.core.broadcast(step_id, [self.ids[key.dst] for key in keys], keys[0].name,
-                                   dtype_enum(array.dtype), array.shape, value.is_dead, array, list(tickets))
+        try:
+            dsts = [self.ids[key.dst] for key in keys]
+        except TensorverbsError as exc:  # a receiver left: nothing was sent
+            for ticket in tickets:
+                ticket.fail(int(exc.code), exc.message)
+            raise
+        sent = self.core.broadcast(step_id, dsts, keys[0].name, dtype_enum(array.dtype), array.shape,
+                                   value.is_dead, array, list(tickets))
         failed = [(key, code, message) for key, (code, message) in zip(keys, sent) if code]
         for ticket, (code, message) in zip(tickets, sent):
             if code:
