@@ -36,6 +36,9 @@ def interrupted_recv_many(server, names: list[str], source: str, step_id: int,
 
 
 def _interrupted(recv, elsewhere: bool) -> tuple[str, float] | None:
+    # Ctrl-C raises KeyboardInterrupt even in a process started with SIGINT ignored (as a
+    # background job's children are, which Python then leaves ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGUSR1, _raise)
     masked = {signal.SIGINT, signal.SIGUSR1}
     if elsewhere:
