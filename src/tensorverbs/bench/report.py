@@ -138,6 +138,26 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def run_counts(protocols: Sequence[str], counts: Sequence[int], what: str,
+               run: Callable[[str, int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``run(protocol, count)`` for every protocol and count, each announced ("grpc: 4
+    tasks ..."): the rows, in that order."""
+    rows = []
+    for protocol in protocols:
+        for count in counts:
+            console.print(f"{protocol}: {count} {what} ...")
+            rows.append(run(protocol, count))
+    return rows
+
+
+def conclude(path: str, result: Mapping[str, Any], argv: Sequence[str]) -> int:
+    """Write ``result`` (its ``results`` rows) as JSON at ``path`` and say so; the exit
+    status: 1 if a row failed (has an ``error``)."""
+    write_json(path, result, argv)
+    console.print(f"results written to {path}")
+    return 1 if any("error" in r for r in result["results"]) else 0
+
+
 def write_json(path: str, result: Mapping[str, Any], argv: Sequence[str]) -> None:
     """``result`` with the command line, the time and the machine, as JSON at ``path``."""
     data = {"command": " ".join(["tensorverbs", "bench", *argv]),

@@ -185,12 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         nbytes = parse_size(args.size)
     except ValueError as exc:
         p.error(str(exc))
-    rows = []
-    for protocol in args.protocols:
-        for tasks in args.tasks:
-            report.console.print(f"{protocol}: {tasks} tasks ...")
-            rows.append(run_count(protocol, tasks, args.steps, nbytes, args.timeout, args.idle))
+    rows = report.run_counts(args.protocols, args.tasks, "tasks", lambda protocol, tasks: run_count(
+        protocol, tasks, args.steps, nbytes, args.timeout, args.idle))
     show(rows)
-    report.write_json(args.json, {"results": rows}, ["scale", *argv])
-    report.console.print(f"results written to {args.json}")
-    return 1 if any("error" in r for r in rows) else 0
+    return report.conclude(args.json, {"results": rows}, ["scale", *argv])

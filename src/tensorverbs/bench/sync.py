@@ -203,12 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         shapes = layer_shapes(parse_size(args.total), args.tensors)
     except ValueError as exc:
         p.error(str(exc))
-    rows = []
-    for protocol in args.protocols:
-        for receivers in args.receivers:
-            report.console.print(f"{protocol}: {receivers} receiver(s) ...")
-            rows.append(run_count(protocol, receivers, shapes, args.rounds))
+    rows = report.run_counts(args.protocols, args.receivers, "receiver(s)",
+                             lambda protocol, receivers: run_count(protocol, receivers, shapes, args.rounds))
     show(rows)
-    report.write_json(args.json, {"results": rows, "goals": goals(rows)}, ["sync", *argv])
-    report.console.print(f"results written to {args.json}")
-    return 1 if any("error" in r for r in rows) else 0
+    return report.conclude(args.json, {"results": rows, "goals": goals(rows)}, ["sync", *argv])
