@@ -8,3 +8,7 @@ target_compile_options(tensorverbs_warnings INTERFACE
   $<$<CXX_COMPILER_ID:GNU>:-Wduplicated-cond -Wduplicated-branches -Wlogical-op>
   $<$<CXX_COMPILER_ID:Clang>:-Wextra-semi -Wunreachable-code>
 )
+# Optimised builds fortify glibc's calls, as distributions' compilers do by default: an
+# ignored result of read() or write() is then a warning, so an error here too.
+target_compile_options(tensorverbs_warnings INTERFACE
+  $<$<CONFIG:Release,RelWithDebInfo>:-U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2>)

@@ -19,6 +19,7 @@ import numpy as np
 
 from .dlpack import DL_CUDA, DL_CUDA_MANAGED, HOST_TYPES, dlpack_device, host_view, is_tensor
 from .errors import InvalidArgumentError
+from .torch_interop import as_torch
 
 
 def _describe(array: np.ndarray) -> str:
@@ -121,9 +122,7 @@ class Cuda(Device):
         self.index, self.name = index, f"cuda:{index}"
 
     def from_host(self, array: np.ndarray) -> Any:
-        import torch
-
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self.name)
+        return as_torch(np.ascontiguousarray(array)).to(self.name)
 
     def to_host(self, value: Any) -> np.ndarray:
         import torch

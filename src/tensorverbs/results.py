@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -28,69 +27,15 @@ from .errors import InvalidArgumentError, TensorverbsError, as_error
 from .rendezvous.future import RecvFuture, add_internal_callback
 from .rendezvous.lanes import Lanes
 from .tensor import DeadTensor, mark_dead, numeric_dtype
+from .torch_interop import as_torch, import_torch, is_torch_dtype, is_torch_tensor, numpy_dtype_of, torch_dtype_of
 
 #: the kinds of result a recv can return
 TENSOR_TYPES = ("numpy", "torch")
 
 
-def is_torch_dtype(dtype: Any) -> bool:
-    """Whether ``dtype`` is a ``torch.dtype`` (without importing torch)."""
-    return type(dtype).__module__ == "torch" and type(dtype).__name__ == "dtype"
-
-
-def is_torch_tensor(value: Any) -> bool:
-    """Whether ``value`` is a ``torch.Tensor`` (without importing torch)."""
-    return any(cls.__module__ == "torch" and cls.__name__ == "Tensor" for cls in type(value).__mro__)
-
-
-def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise InvalidArgumentError("torch results need torch, which is not installed") from None
-    return torch
-
-
-def torch_dtype_of(dtype: np.dtype) -> Any:
-    """The torch dtype of numpy ``dtype`` (ml_dtypes' by name); None if torch lacks it."""
-    torch = _torch()
-    found = getattr(torch, np.dtype(dtype).name, None) if np.dtype(dtype).kind not in "OSU" else None
-    return found if isinstance(found, torch.dtype) else None
-
-
-def numpy_dtype_of(dtype: Any) -> np.dtype | None:
-    """The numpy dtype (ml_dtypes' for bfloat16 and float8) of torch ``dtype``; None if
-    numpy has none (e.g. complex32)."""
-    name = str(dtype).rsplit(".", 1)[-1]
-    try:
-        return numeric_dtype(name)
-    except InvalidArgumentError:
-        return None
-
-
-def as_torch(array: np.ndarray) -> Any:
-    """A torch tensor sharing ``array``'s memory (no copy); InvalidArgumentError naming the
-    dtype if torch has none for it."""
-    torch = _torch()
-    if array.dtype.kind in "OSU":
-        raise InvalidArgumentError(
-            "torch has no dtype for string tensors: receive them with tensor_type='numpy'")
-    target = torch_dtype_of(array.dtype)
-    if target is None:
-        raise InvalidArgumentError(
-            f"torch has no dtype for {array.dtype}: receive it with tensor_type='numpy' or cast it "
-            "with dtype=")
-    plain = np.asarray(array)  # a DeadTensor or other subclass as a plain array
-    with warnings.catch_warnings():  # a read-only array: the tensor shares it as it is
-        warnings.simplefilter("ignore", UserWarning)
-        if array.dtype.kind == "V" or array.dtype.type.__module__ != "numpy":  # ml_dtypes
-            return torch.from_numpy(plain.view(f"u{array.dtype.itemsize}")).view(target)
-        return torch.from_numpy(plain)
-
-
 @functools.cache
 def _dead_torch_class() -> type:
-    torch = _torch()
+    torch = import_torch()
 
     class DeadTorchTensor(torch.Tensor):  # type: ignore[name-defined]
         """The value of a dead tensor received as torch: a normal tensor that
@@ -135,7 +80,7 @@ class Results:
                 if self.torch_dtype is None:
                     raise InvalidArgumentError(f"torch has no dtype for {self.np_dtype}: cast to one it has")
         if self.torch:
-            _torch()
+            import_torch()
 
     @property
     def casts(self) -> bool:

@@ -40,7 +40,7 @@ from .rendezvous.local import LocalTable
 from .rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from .rendezvous.sending import Sending
 from .resolvers.base import ClusterResolver
-from .results import ResultFuture, Results, as_torch, is_torch_dtype, numpy_dtype_of
+from .results import ResultFuture, Results
 from .rpc.auth import JobToken
 from .rpc.loop import EventLoopThread
 from .rpc.peers import Peers
@@ -50,6 +50,7 @@ from .running import Running, shut_down_dropped
 from .runtime import TaskRuntime
 from .stats import Counters
 from .tensor import numeric_dtype
+from .torch_interop import as_torch, is_torch_dtype, numpy_dtype_of
 from .verbs.config import RdmaConfig
 
 log = logging.getLogger(__name__)

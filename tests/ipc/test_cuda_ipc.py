@@ -13,7 +13,7 @@ from tensorverbs.tensor import dtype_enum
 torch = pytest.importorskip("torch")
 
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
-          "uint8", "uint16", "uint32", "uint64", "bool", "complex64", "complex128"]
+          "uint8", "uint16", "uint32", "uint64", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2"]
 
 
 @pytest.mark.parametrize("name", DTYPES)

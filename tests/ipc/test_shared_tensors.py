@@ -158,9 +158,10 @@ def _cuda():
     return torch
 
 
-def test_cuda_tensor_by_cuda_ipc(pair, step):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float8_e5m2"])
+def test_cuda_tensor_by_cuda_ipc(pair, step, dtype):
     torch = _cuda()
-    tensor = torch.arange(1 << 20, dtype=torch.float32, device="cuda:0")
+    tensor = torch.arange(1 << 20, dtype=torch.float32, device="cuda:0").to(getattr(torch, dtype))
     # the ps uses the GPU first, so that the host knows it sees it
     warm = torch.zeros(4, device="cuda:0")
     pair.worker.send("warm", warm, to=pair.PS, step_id=step)
@@ -169,7 +170,8 @@ def test_cuda_tensor_by_cuda_ipc(pair, step):
     before = pair.worker.stats()["ipc_sent"]
     pair.worker.send("gpu", tensor, to=pair.PS, step_id=step)
     back = pair.ps.recv("gpu", pair.WORKER, step, timeout=TIMEOUT, device="cuda:0")
-    assert back.device.type == "cuda" and torch.equal(back.cpu(), tensor.cpu())
+    assert back.device.type == "cuda" and back.dtype == tensor.dtype
+    assert torch.equal(back.view(torch.uint8).cpu(), tensor.view(torch.uint8).cpu())
     assert pair.worker.stats()["ipc_sent"] == before + 1
     assert released(pair.worker)
 
@@ -181,5 +183,5 @@ def test_cuda_out_by_cuda_ipc(pair, step):
     pair.worker.recv("gpu-warm", pair.PS, step, timeout=TIMEOUT, out=torch.zeros(4, device="cuda:0"))
     pair.ps.call("run", "cuda_peer:send_cuda_pattern", "gpu", pair.WORKER, step, 1 << 20, 9)
     assert pair.worker.recv("gpu", pair.PS, step, timeout=TIMEOUT, out=out) is out
-    assert np.array_equal(out.cpu().numpy(), pattern(1 << 20, 9, "float32"))
+    assert same(out.cpu().numpy(), pattern(1 << 20, 9, "float32"))  # NaNs among them
     assert pair.worker.stats()["ipc_received"] >= 1

@@ -264,8 +264,8 @@ TEST(SoftProvider, AnotherUserGetsNoSharedMemory) {
         if (got == sizeof(reply)) status = reply[6];
       }
     }
-    (void)::write(fds[1], &status, 1);
-    ::_exit(0);
+    const bool told = ::write(fds[1], &status, 1) == 1;
+    ::_exit(told ? 0 : 1);
   }
   ::close(fds[1]);
   std::uint8_t status = 0xEE;

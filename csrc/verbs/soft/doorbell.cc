@@ -33,11 +33,13 @@ Result<std::unique_ptr<Doorbell>> Doorbell::create() {
   return std::unique_ptr<Doorbell>(new Doorbell(std::move(fd)));
 }
 
-void Doorbell::drain() const {
+void drain_eventfd(int fd) {
   std::uint64_t count;
-  while (::read(fd_.get(), &count, sizeof(count)) < 0 && errno == EINTR) {
+  while (::read(fd, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
 }
+
+void Doorbell::drain() const { drain_eventfd(fd_.get()); }
 
 void Doorbell::ring() const { write_eventfd(fd_.get()); }
 

@@ -49,6 +49,10 @@ class PeerDoorbell {
   std::shared_ptr<KeyTableView> table_;
 };
 
+// Reads an eventfd's count (after a wake-up), retrying on EINTR; a count already read
+// (EAGAIN on a non-blocking eventfd) is no error.
+void drain_eventfd(int fd);
+
 // Counts doorbell writes (system calls) made by this process, for tests.
 std::uint64_t doorbell_writes();
 

@@ -15,6 +15,7 @@
 
 #include "core/thread_guard.h"
 #include "core/thread_name.h"
+#include "verbs/soft/doorbell.h"
 #include "verbs/soft/fd_passing.h"
 #include "verbs/soft/handshake.h"
 
@@ -196,10 +197,7 @@ bool Listener::serve(std::vector<pollfd>& fds) {
   }
   const int n = ::poll(fds.data(), fds.size(), timeout);
   if (n <= 0) return true;
-  if (fds[0].revents != 0) {
-    std::uint64_t count;
-    (void)::read(stop_.get(), &count, sizeof(count));
-  }
+  if (fds[0].revents != 0) drain_eventfd(stop_.get());
   // greetings first (indices shift as they finish), then new connections
   for (std::size_t i = fds.size(); i-- > 3;) {
     if (fds[i].revents == 0) continue;

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "core/spin_pause.h"
+#include "verbs/soft/doorbell.h"
 #include "verbs/soft/fd_passing.h"
 
 namespace tensorverbs::verbs::soft {
@@ -15,12 +16,6 @@ namespace {
 constexpr std::uint64_t kWakeCookie = 1;
 constexpr std::uint64_t kDoorbellCookie = 2;
 constexpr int kSocketPollEvery = 16;  // spin iterations between epoll_wait(0) calls
-
-void drain(int fd) {
-  std::uint64_t count;
-  while (::read(fd, &count, sizeof(count)) < 0 && errno == EINTR) {
-  }
-}
 
 }  // namespace
 
@@ -150,9 +145,9 @@ bool Progress::handle_events(int timeout_ms) {
   for (int i = 0; i < n; ++i) {
     const std::uint64_t cookie = events[i].data.u64;
     if (cookie == kWakeCookie) {
-      drain(wake_.get());
+      drain_eventfd(wake_.get());
     } else if (cookie == kDoorbellCookie) {
-      drain(doorbell_fd_);
+      drain_eventfd(doorbell_fd_);
     } else {
       hooks_->on_event(cookie, events[i].events);
     }

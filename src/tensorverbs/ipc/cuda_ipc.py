@@ -17,28 +17,26 @@ import numpy as np
 
 from ..devices import HOST, Cuda, Device
 from ..dlpack import host_view
-from ..errors import DataLossError, FailedPreconditionError
+from ..errors import DataLossError, FailedPreconditionError, InvalidArgumentError
 from ..out import Out
 from ..tensor import dtype_enum, numpy_dtype
+from ..torch_interop import numpy_dtype_of, torch_dtype_of
 from .descriptor import CUDA as KIND, SharedTensorDescriptor
 from .device_ipc import DeviceIpc, Export
 
 
 def _torch_dtype(enum: int) -> Any:
-    import torch
-
-    dtype = numpy_dtype(enum)
-    if dtype.name == "bfloat16":
-        return torch.bfloat16
-    return torch.from_numpy(np.empty(0, dtype)).dtype
+    dtype = torch_dtype_of(numpy_dtype(enum))
+    if dtype is None:
+        raise DataLossError(f"a CUDA tensor of {numpy_dtype(enum)}, which torch lacks, cannot be shared")
+    return dtype
 
 
 def _enum(tensor: Any) -> int:
-    import torch
-
-    if tensor.dtype == torch.bfloat16:
-        return dtype_enum(np.dtype("bfloat16"))
-    return dtype_enum(torch.empty(0, dtype=tensor.dtype).numpy().dtype)
+    dtype = numpy_dtype_of(tensor.dtype)
+    if dtype is None:
+        raise InvalidArgumentError(f"tensorverbs does not move {tensor.dtype} tensors")
+    return dtype_enum(dtype)
 
 
 def _torch(tensor: Any) -> Any:

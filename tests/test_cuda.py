@@ -1,0 +1,97 @@
+"""CUDA tensors through the API beyond TensorFlow's: torch-native results on the GPU (every
+dtype torch has, casts on receipt), batches, broadcast, send completion and asyncio, on every
+protocol variant (a device the provider cannot register goes through the CPU proxy). They
+run where torch sees a GPU."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.local_cluster import pattern, same
+
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU here")
+    return torch
+
+
+def cuda_pattern(torch, n: int, seed: int, dtype):
+    """``n`` elements of ``dtype`` on the GPU, different for each seed."""
+    values = torch.arange(n, dtype=torch.float32, device="cuda:0") * 0.25 + seed
+    return values.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float8_e4m3fn", "bool", "int8", "complex64"])
+def test_a_cuda_tensor_of_each_torch_dtype_comes_back_on_the_gpu(pair, step, torch, dtype):
+    tensor = cuda_pattern(torch, 4099, step, getattr(torch, dtype))
+    pair.worker.send("t", tensor, to=pair.PS, step_id=step)
+    host = pair.ps.recv("t", pair.WORKER, step, timeout=TIMEOUT)  # through the host, as numpy
+    pair.ps.send("back", host, to=pair.WORKER, step_id=step)
+    back = pair.worker.recv("back", pair.PS, step, timeout=TIMEOUT, device="cuda:0")
+    assert back.device.type == "cuda" and back.dtype == tensor.dtype
+    assert torch.equal(back.view(torch.uint8), tensor.view(torch.uint8))
+
+
+def test_a_cast_on_receipt_onto_the_gpu(pair, step, torch):
+    pair.ps.send_pattern("f32", pair.WORKER, step, 4 << 10, step, "float32")
+    got = pair.worker.recv("f32", pair.PS, step, timeout=TIMEOUT, device="cuda:0", dtype=torch.bfloat16)
+    # the GPU's own conversion (it rounds NaNs and subnormals its own way)
+    want = torch.from_numpy(pattern(4 << 10, step, "float32")).to("cuda:0").to(torch.bfloat16)
+    assert got.device.type == "cuda" and got.dtype == torch.bfloat16
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))  # NaNs too
+
+
+def test_a_batch_onto_the_gpu_and_into_cuda_outs(pair, step, torch):
+    sizes = [16, 64 << 10, 4 << 20]
+    for i, n in enumerate(sizes):
+        pair.ps.send_pattern(f"d{i}", pair.WORKER, step, n, step + i, "float32")
+        pair.ps.send_pattern(f"o{i}", pair.WORKER, step, n, step + i, "float32")
+    onto = pair.worker.recv_many([(f"d{i}", pair.PS, step) for i in range(len(sizes))],
+                                 timeout=TIMEOUT, device="cuda:0")
+    outs = [torch.zeros(n // 4, device="cuda:0") for n in sizes]
+    into = pair.worker.recv_many([tv.RecvEntry(f"o{i}", pair.PS, step, out) for i, out in enumerate(outs)],
+                                 timeout=TIMEOUT)
+    for i, n in enumerate(sizes):
+        want = pattern(n, step + i, "float32")
+        assert onto[i].device.type == "cuda" and same(onto[i].cpu().numpy(), want)
+        assert into[i] is outs[i] and same(outs[i].cpu().numpy(), want)
+
+
+def test_a_cuda_tensor_broadcast_to_a_peer_and_to_this_task(pair, step, torch):
+    tensor = cuda_pattern(torch, 1 << 18, step, torch.float32)
+    handle = pair.worker.send("b", tensor, to=[pair.PS, pair.WORKER], step_id=step)
+    mine = pair.worker.recv("b", pair.WORKER, step, timeout=TIMEOUT, device="cuda:0")
+    assert not handle.done()  # the ps has not asked for it
+    assert same(pair.ps.recv("b", pair.WORKER, step, timeout=TIMEOUT), tensor.cpu().numpy())
+    handle.wait(timeout=TIMEOUT)
+    assert mine.device.type == "cuda" and torch.equal(mine, tensor)
+
+
+def test_a_cuda_send_completes_and_flushes(pair, step, torch):
+    handles = pair.worker.send_many([(f"s{i}", cuda_pattern(torch, 1000 * (i + 1), step + i, torch.float16),
+                                      pair.PS, step) for i in range(3)])
+    for i in range(3):
+        pair.ps.post("recv", f"s{i}", pair.WORKER, step, timeout=TIMEOUT)
+    pair.worker.flush(timeout=TIMEOUT)
+    assert all(h.done() and h.exception(timeout=0) is None for h in handles)
+    for i in range(3):
+        got = pair.ps.result()
+        assert same(got, cuda_pattern(torch, 1000 * (i + 1), step + i, torch.float16).cpu().numpy())
+
+
+def test_arecv_into_a_cuda_out(pair, step, torch):
+    out = torch.zeros(1 << 16, device="cuda:0")
+    pair.ps.send_pattern("a", pair.WORKER, step, 1 << 18, step, "float32")
+
+    async def main():
+        return await pair.worker.arecv("a", pair.PS, step, timeout=TIMEOUT, out=out)
+
+    assert asyncio.run(main()) is out
+    assert same(out.cpu().numpy(), pattern(1 << 18, step, "float32"))
