@@ -47,8 +47,8 @@ CACHE=${RXE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tensorverbs-rxe}
 ACCEL=${RXE_ACCEL:-tcg}
 TIMEOUT=${RXE_TIMEOUT:-1200}
 SUITE=bookworm            # the guest's Python must stay 3.11: the wheels below are built for it
-GUEST_PKGS=rdma-core,ibverbs-providers,ibverbs-utils,python3,iproute2,kmod,procps
-GUEST_MODULES="rdma_rxe ib_uverbs crc32_generic veth virtio_pci 9pnet_virtio 9p"
+GUEST_PKGS=rdma-core,ibverbs-providers,ibverbs-utils,python3,iproute2,kmod,procps,nftables
+GUEST_MODULES="rdma_rxe ib_uverbs crc32_generic veth virtio_pci 9pnet_virtio 9p nf_tables nft_numgen"
 TEST_TOOLS="pytest pytest-timeout hypothesis ${RXE_GUEST_EXTRAS-torch==2.13.0}"
 CORE_PYTHON=${RXE_CORE_PYTHON:-$REPO/.venv/bin/python}
 
@@ -148,7 +148,7 @@ fi
 
 # only the modules the lab loads, with what they depend on
 MODDIR=$ROOT/usr/lib/modules/$KVER
-if [ ! -f "$MODDIR/.complete" ]; then
+if [ "$(cat "$MODDIR/.complete" 2>/dev/null)" != "$GUEST_MODULES" ]; then
   say "copying kernel modules into the guest"
   rm -rf "$ROOT"/usr/lib/modules/*
   mkdir -p "$MODDIR"
@@ -160,7 +160,7 @@ if [ ! -f "$MODDIR/.complete" ]; then
   done
   cp "$KDIR/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$MODDIR/" 2>/dev/null || true
   depmod -b "$ROOT" "$KVER"
-  touch "$MODDIR/.complete"
+  echo "$GUEST_MODULES" > "$MODDIR/.complete"
 fi
 
 # ------------------------------------------------- Python dependencies for the guest (3.11)
@@ -232,7 +232,7 @@ cp "$CORE" "$RUN/repo/src/tensorverbs/"
 # root filesystem, compressed and packed once (the kernel unpacks both, as it does an early
 # microcode archive before an initramfs); without the scripts nothing would boot
 BASE=$CACHE/rootfs.cpio.zst
-BASE_STAMP="2 $STAMP $KVER"
+BASE_STAMP="3 $STAMP $KVER $GUEST_MODULES"
 if [ ! -f "$BASE" ] || [ "$(cat "$BASE.stamp" 2>/dev/null)" != "$BASE_STAMP" ]; then
   say "packing the guest's root filesystem"
   rm -rf "$ROOT/init" "$ROOT/lab"  # (where earlier versions of this script wrote them)
@@ -271,6 +271,8 @@ echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad
 for m in crc32_generic rdma_rxe ib_uverbs veth virtio_pci 9pnet_virtio 9p; do
   modprobe "$m" || { echo "rxe-guest: modprobe $m failed"; finish 90; }
 done
+# nftables, for the tests that drop RoCE packets (they skip where it is missing)
+modprobe -q nf_tables && modprobe -q nft_numgen || echo "rxe-guest: no nftables modules"
 # a veth hands each packet to its peer's backlog, which drops beyond netdev_max_backlog
 # (1000): a RDMA READ's response (up to 8 MiB, 8192 packets) overflows it under the
 # emulated CPU, and every retry of the read overflows it again (a livelock real
