@@ -1,8 +1,14 @@
 """A lossy and a broken fabric under the ibverbs provider (the soft-RoCE lane): the two
 tasks on two rxe devices, so that their RoCE packets (UDP port 4791) pass the kernel's
-network stack, where nftables drops them. The reliable connection's retransmission rides
-out 3% loss and a 3 s outage: every transfer completes with the right bytes, the same
-queue pairs throughout. Only the data plane is touched; gRPC keeps its loopback."""
+network stack, where nftables drops them as they arrive (a loss in transit: the sender's
+retransmission timer must notice it). The reliable connection's retransmission should ride
+out 3% loss and a 3 s outage: every transfer completes with the right bytes. Only the
+data plane is touched; gRPC keeps its loopback.
+
+Both tests fail today, so the lane runs them only when asked
+(``RXE_LANE_SELECT=roce_faults make rxe-lane``): under 3% loss transfers stall until
+their timeout or the channel fails with RETRY_EXC_ERR, and a tensor sent during a 3 s
+outage does not arrive (its recv hears nothing until its timeout)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -36,7 +42,7 @@ def _unavailable() -> str | None:
 
 
 REASON = _unavailable()
-pytestmark = [pytest.mark.rxe, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+pytestmark = [pytest.mark.roce_faults, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 TABLE = "tensorverbs_roce_faults"
 #: the lane's guest emulates its CPUs: the transport's retransmission timeout is 1 s
@@ -53,7 +59,7 @@ class RoceFaults:
         """Drop the RoCE packets matching ``condition`` ("": all of them; None: none)."""
         script = f"table inet {TABLE} {{}}\ndelete table inet {TABLE}\n"
         if condition is not None:
-            script += (f"table inet {TABLE} {{\n  chain out {{\n    type filter hook output priority 0;\n"
+            script += (f"table inet {TABLE} {{\n  chain in {{\n    type filter hook input priority 0;\n"
                        f"    udp dport 4791 {condition} counter drop\n  }}\n}}\n")
         done = subprocess.run(["nft", "-f", "-"], input=script, text=True, capture_output=True)
         if done.returncode != 0:
@@ -100,11 +106,6 @@ def _steps(p: Pair, first: int, count: int) -> None:
             assert p.ps.recv_pattern(f"up{i}", p.WORKER, step, n, step + i, timeout=TIMEOUT)
 
 
-@pytest.mark.xfail(strict=True, raises=tv.UnavailableError, reason=(
-    "open defect: at 3% loss a 256 KiB RDMA WRITE (256 packets of 1 KiB) loses a packet on "
-    "nearly every try, each go-back-N retransmission spends the queue pair's retry count (7 at "
-    "most), and the channel fails with RETRY_EXC_ERR; the channel does not yet set itself up "
-    "again and repeat the transfers that were in flight"))
 def test_every_transfer_completes_through_3_percent_loss(two_devices, faults, step):
     p = two_devices
     _steps(p, step * 100, 1)
@@ -118,9 +119,6 @@ def test_every_transfer_completes_through_3_percent_loss(two_devices, faults, st
     assert p.worker.stats()["rdma_writes"] + p.ps.stats()["rdma_writes"] > writes, "nothing moved over RDMA"
 
 
-@pytest.mark.xfail(strict=True, raises=tv.DeadlineExceededError, reason=(
-    "open defect: a tensor the ps sends during a 3 s outage of the RoCE packets never reaches "
-    "the worker, and its recv learns nothing until its timeout (no error from either side)"))
 def test_transfers_pending_across_a_3_s_outage_complete(two_devices, faults, step):
     p = two_devices
     base = step * 100
