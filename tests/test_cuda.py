@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 import tensorverbs as tv
-from tensorverbs.local_cluster import pattern, same
+from tensorverbs.local_cluster import cluster_spec, pattern, same
 
 TIMEOUT = 60
 
@@ -95,3 +95,18 @@ def test_arecv_into_a_cuda_out(pair, step, torch):
 
     assert asyncio.run(main()) is out
     assert same(out.cpu().numpy(), pattern(1 << 18, step, "float32"))
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "grpc+verbs"])
+def test_a_cuda_tensor_between_two_servers_of_one_process(torch, step, protocol):
+    """CUDA IPC cannot open a handle in the process that exported it: a task of the same
+    process gets the tensor through host proxies, every time (the second time too, when
+    the host knows that it sees the GPU)."""
+    cluster = cluster_spec({"a": 1, "b": 1})
+    with tv.Server(cluster, "a", 0, protocol) as a, tv.Server(cluster, "b", 0, protocol) as b:
+        for i in range(3):
+            tensor = cuda_pattern(torch, 1 << 16, step + i, torch.float32)
+            a.send("t", tensor, to=b.task, step_id=step + i)
+            got = b.recv("t", a.task, step + i, timeout=TIMEOUT, device="cuda:0")
+            assert got.device.type == "cuda" and torch.equal(got, tensor)
+        assert a.stats()["ipc_sent"] == 0

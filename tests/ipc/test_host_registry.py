@@ -37,6 +37,19 @@ def test_a_task_sees_what_it_registered(registry):
     assert not other.sees("127.0.0.1:1000", "GPU-a")
 
 
+def test_a_task_of_this_process_is_told_apart_from_one_of_another(registry):
+    registry.register("127.0.0.1:1000", {"GPU-a"})
+    assert registry.in_this_process("127.0.0.1:1000")
+    assert not registry.in_this_process("127.0.0.1:1001")  # not registered
+    child = subprocess.run(
+        [sys.executable, "-c", "import sys; from tensorverbs.ipc.host_registry import HostRegistry; "
+         "HostRegistry(__import__('pathlib').Path(sys.argv[1])).register('127.0.0.1:1002', {'GPU-a'})",
+         str(registry.directory)], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert registry._file("127.0.0.1:1002").exists()
+    assert not registry.in_this_process("127.0.0.1:1002")  # written by the child
+
+
 def test_the_file_of_a_dead_process_is_ignored(registry):
     registry.register("127.0.0.1:1000", {"GPU-a"})
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

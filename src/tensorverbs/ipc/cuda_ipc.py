@@ -58,6 +58,7 @@ class CudaIpc(DeviceIpc):
     """CUDA tensors through torch's CUDA IPC."""
 
     kind = KIND
+    opens_own_exports = False  # cudaIpcOpenMemHandle refuses a handle of its own process
 
     def device_id(self, device: Device) -> str:
         assert isinstance(device, Cuda)

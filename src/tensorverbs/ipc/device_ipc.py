@@ -31,6 +31,9 @@ class DeviceIpc(abc.ABC):
     """Export, open and release tensors of one kind of device."""
 
     kind: int
+    #: whether the process that exported a tensor can open it too (CUDA IPC cannot: a
+    #: task sends such tensors to a task of its own process through host proxies)
+    opens_own_exports = True
 
     @abc.abstractmethod
     def device_id(self, device: Device) -> str:

@@ -1,12 +1,12 @@
 """SharedTensors: one task's tensors passed by handle to tasks of its host.
 
 A send of a GPU tensor to a task of the same host that sees that GPU (it said so in the
-:class:`HostRegistry`) exports a copy of it (CUDA IPC) and sends its descriptor, DT_VARIANT
-bytes under the tensor's rendezvous key, through the task's protocol. The receiver's recv
-gets the descriptor, opens the handle, copies the tensor to where the recv wants it (a new
-tensor on its GPU, its ``out``, the host) and sends ReleaseSharedTensor, upon which the
-sender frees its copy. A step cleaned up or aborted, or the server stopping, frees the
-exports of it that no receiver released.
+:class:`HostRegistry`), in another process, exports a copy of it (CUDA IPC) and sends its
+descriptor, DT_VARIANT bytes under the tensor's rendezvous key, through the task's protocol.
+The receiver's recv gets the descriptor, opens the handle, copies the tensor to where the
+recv wants it (a new tensor on its GPU, its ``out``, the host) and sends
+ReleaseSharedTensor, upon which the sender frees its copy. A step cleaned up or aborted,
+or the server stopping, frees the exports of it that no receiver released.
 
 ``device_ipc``: True shares every device that can be (the ``cpu:proxy`` stand-in too),
 None (the default) CUDA GPUs, False nothing: every tensor then goes through host proxies.
@@ -121,8 +121,9 @@ class SharedTensors:
         if ipc is None or self.registry is None or key.dst == self.task:
             return None
         self.note(device)
-        device_id = ipc.device_id(device)
-        if not self.registry.sees(self.cluster.address(key.dst), device_id):
+        device_id, address = ipc.device_id(device), self.cluster.address(key.dst)
+        if not self.registry.sees(address, device_id) or (
+                not ipc.opens_own_exports and self.registry.in_this_process(address)):
             return None
         try:
             export = ipc.export(value, device)
