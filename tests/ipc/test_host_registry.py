@@ -39,15 +39,21 @@ def test_a_task_sees_what_it_registered(registry):
 
 def test_a_task_of_this_process_is_told_apart_from_one_of_another(registry):
     registry.register("127.0.0.1:1000", {"GPU-a"})
-    assert registry.in_this_process("127.0.0.1:1000")
-    assert not registry.in_this_process("127.0.0.1:1001")  # not registered
-    child = subprocess.run(
-        [sys.executable, "-c", "import sys; from tensorverbs.ipc.host_registry import HostRegistry; "
-         "HostRegistry(__import__('pathlib').Path(sys.argv[1])).register('127.0.0.1:1002', {'GPU-a'})",
-         str(registry.directory)], capture_output=True, text=True)
-    assert child.returncode == 0, child.stderr
-    assert registry._file("127.0.0.1:1002").exists()
-    assert not registry.in_this_process("127.0.0.1:1002")  # written by the child
+    assert registry.sees("127.0.0.1:1000", "GPU-a")
+    assert not registry.sees("127.0.0.1:1000", "GPU-a", elsewhere=True)  # this process
+    assert not registry.sees("127.0.0.1:1001", "GPU-a", elsewhere=True)  # not registered
+    # another process registers, and lives until its stdin closes
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys; from tensorverbs.ipc.host_registry import HostRegistry; "
+         "HostRegistry(pathlib.Path(sys.argv[1])).register('127.0.0.1:1002', {'GPU-a'}); "
+         "print('in', flush=True); sys.stdin.read()", str(registry.directory)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "in\n"
+        assert registry.sees("127.0.0.1:1002", "GPU-a", elsewhere=True)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
 
 
 def test_the_file_of_a_dead_process_is_ignored(registry):

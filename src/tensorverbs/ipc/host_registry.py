@@ -78,32 +78,24 @@ class HostRegistry:
             os.replace(scratch, path)
             self._mine[address] = known  # only once written: a failed write is tried again
 
-    def sees(self, address: str, device: str) -> bool:
-        """Whether the task at ``address`` runs on this host and sees ``device``."""
-        entry = self._entry(address)
-        return entry is not None and device in entry[1] and _alive(entry[0])
-
-    def in_this_process(self, address: str) -> bool:
-        """Whether the task at ``address`` runs in this process."""
-        entry = self._entry(address)
-        return entry is not None and entry[0] == os.getpid()
-
-    def _entry(self, address: str) -> tuple[int, frozenset[str]] | None:
-        """(pid, devices) of the task at ``address`` as it registered them; None if none."""
+    def sees(self, address: str, device: str, *, elsewhere: bool = False) -> bool:
+        """Whether the task at ``address`` runs on this host (``elsewhere``: in another
+        process than this one) and sees ``device``."""
         path = self._file(address)
         try:
             mtime = path.stat().st_mtime_ns
         except FileNotFoundError:
-            return None
+            return False
         cached = self._seen.get(address)
         if cached is None or cached[0] != mtime:
             try:
                 entry = json.loads(path.read_text())
                 pid, devices = int(entry["pid"]), frozenset(map(str, entry["devices"]))
             except (OSError, ValueError, KeyError, TypeError):
-                return None
+                return False
             cached = self._seen[address] = (mtime, pid, devices)
-        return cached[1], cached[2]
+        _, pid, devices = cached
+        return device in devices and not (elsewhere and pid == os.getpid()) and _alive(pid)
 
     def unregister(self) -> None:
         """Remove what this process registered."""

@@ -121,9 +121,8 @@ class SharedTensors:
         if ipc is None or self.registry is None or key.dst == self.task:
             return None
         self.note(device)
-        device_id, address = ipc.device_id(device), self.cluster.address(key.dst)
-        if not self.registry.sees(address, device_id) or (
-                not ipc.opens_own_exports and self.registry.in_this_process(address)):
+        device_id = ipc.device_id(device)
+        if not self.registry.sees(self.cluster.address(key.dst), device_id, elsewhere=not ipc.opens_own_exports):
             return None
         try:
             export = ipc.export(value, device)
