@@ -13,10 +13,8 @@ is not told, and its recv waits until its timeout."""
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import shutil
-import subprocess
 import time
 
 import pytest
@@ -26,6 +24,7 @@ from tensorverbs.local_cluster import TaskProcess, cluster_spec, pattern, same
 from tensorverbs.verbs import availability
 from tensorverbs.verbs.config import RdmaConfig
 
+import nft
 from variants import Pair
 
 _OK, _WHY = availability("ibverbs")
@@ -45,7 +44,6 @@ def _unavailable() -> str | None:
 REASON = _unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
-TABLE = "tensorverbs_roce_faults"
 #: the lane's guest emulates its CPUs: the transport's retransmission timeout is 1 s
 ENV = {"TENSORVERBS_PROVIDER": "ibverbs", "RDMA_QP_TIMEOUT": "18"}
 TIMEOUT = 60.0
@@ -54,23 +52,16 @@ SIZES = [4 << 10, 256 << 10]
 
 
 class RoceFaults:
-    """nftables rules of this (the guest's) network namespace that drop RoCE v2 packets."""
+    """nftables rules of this (the guest's) network namespace that drop RoCE v2 packets as
+    they arrive."""
 
     def set(self, condition: str | None) -> None:
         """Drop the RoCE packets matching ``condition`` ("": all of them; None: none)."""
-        script = f"table inet {TABLE} {{}}\ndelete table inet {TABLE}\n"
-        if condition is not None:
-            script += (f"table inet {TABLE} {{\n  chain in {{\n    type filter hook input priority 0;\n"
-                       f"    udp dport 4791 {condition} counter drop\n  }}\n}}\n")
-        done = subprocess.run(["nft", "-f", "-"], input=script, text=True, capture_output=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"nft failed: {done.stderr.strip()}")
+        nft.replace(None, "" if condition is None else (
+            f"  chain in {{ type filter hook input priority 0; udp dport 4791 {condition} counter drop; }}"))
 
     def dropped(self) -> int:
-        listing = json.loads(subprocess.run(["nft", "-j", "list", "table", "inet", TABLE], check=True,
-                                            capture_output=True, text=True).stdout)
-        return sum(e["counter"]["packets"] for item in listing["nftables"] if "rule" in item
-                   for e in item["rule"]["expr"] if "counter" in e)
+        return nft.counted(None)
 
 
 @pytest.fixture(scope="module")
