@@ -1,5 +1,6 @@
 #include "binding/rendezvous_binding.h"
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -115,10 +116,10 @@ class Rendezvous {
  public:
   Rendezvous(std::int32_t task, std::vector<std::string> task_names, const nb::dict& config,
              std::string listen_host, bool read_mode, bool validate, std::uint32_t slots,
-             std::size_t pool_block, std::size_t pool_limit) {
-    RendezvousSettings settings{task, std::move(task_names), to_config(config),
+             std::size_t pool_block, std::size_t pool_limit, bool recover) {
+    RendezvousSettings settings{task,       std::move(task_names), to_config(config),
                                 std::move(listen_host), read_mode, validate, slots, pool_block,
-                                pool_limit};
+                                pool_limit, recover};
     Result<std::unique_ptr<RdmaRendezvous>> opened = Status(Code::kUnknown, "");
     {
       nb::gil_scoped_release release;
@@ -148,9 +149,14 @@ class Rendezvous {
     check(status);
   }
 
-  void fail_channel(std::int32_t peer, int code, const std::string& message) {
+  void fail_channel(std::int32_t peer, int code, const std::string& message, bool transient) {
     nb::gil_scoped_release release;
-    rv_->fail_channel(peer, Status(static_cast<Code>(code), message));
+    rv_->fail_channel(peer, Status(static_cast<Code>(code), message), transient);
+  }
+
+  std::optional<std::int32_t> next_lost(double timeout) {
+    nb::gil_scoped_release release;
+    return rv_->next_lost(timeout);
   }
 
   void send(std::int64_t step, std::int32_t dst, std::string name, std::int32_t dtype,
@@ -324,15 +330,22 @@ void bind_rendezvous(nb::module_& m) {
   nb::class_<Rendezvous>(m, "Rendezvous",
                          "The grpc+verbs protocol of one task: channels, tensors, recvs.")
       .def(nb::init<std::int32_t, std::vector<std::string>, const nb::dict&, std::string, bool,
-                    bool, std::uint32_t, std::size_t, std::size_t>(),
+                    bool, std::uint32_t, std::size_t, std::size_t, bool>(),
            "task"_a, "task_names"_a, "config"_a, "listen_host"_a, "read_mode"_a, "validate"_a,
-           "slots"_a, "pool_block"_a, "pool_limit"_a)
+           "slots"_a, "pool_block"_a, "pool_limit"_a, "recover"_a = false)
       .def("channel", &Rendezvous::channel, "peer"_a, "incarnation"_a, "offered"_a,
            "This side's channel to `peer` (created or replaced as needed), described.")
       .def("connect", &Rendezvous::connect, "peer"_a, "incarnation"_a, "remote"_a,
            "Connect this side's channel to the peer's description.")
       .def("fail_channel", &Rendezvous::fail_channel, "peer"_a, "code"_a, "message"_a,
-           "The peer is gone: fail the channel and everything on it.")
+           "transient"_a = false,
+           "The peer is gone: fail the channel and everything on it. `transient`: the "
+           "channel broke under the transport instead (its recvs wait for it to be set up "
+           "again, and next_lost() names the peer).")
+      .def("next_lost", &Rendezvous::next_lost, "timeout"_a,
+           "The next peer whose channel broke under the transport and should be set up "
+           "again (waits up to `timeout` s, the GIL released; < 0: for ever); None on "
+           "timeout or once stopped.")
       .def("ready", [](const Rendezvous& r, std::int32_t peer) { return r.rv_->ready(peer); },
            "peer"_a, "Whether the channel to `peer` is connected and working.")
       .def("send", &Rendezvous::send, "step"_a, "dst"_a, "name"_a, "dtype"_a, "shape"_a,

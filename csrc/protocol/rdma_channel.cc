@@ -347,9 +347,14 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
   }
   if (!wc.ok()) {
     std::string detail = qp_->error_detail();
-    fail(Status(Code::kUnavailable, name() + " failed: " + verbs::to_string(wc.status) + " on " +
-                                        verbs::to_string(wc.opcode) +
-                                        (detail.empty() ? "" : " (" + detail + ")")));
+    const bool transient = verbs::connection_broke(wc.status);
+    if (fail(Status(Code::kUnavailable, name() + " failed: " + verbs::to_string(wc.status) + " on " +
+                                            verbs::to_string(wc.opcode) +
+                                            (detail.empty() ? "" : " (" + detail + ")")),
+             transient) &&
+        transient) {
+      owner_.channel_lost(peer_);
+    }
     return;
   }
   if (kind == WorkKind::kRecv) {
@@ -463,7 +468,7 @@ void RdmaChannel::after_batch() {
   if (!status.ok()) fail(status);
 }
 
-void RdmaChannel::fail(const Status& why) {
+bool RdmaChannel::fail(const Status& why, bool transient) {
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests;
   std::deque<std::shared_ptr<RdmaTensorRequest>> queued;
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses;
@@ -471,7 +476,7 @@ void RdmaChannel::fail(const Status& why) {
   Status failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failed_) return;
+    if (failed_) return false;
     failed_ = true;
     if (!error_) error_ = why;
     failed = *error_;
@@ -484,13 +489,14 @@ void RdmaChannel::fail(const Status& why) {
   qp_->to_error(failed.message());
   // what a caller throws as its recv fails is the caller's: the other recvs fail all the same
   for (auto& entry : requests) {
-    run_guarded([&] { entry.second->fail(failed); }, [](const char*) {});
+    run_guarded([&] { entry.second->fail(failed, transient); }, [](const char*) {});
   }
   for (auto& request : queued) {
-    run_guarded([&] { request->fail(failed); }, [](const char*) {});
+    run_guarded([&] { request->fail(failed, transient); }, [](const char*) {});
   }
   for (auto& [index, response] : responses) response->abandon();
   for (auto& [sequence, response] : waiting) response->abandon();
+  return true;
 }
 
 }  // namespace tensorverbs

@@ -53,6 +53,9 @@ class ChannelOwner {
   // Work waits in a channel's backlog: call drain() on it from housekeeping until it says
   // nothing is left.
   virtual void wants_housekeeping() = 0;
+  // The channel to `peer` broke under the transport (see RdmaChannel::fail): it should be
+  // set up again (in the adapter's thread; must not block).
+  virtual void channel_lost(std::int32_t /*peer*/) {}
 };
 
 class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
@@ -138,8 +141,12 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // After a batch of completions: an explicit ACK if messages were taken and none went back.
   void after_batch();
 
-  // The connection is gone: fails every request and response, once.
-  void fail(const Status& why);
+  // The connection is gone: fails every request and response, once; true if this call did.
+  // `transient`: the connection broke under the transport (it gave up retransmitting, or
+  // the peer's side was closed) rather than for good, so a request may be asked again on
+  // the channel that replaces this one (RdmaTensorRequest::fail). Tensors being answered
+  // go back to the table either way.
+  bool fail(const Status& why, bool transient = false);
 
  private:
   // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.

@@ -102,8 +102,15 @@ Result<std::string> RdmaRendezvous::channel(std::int32_t peer, std::uint64_t inc
     channels_[peer] = channel;
   }
   if (old) {
-    old->fail(Status(Code::kUnavailable, old->name() + " was replaced by a new one"));
+    // the same incarnation set the channel up again: what was asked on it is asked again
+    const bool restarted = old->incarnation() != incarnation;
+    const Status why(Code::kUnavailable, old->name() + " was replaced by a new one" +
+                                             (restarted ? " (the peer restarted)" : ""));
+    old->fail(why, !restarted && !old->error());
     adapter_->detach(old->qp_num());
+    if (restarted) {  // what the last incarnation was asked for is gone with it
+      for (auto& request : take_held(peer)) request->give_up(why);
+    }
   }
   return channel->description();
 }
@@ -119,11 +126,73 @@ Status RdmaRendezvous::connect(std::int32_t peer, std::uint64_t incarnation, std
   if (!channel || channel->incarnation() != incarnation) {
     return Status(Code::kFailedPrecondition, "no verbs channel to " + task_name(peer) + " to connect");
   }
-  return channel->connect(description.value());
+  Status connected = channel->connect(description.value());
+  if (connected.ok()) {
+    for (auto& request : take_held(peer)) request->resume(channel);
+  }
+  return connected;
 }
 
-void RdmaRendezvous::fail_channel(std::int32_t peer, const Status& why) {
-  if (auto channel = find_channel(peer)) channel->fail(why);
+void RdmaRendezvous::fail_channel(std::int32_t peer, const Status& why, bool transient) {
+  std::shared_ptr<RdmaChannel> channel = find_channel(peer);
+  if (transient) {
+    if (channel && channel->fail(why, true)) channel_lost(peer);
+    return;
+  }
+  if (channel) channel->fail(why);
+  for (auto& request : take_held(peer)) request->give_up(why);
+}
+
+bool RdmaRendezvous::hold(const std::shared_ptr<RdmaTensorRequest>& request) {
+  std::shared_ptr<RdmaChannel> channel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!settings_.recover || stopped_) return false;
+    auto it = channels_.find(request->peer());
+    if (it != channels_.end() && it->second->ready()) {
+      channel = it->second;  // set up again already
+    } else {
+      held_[request->peer()].push_back(request);
+      return true;
+    }
+  }
+  request->resume(channel);
+  return true;
+}
+
+std::vector<std::shared_ptr<RdmaTensorRequest>> RdmaRendezvous::take_held(std::int32_t peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = held_.find(peer);
+  if (it == held_.end()) return {};
+  std::vector<std::shared_ptr<RdmaTensorRequest>> held = std::move(it->second);
+  held_.erase(it);
+  return held;
+}
+
+void RdmaRendezvous::channel_lost(std::int32_t peer) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!settings_.recover || stopped_ ||
+        std::find(lost_.begin(), lost_.end(), peer) != lost_.end()) {
+      return;
+    }
+    lost_.push_back(peer);
+  }
+  lost_ready_.notify_all();
+}
+
+std::optional<std::int32_t> RdmaRendezvous::next_lost(double timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto some = [this] { return stopped_ || !lost_.empty(); };
+  if (timeout < 0) {
+    lost_ready_.wait(lock, some);
+  } else if (!lost_ready_.wait_for(lock, std::chrono::duration<double>(timeout), some)) {
+    return std::nullopt;
+  }
+  if (stopped_) return std::nullopt;
+  const std::int32_t peer = lost_.front();
+  lost_.pop_front();
+  return peer;
 }
 
 bool RdmaRendezvous::ready(std::int32_t peer) const {
@@ -213,13 +282,18 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
   }
   auto request =
       std::make_shared<RdmaTensorRequest>(*this, channel, key, caller, std::move(destination));
-  if (auto late = recvs_.track(request)) {  // it came back since the check above
-    caller->complete(RecvResult{Status(), std::move(*late)});
-    return nullptr;
-  }
   add_deadline(timeout, request);
-  request->start();
+  start_request(request);  // a late tensor may have come back since the check above
   return request;
+}
+
+void RdmaRendezvous::start_request(const std::shared_ptr<RdmaTensorRequest>& request) {
+  if (auto late = recvs_.track(request)) {  // untracked: it takes the tensor
+    TensorValue value = std::move(*late);
+    if (!request->hand_over(value)) keep_late(request->key(), std::move(value));
+    return;
+  }
+  request->start();
 }
 
 void RdmaRendezvous::add_deadline(double timeout, const std::shared_ptr<PendingRecv>& recv) {
@@ -327,12 +401,15 @@ std::vector<std::pair<std::string, std::uint64_t>> RdmaRendezvous::stats() const
 
 void RdmaRendezvous::stop() {
   std::unordered_map<std::int32_t, std::shared_ptr<RdmaChannel>> channels;
+  std::unordered_map<std::int32_t, std::vector<std::shared_ptr<RdmaTensorRequest>>> held;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;
     stopped_ = true;
     channels.swap(channels_);
+    held.swap(held_);  // tracked: stopping the recvs ends them (kept alive until then)
   }
+  lost_ready_.notify_all();
   recvs_.stop();
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
   adapter_->stop();

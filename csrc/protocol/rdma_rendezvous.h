@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstddef>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -47,6 +49,9 @@ struct RendezvousSettings {
   std::uint32_t slots = 16;              // TENSORVERBS_MESSAGE_SLOTS
   std::size_t pool_block = std::size_t{256} << 20;
   std::size_t pool_limit = std::size_t{16} << 30;
+  // A channel that broke under the transport holds its recvs until the control plane sets
+  // it up again (it learns of it from next_lost()), instead of failing them.
+  bool recover = false;
 };
 
 class RdmaRendezvous final : public ChannelOwner {
@@ -60,10 +65,16 @@ class RdmaRendezvous final : public ChannelOwner {
   // queue pair than the one the peer `offered` now (it gave that channel up) is replaced.
   Result<std::string> channel(std::int32_t peer, std::uint64_t incarnation,
                               std::string_view offered = {});
-  // Connects this side's channel to the peer's description.
+  // Connects this side's channel to the peer's description; the recvs held for the peer
+  // (its channel broke under the transport) are asked again there.
   Status connect(std::int32_t peer, std::uint64_t incarnation, std::string_view remote);
-  void fail_channel(std::int32_t peer, const Status& why);
+  // Fails the channel to `peer` and the recvs held for it. `transient`: as if it broke under
+  // the transport (its recvs are held, and next_lost() tells it).
+  void fail_channel(std::int32_t peer, const Status& why, bool transient = false);
   bool ready(std::int32_t peer) const;
+  // The next peer whose channel broke under the transport, to be set up again; waits up to
+  // `timeout` seconds (< 0: for ever). Nothing on timeout, or once stopped.
+  std::optional<std::int32_t> next_lost(double timeout);
 
   // -- tensors -------------------------------------------------------------------------------
   Status send(std::int64_t step, std::int32_t dst, std::string name, TensorValue value);
@@ -114,6 +125,12 @@ class RdmaRendezvous final : public ChannelOwner {
   // caller's destination are copied first: into the pool, or the heap when the pool is full.
   void keep_late(const StepKey& key, TensorValue value);
   void forget(const PendingRecv* recv) { recvs_.forget(recv); }
+  bool recovers() const { return settings_.recover; }
+  // Holds `request` (its channel broke) until the peer's channel is set up again, or asks
+  // again at once if it is; false when the rendezvous does not recover channels or stopped.
+  bool hold(const std::shared_ptr<RdmaTensorRequest>& request);
+  // Tracks and starts `request` (a late tensor of its key answers it instead).
+  void start_request(const std::shared_ptr<RdmaTensorRequest>& request);
 
   // -- ChannelOwner ----------------------------------------------------------------------------
   ProtocolCounters& counters() override { return counters_; }
@@ -121,6 +138,7 @@ class RdmaRendezvous final : public ChannelOwner {
                          const RdmaMessage& message) override;
   const std::string& task_name(std::int32_t task) const override;
   void wants_housekeeping() override;
+  void channel_lost(std::int32_t peer) override;
 
  private:
   explicit RdmaRendezvous(RendezvousSettings settings) : settings_(std::move(settings)) {}
@@ -132,6 +150,8 @@ class RdmaRendezvous final : public ChannelOwner {
   bool housekeeping();
   // Gives `recv` up with DeadlineExceeded after `timeout` seconds (none when < 0).
   void add_deadline(double timeout, const std::shared_ptr<PendingRecv>& recv);
+  // The recvs held for `peer`, no longer held.
+  std::vector<std::shared_ptr<RdmaTensorRequest>> take_held(std::int32_t peer);
 
   const RendezvousSettings settings_;
   std::string provider_;
@@ -150,6 +170,10 @@ class RdmaRendezvous final : public ChannelOwner {
   mutable std::mutex mu_;
   bool stopped_ = false;
   std::unordered_map<std::int32_t, std::shared_ptr<RdmaChannel>> channels_;
+  // recvs whose channel broke, by peer, until it is set up again
+  std::unordered_map<std::int32_t, std::vector<std::shared_ptr<RdmaTensorRequest>>> held_;
+  std::deque<std::int32_t> lost_;  // peers to set up again (next_lost), each once
+  std::condition_variable lost_ready_;
 };
 
 }  // namespace tensorverbs

@@ -23,9 +23,16 @@ std::string hex32(std::uint32_t value) {
 RdmaTensorRequest::RdmaTensorRequest(RdmaRendezvous& rendezvous,
                                      std::shared_ptr<RdmaChannel> channel, StepKey key,
                                      std::shared_ptr<RecvCallback> caller,
-                                     std::optional<RecvDestination> destination)
+                                     std::optional<RecvDestination> destination,
+                                     std::shared_ptr<RdmaTensorRequest> previous)
     : rendezvous_(rendezvous), channel_(std::move(channel)), key_(std::move(key)),
+      previous_(std::move(previous)), attempt_(previous_ ? previous_->attempt_ + 1 : 1),
       caller_(std::move(caller)), destination_(std::move(destination)) {}
+
+std::shared_ptr<RdmaTensorRequest> RdmaTensorRequest::successor() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_.lock();
+}
 
 RdmaTensorRequest::~RdmaTensorRequest() = default;
 
@@ -35,6 +42,7 @@ std::string RdmaTensorRequest::what() const {
 }
 
 std::string RdmaTensorRequest::progress() const {
+  if (auto next = successor()) return next->progress();
   std::unique_lock<std::mutex> lock(mu_);
   switch (state_) {
     case State::kRequested:
@@ -49,6 +57,9 @@ std::string RdmaTensorRequest::progress() const {
       return "the meta-data arrived and the tensor was re-requested; its write has not";
     case State::kReading: return "the tensor is being read";
     case State::kRevoking: return "the tensor arrived; its landing's window is being invalidated";
+    case State::kHeld:
+      return broke_->message() + "; it is asked again once the channel is set up again (attempt " +
+             std::to_string(attempt_) + " of " + std::to_string(kMaxAttempts) + ")";
     case State::kDone: break;
   }
   return "";
@@ -71,8 +82,8 @@ bool RdmaTensorRequest::send_request(std::uint32_t index) {
                       std::nullopt, 0, ""};
   {
     std::unique_lock<std::mutex> lock(mu_);
-    // it ended before it was asked for: given up, or handed a late tensor
-    if (state_ == State::kDone) return false;
+    // it ended before it was asked for (given up, or handed a late tensor), or its channel broke
+    if (state_ == State::kDone || state_ == State::kHeld) return false;
     index_ = index;
     sent_ = true;
     message.request_index = index_;
@@ -135,6 +146,10 @@ void RdmaTensorRequest::release_landing() {
 }
 
 void RdmaTensorRequest::on_message(const RdmaMessage& message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kHeld) return;  // from the broken channel: the successor asks again
+  }
   switch (message.type) {
     case MessageType::kMetaDataResponse: on_meta(message); break;
     case MessageType::kTensorInline: on_inline(message); break;
@@ -235,7 +250,7 @@ void RdmaTensorRequest::on_content(std::uint32_t byte_len) {
   std::shared_ptr<verbs::MemoryWindow> revoking;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kDone) return;
+    if (state_ == State::kDone || state_ == State::kHeld) return;
     if (!meta_ || (meta_->nbytes && !landing_)) {
       status = Status(Code::kDataLoss, what() + ": content arrived before meta-data");
     } else {
@@ -287,14 +302,51 @@ void RdmaTensorRequest::on_read_done() {
   finish(Status(), std::move(value));
 }
 
-void RdmaTensorRequest::on_malformed(const Status& why) { finish(why, std::nullopt); }
+void RdmaTensorRequest::on_malformed(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == State::kHeld) return;
+  }
+  finish(why, std::nullopt);
+}
 
-void RdmaTensorRequest::fail(const Status& why) {
+bool RdmaTensorRequest::may_hold_locked() const {
+  return rendezvous_.recovers() && attempt_ < kMaxAttempts && caller_ && !deferred_ &&
+         (state_ == State::kRequested || state_ == State::kReRequested ||
+          (state_ == State::kReading && !read_outstanding_locked()));
+}
+
+void RdmaTensorRequest::fail(const Status& why, bool transient) {
+  bool held = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kRevoking) return;  // the tensor is here: it is handed over
+    if (transient && may_hold_locked()) {
+      // its queue pair is in the error state: nothing lands in the landing any more
+      release_landing();
+      state_ = State::kHeld;
+      sent_ = false;  // nothing is asked for until the successor asks
+      broke_ = why;
+      held = true;
+    }
   }
+  if (held && rendezvous_.hold(shared_from_this())) return;
   finish(why, std::nullopt, false);
+}
+
+void RdmaTensorRequest::resume(const std::shared_ptr<RdmaChannel>& channel) {
+  std::shared_ptr<RdmaTensorRequest> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != State::kHeld) return;  // given up, or handed a late tensor, meanwhile
+    state_ = State::kDone;
+    next = std::make_shared<RdmaTensorRequest>(rendezvous_, channel, key_, std::move(caller_),
+                                               destination_, shared_from_this());
+    caller_.reset();
+    next_ = next;
+  }
+  rendezvous_.start_request(next);  // tracked before this one is forgotten
+  rendezvous_.forget(this);
 }
 
 void RdmaTensorRequest::cancel_locked(std::optional<RdmaMessage>* out) {
@@ -333,6 +385,10 @@ bool RdmaTensorRequest::destination_reachable_locked() const {
 }
 
 void RdmaTensorRequest::give_up(const Status& why) {
+  if (auto next = successor()) {  // asked again on a new channel: that one is the recv now
+    next->give_up(why);
+    return;
+  }
   std::shared_ptr<RecvCallback> caller;
   std::optional<RdmaMessage> cancel;
   {

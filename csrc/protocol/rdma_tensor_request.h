@@ -11,6 +11,10 @@
 // who gave up is kept for the next recv of its key and step. A caller whose own memory
 // (its destination) is the landing hears that it gave up only once nothing can be written
 // there any more: after a recv raised, its `out=` is never written.
+//
+// A request whose channel broke under the transport (RdmaChannel::fail, transient) is held
+// (kHeld) until the channel is set up again, then asked again there by a successor, which
+// takes its caller; giving the request up gives the successor up. At most kMaxAttempts.
 #pragma once
 
 #include <atomic>
@@ -35,10 +39,14 @@ class RdmaRendezvous;
 class RdmaTensorRequest : public PendingRecv,
                           public std::enable_shared_from_this<RdmaTensorRequest> {
  public:
-  // A tensor that fits `destination` lands in it (see TensorLanding).
+  static constexpr std::uint32_t kMaxAttempts = 8;
+
+  // A tensor that fits `destination` lands in it (see TensorLanding). `previous`: the
+  // attempt this one asks again for (kept alive: its deadline and handle lead here).
   RdmaTensorRequest(RdmaRendezvous& rendezvous, std::shared_ptr<RdmaChannel> channel, StepKey key,
                     std::shared_ptr<RecvCallback> caller,
-                    std::optional<RecvDestination> destination = std::nullopt);
+                    std::optional<RecvDestination> destination = std::nullopt,
+                    std::shared_ptr<RdmaTensorRequest> previous = nullptr);
   ~RdmaTensorRequest() override;
 
   // Registers with the channel and sends TENSOR_REQUEST (or queues behind the requests in
@@ -53,7 +61,12 @@ class RdmaTensorRequest : public PendingRecv,
   void on_content(std::uint32_t byte_len);      // the write with our index arrived
   void on_read_done();                          // read mode: our read completed
   void on_malformed(const Status& why);         // a malformed message named this request
-  void fail(const Status& why);                 // the channel failed: nothing more will come
+  // The channel failed: nothing more will come. `transient` (it broke under the transport):
+  // held for the channel that replaces it, if the rendezvous recovers channels.
+  void fail(const Status& why, bool transient = false);
+  // The held request is asked again on `channel` (the peer's new channel) by a successor.
+  void resume(const std::shared_ptr<RdmaChannel>& channel);
+  std::int32_t peer() const { return key_.key.src; }
 
   // -- PendingRecv ---------------------------------------------------------------------------
   const StepKey& key() const override { return key_; }
@@ -64,7 +77,8 @@ class RdmaTensorRequest : public PendingRecv,
 
  private:
   // kRevoking: the content arrived; it is handed over once its window's invalidation ran
-  enum class State { kRequested, kReRequested, kReading, kRevoking, kDone };
+  // kHeld: its channel broke under the transport; waiting for the new one (resume)
+  enum class State { kRequested, kReRequested, kReading, kRevoking, kHeld, kDone };
 
   void on_meta(const RdmaMessage& message);
   void on_inline(const RdmaMessage& message);
@@ -76,10 +90,15 @@ class RdmaTensorRequest : public PendingRecv,
   // Whether our read was posted and its completion not seen yet.
   bool read_outstanding_locked() const;                  // under mu_
   void finish(Status status, std::optional<TensorValue> value, bool registered = true);
+  // Whether the request may be held for a new channel now that its own broke.
+  bool may_hold_locked() const;                          // under mu_
+  std::shared_ptr<RdmaTensorRequest> successor() const;
 
   RdmaRendezvous& rendezvous_;
   const std::shared_ptr<RdmaChannel> channel_;
   const StepKey key_;
+  const std::shared_ptr<RdmaTensorRequest> previous_;
+  const std::uint32_t attempt_;  // 1 for the first
   std::uint32_t index_ = 0;
   mutable std::mutex mu_;
   State state_ = State::kRequested;
@@ -97,6 +116,8 @@ class RdmaTensorRequest : public PendingRecv,
   // Read mode: set once the completion of our read (a flush too) was seen; until then the
   // landing may still be written, so it is not reused and a caller's memory not given back.
   std::shared_ptr<std::atomic<bool>> read_seen_;
+  std::optional<Status> broke_;               // kHeld: why its channel broke
+  std::weak_ptr<RdmaTensorRequest> next_;     // the attempt that took over (resume)
 };
 
 }  // namespace tensorverbs

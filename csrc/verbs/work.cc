@@ -2,6 +2,11 @@
 
 namespace tensorverbs::verbs {
 
+bool connection_broke(WcStatus status) {
+  return status == WcStatus::kRetryExcErr || status == WcStatus::kRnrRetryExcErr ||
+         status == WcStatus::kWrFlushErr;
+}
+
 const char* to_string(WcStatus status) {
   switch (status) {
     case WcStatus::kSuccess: return "SUCCESS";

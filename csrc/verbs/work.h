@@ -43,6 +43,11 @@ enum class WcStatus : std::uint8_t {
 };
 
 const char* to_string(WcStatus status);
+// Whether a failed completion says that the connection broke rather than that the operation
+// was at fault: the transport gave up retransmitting (or waiting for a posted receive), or
+// the queue pair was flushed without an error of its own (the soft provider's word for "the
+// peer's side was closed"). Such a connection may be set up again and used as before.
+bool connection_broke(WcStatus status);
 const char* to_string(WcOpcode opcode);
 
 // Access rights of a registration (IBV_ACCESS_*).

@@ -85,7 +85,7 @@ class RecvHandle:
 class Rendezvous:
     """The grpc+verbs protocol of one task: channels, tensors, recvs."""
 
-    def __init__(self, task: int, task_names: Sequence[str], config: dict, listen_host: str, read_mode: bool, validate: bool, slots: int, pool_block: int, pool_limit: int) -> None: ...
+    def __init__(self, task: int, task_names: Sequence[str], config: dict, listen_host: str, read_mode: bool, validate: bool, slots: int, pool_block: int, pool_limit: int, recover: bool = False) -> None: ...
 
     def channel(self, peer: int, incarnation: int, offered: bytes) -> bytes:
         """
@@ -95,8 +95,15 @@ class Rendezvous:
     def connect(self, peer: int, incarnation: int, remote: bytes) -> None:
         """Connect this side's channel to the peer's description."""
 
-    def fail_channel(self, peer: int, code: int, message: str) -> None:
-        """The peer is gone: fail the channel and everything on it."""
+    def fail_channel(self, peer: int, code: int, message: str, transient: bool = False) -> None:
+        """
+        The peer is gone: fail the channel and everything on it. `transient`: the channel broke under the transport instead (its recvs wait for it to be set up again, and next_lost() names the peer).
+        """
+
+    def next_lost(self, timeout: float) -> int | None:
+        """
+        The next peer whose channel broke under the transport and should be set up again (waits up to `timeout` s, the GIL released; < 0: for ever); None on timeout or once stopped.
+        """
 
     def ready(self, peer: int) -> bool:
         """Whether the channel to `peer` is connected and working."""

@@ -111,6 +111,7 @@ inline Result<std::unique_ptr<RdmaRendezvous>> open_task(std::int32_t task,
   settings.read_mode = options.read_mode;
   settings.validate = options.validate;
   settings.slots = 4;
+  settings.recover = true;  // as the control plane runs it
   settings.pool_block = 8 << 20;
   if (pool_limit) settings.pool_limit = pool_limit;
   return RdmaRendezvous::open(settings);

@@ -13,11 +13,18 @@ is watched through the standard gRPC health service: a peer that dies fails its 
 at once, one that cannot be reached fails it within the liveness timeout (a connection
 that broke is given the reconnect window to come back). With a job token, only the job's tasks reach the set-up
 (:mod:`tensorverbs.rpc.auth`): nobody else can replace a channel or learn its incarnation.
+
+A channel that broke under the transport (its queue pair gave up retransmitting on a lossy
+fabric, or the peer's side of it was closed) is set up again at once: the core holds the
+recvs that were pending on it and asks again on the new channel, and the peer's side,
+replaced, does the same with its own. If it cannot be set up again, its recvs fail with
+UnavailableError naming the peer.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -56,6 +63,7 @@ class VerbsChannels:
         #: where they are is unsure until they are learned again
         self._unsure: set[TaskName] = set()
         self._threads = ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="tv-setup")
+        threading.Thread(target=self._follow_lost, name="tv-lost-channels", daemon=True).start()
 
     def unsure(self, peer: TaskName) -> bool:
         """Whether ``peer``'s latest channel failed, or it set one up as another
@@ -124,6 +132,27 @@ class VerbsChannels:
         await loop.run_in_executor(self._threads, self.core.connect, pid, incarnation, offered)
         self._watch(peer, incarnation)
         return pb.GetRemoteAddressResponse(**self._describe(mine))
+
+    # -- channels that broke ----------------------------------------------------------------
+    def _follow_lost(self) -> None:
+        """Each peer whose channel broke under the transport is set up again (a thread of its
+        own, waiting in the core with the GIL released; it ends when the core stops)."""
+        while (pid := self.core.next_lost(-1)) is not None:
+            try:
+                peer = self.ids.task(pid)
+                self.rt.loop.submit(self._set_up_again(peer, pid))
+            except Exception as exc:  # the peer left, or the loop stopped: nothing to set up
+                log.debug("%s: not setting up the channel to task id %d again: %s", self.rt.task, pid, exc)
+
+    async def _set_up_again(self, peer: TaskName, pid: int) -> None:
+        """Set the broken channel to ``peer`` up again; failing that, fail the recvs it holds."""
+        log.info("%s: the verbs channel to %s broke; setting it up again", self.rt.task, peer)
+        try:
+            await self.connect(peer)
+        except Exception as exc:
+            self.core.fail_channel(pid, int(Code.UNAVAILABLE),
+                                   f"{peer} is unavailable: its verbs channel broke and setting it up "
+                                   f"again failed ({exc})")
 
     # -- liveness -------------------------------------------------------------------------
     def _watch(self, peer: TaskName, incarnation: int) -> None:

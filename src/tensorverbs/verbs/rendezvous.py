@@ -106,7 +106,7 @@ class VerbsRendezvous(RemoteRendezvous):
         self.core = _core.Rendezvous(
             self.task_id, self.ids.core_names, cfg.to_core(host_of(bind) if bind else ""), self.rt.host,
             cfg.rendezvous == "read",
-            cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes)
+            cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes, recover=True)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self.rt.counters.source(self.core.stats)
         self.rt.counters.gauge("setups_awaiting_join", lambda: self.ids.waiting)

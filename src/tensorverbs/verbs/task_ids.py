@@ -47,6 +47,14 @@ class TaskIds:
         except KeyError:
             raise UnavailableError(f"{task} left the cluster") from None
 
+    def task(self, pid: int) -> TaskName:
+        """The task that holds id ``pid``; UnavailableError if none does (it left)."""
+        with self._lock:
+            for task, held in self._ids.items():
+                if held == pid:
+                    return task
+        raise UnavailableError(f"no task holds the core's id {pid}")
+
     def __contains__(self, task: TaskName) -> bool:
         return task in self._ids
 

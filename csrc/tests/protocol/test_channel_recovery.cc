@@ -1,0 +1,119 @@
+// A channel that broke under the transport (its queue pair gave up retransmitting: a lossy
+// fabric, a link that flapped) and was set up again: the recvs that were pending on it are
+// asked again on the new channel, and get their tensors; a channel that failed for good
+// (the peer is gone, the task stops) fails them.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "protocol/rdma_rendezvous.h"
+#include "rendezvous_pair.h"
+
+namespace tensorverbs {
+namespace {
+
+using namespace rendezvous_testing;
+
+constexpr std::size_t kLarge = std::size_t{1} << 20;  // floats: written, not inline
+
+class ChannelRecovery : public RendezvousPair {
+ protected:
+  // Starts recvs of "small" and "large" at `step` and waits until the ps has both requests.
+  std::pair<std::shared_ptr<Waiting>, std::shared_ptr<Waiting>> pending(std::int64_t step,
+                                                                         double timeout = 60) {
+    auto small = std::make_shared<Waiting>(), large = std::make_shared<Waiting>();
+    worker_->recv(step, kPs, "small", timeout, small);
+    worker_->recv(step, kPs, "large", timeout, large);
+    while (ps_->pending().second < 2) std::this_thread::yield();
+    return {small, large};
+  }
+
+  void expect_both(std::int64_t step, Waiting& small, Waiting& large) {
+    const TensorValue s = floats(10, 1.0f), l = floats(kLarge, 2.0f);
+    ASSERT_TRUE(ps_->send(step, kWorker, "small", s).ok());
+    ASSERT_TRUE(ps_->send(step, kWorker, "large", l).ok());
+    RecvResult got_small = small.get(), got_large = large.get();
+    ASSERT_TRUE(got_small.status.ok()) << got_small.status.message();
+    ASSERT_TRUE(got_large.status.ok()) << got_large.status.message();
+    EXPECT_TRUE(same(got_small.value, s));
+    EXPECT_TRUE(same(got_large.value, l));
+  }
+};
+
+TEST_P(ChannelRecovery, TheRecvsPendingOnAChannelThePeerSetsUpAgainAreAskedAgain) {
+  const TensorValue before = floats(kLarge, 0.5f);  // the channel carried tensors already
+  ASSERT_TRUE(ps_->send(1, kWorker, "before", before).ok());
+  RecvResult got = recv(1, "before");
+  ASSERT_TRUE(got.status.ok()) << got.status.message();
+  auto [small, large] = pending(2);
+  // the ps's side broke, and the ps sets the channel up again (same incarnations)
+  ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
+  ASSERT_TRUE(connect_tasks(*ps_, 7, *worker_, 8));
+  expect_both(2, *small, *large);
+  EXPECT_EQ(ps_->pending(), std::make_pair(std::size_t{0}, std::size_t{0}));
+}
+
+TEST_P(ChannelRecovery, ATransportFailureHoldsTheRecvsUntilThisSideSetsTheChannelUpAgain) {
+  auto [small, large] = pending(3);
+  worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
+  EXPECT_EQ(worker_->next_lost(60), std::optional<std::int32_t>(kPs));  // the control plane hears
+  EXPECT_FALSE(worker_->ready(kPs));
+  ASSERT_TRUE(connect_tasks(*worker_, 8, *ps_, 7));
+  expect_both(3, *small, *large);
+  // and the new channel carries the next steps
+  const TensorValue after = floats(kLarge, 4.0f);
+  ASSERT_TRUE(ps_->send(4, kWorker, "after", after).ok());
+  RecvResult got = recv(4, "after");
+  ASSERT_TRUE(got.status.ok()) << got.status.message();
+  EXPECT_TRUE(same(got.value, after));
+}
+
+TEST_P(ChannelRecovery, HeldRecvsEndByTheirDeadlineAStepsAbortOrAFailureForGood) {
+  auto timed = std::make_shared<Waiting>(), aborted = std::make_shared<Waiting>(),
+       failed = std::make_shared<Waiting>();
+  worker_->recv(5, kPs, "timed", 0.5, timed);
+  worker_->recv(6, kPs, "aborted", 60, aborted);
+  worker_->recv(7, kPs, "failed", -1, failed);
+  while (ps_->pending().second < 3) std::this_thread::yield();
+  worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
+  worker_->abort_step(6, Status(Code::kAborted, "step 6 aborted"));
+  RecvResult got = timed->get();
+  EXPECT_EQ(got.status.code(), Code::kDeadlineExceeded) << got.status.message();
+  EXPECT_NE(got.status.message().find("set up again"), std::string::npos) << got.status.message();
+  EXPECT_EQ(aborted->get().status.code(), Code::kAborted);
+  // the control plane could not set the channel up again: the peer is gone
+  worker_->fail_channel(kPs, Status(Code::kUnavailable, "the ps is unavailable"));
+  got = failed->get();
+  EXPECT_EQ(got.status.code(), Code::kUnavailable);
+  EXPECT_NE(got.status.message().find("the ps is unavailable"), std::string::npos) << got.status.message();
+}
+
+TEST_P(ChannelRecovery, StopEndsHeldRecvsAndTheWaitForLostChannels) {
+  auto held = std::make_shared<Waiting>();
+  worker_->recv(8, kPs, "held", -1, held);
+  while (ps_->pending().second < 1) std::this_thread::yield();
+  worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
+  ASSERT_EQ(worker_->next_lost(60), std::optional<std::int32_t>(kPs));
+  std::thread stopper([&] { worker_->stop(); });
+  EXPECT_EQ(worker_->next_lost(-1), std::nullopt);  // woken by stop()
+  stopper.join();
+  EXPECT_EQ(held->get().status.code(), Code::kCancelled);
+}
+
+TEST_P(ChannelRecovery, APeerThatRestartedFailsTheRecvsOfItsLastIncarnation) {
+  auto held = std::make_shared<Waiting>();
+  worker_->recv(9, kPs, "held", 60, held);
+  while (ps_->pending().second < 1) std::this_thread::yield();
+  ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
+  ASSERT_TRUE(connect_tasks(*ps_, 70, *worker_, 8));  // the ps, as incarnation 70
+  EXPECT_EQ(held->get().status.code(), Code::kUnavailable);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ChannelRecovery, all_modes(), mode_name);
+INSTANTIATE_TEST_SUITE_P(Ibverbs, ChannelRecovery, ibverbs_modes(), mode_name);
+
+}  // namespace
+}  // namespace tensorverbs
