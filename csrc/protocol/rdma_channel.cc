@@ -83,6 +83,7 @@ Status RdmaChannel::connect(const ChannelDescription& remote) {
                       " (TENSORVERBS_MESSAGE_SLOTS must agree)");
   }
   // dialing may take long (a slow or dead peer): nothing else of the channel waits for it
+  Status flushed;
   connecting_ = true;
   lock.unlock();
   Status status = qp_->connect(remote.endpoint);
@@ -96,10 +97,30 @@ Status RdmaChannel::connect(const ChannelDescription& remote) {
     remote_ = remote;
     max_message_bytes_ = std::min(max_message_bytes_.load(), remote.max_message_bytes);
     buffer_->connect(remote.rx_addr, remote.rx_rkey);
+    flushed = send_early_locked();
   }
   lock.unlock();
   connected_.notify_all();
+  if (!flushed.ok()) fail(flushed);
   return status;
+}
+
+Status RdmaChannel::send_early_locked() {
+  std::vector<verbs::SendWr> wrs;
+  for (auto& [message, response] : early_) {
+    std::uint64_t sequence = 0;
+    Status status = buffer_->send(message, &wrs, &sequence);
+    if (!status.ok()) return status;
+    owner_.counters().message(message.type);
+    if (response) inline_.emplace_back(sequence, std::move(response));
+  }
+  early_.clear();
+  if (took_messages_) {  // what the peer sent meanwhile is acknowledged now
+    took_messages_ = false;
+    buffer_->ack_if_needed(&wrs);
+  }
+  backlog_.insert(backlog_.begin(), wrs.begin(), wrs.end());  // before what waited there
+  return drain_locked();
 }
 
 bool RdmaChannel::ready() const {
@@ -114,7 +135,7 @@ std::optional<Status> RdmaChannel::error() const {
 
 Status RdmaChannel::post_locked(std::vector<verbs::SendWr>& wrs) {
   if (wrs.empty()) return Status();
-  if (backlog_.empty() && qp_->send_room() > wrs.size()) {  // room to spare: post at once
+  if (remote_ && backlog_.empty() && qp_->send_room() > wrs.size()) {  // room to spare: post at once
     Status status = qp_->post_send(wrs.data(), wrs.size());
     wrs.clear();
     if (status.ok()) return status;
@@ -126,6 +147,7 @@ Status RdmaChannel::post_locked(std::vector<verbs::SendWr>& wrs) {
 }
 
 Status RdmaChannel::drain_locked() {
+  if (!remote_) return Status();  // posted once connected (send_early_locked)
   std::vector<verbs::SendWr> batch;
   while (!backlog_.empty()) {
     const std::size_t room = qp_->send_room();
@@ -152,7 +174,7 @@ bool RdmaChannel::drain() {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return false;
     status = drain_locked();
-    left = !backlog_.empty();
+    left = remote_ && !backlog_.empty();  // unconnected: connect() posts it
   }
   if (!status.ok()) fail(status);
   return left && status.ok();
@@ -165,6 +187,10 @@ void RdmaChannel::send(RdmaMessage message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return;
+    if (!remote_) {  // a request of the peer came before this side connected: sent then
+      early_.emplace_back(std::move(message), nullptr);
+      return;
+    }
     status = buffer_->send(message, &wrs, &sequence);
     if (status.ok()) {
       owner_.counters().message(message.type);
@@ -180,6 +206,10 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
   Status status(Code::kUnavailable, name() + " failed");
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!error_ && !remote_) {
+      early_.emplace_back(std::move(message), std::move(response));
+      return;
+    }
     if (!error_) {
       status = buffer_->send(message, &wrs, &sequence);
       if (status.ok()) {
@@ -459,7 +489,7 @@ void RdmaChannel::after_batch() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return;
-    if (took_messages_) {
+    if (took_messages_ && remote_) {  // before it is connected, connect() acknowledges
       took_messages_ = false;
       buffer_->ack_if_needed(&wrs);
     }
@@ -484,6 +514,10 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
     queued.swap(queued_);
     responses.swap(responses_);
     waiting.swap(inline_);
+    for (auto& [message, response] : early_) {
+      if (response) waiting.emplace_back(0, std::move(response));
+    }
+    early_.clear();
     backlog_.clear();
   }
   qp_->to_error(failed.message());

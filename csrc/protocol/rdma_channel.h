@@ -11,7 +11,9 @@
 // order, and are sent as earlier ones end), and the queue pair has that many receives
 // posted beside those of the messages, so the peer never meets an empty receive queue.
 // Work requests beyond the send queue's free entries wait in a backlog, in order, posted as
-// completions free entries (after a batch; the owner's housekeeping as a fallback).
+// completions free entries (after a batch; the owner's housekeeping as a fallback). The
+// peer may send first (its side connects before this one): what this side sends before it
+// is connected waits until connect().
 #pragma once
 
 #include <atomic>
@@ -152,6 +154,9 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.
   Status post_locked(std::vector<verbs::SendWr>& wrs);
   Status drain_locked();
+  // Sends what was sent before the channel was connected (the peer may ask first: its side
+  // connects before this one), then what waits in the backlog.
+  Status send_early_locked();
   std::uint32_t next_index_locked();
   void admit_queued(std::unique_lock<std::mutex>& lock);
   Status credit_locked(std::uint32_t count,
@@ -186,6 +191,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // inline answers waiting for the peer to take their message: (sequence, response)
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> inline_;
   bool took_messages_ = false;  // since the last after_batch()
+  // messages sent before connect(), with the response of an inline answer
+  std::vector<std::pair<RdmaMessage, std::shared_ptr<RdmaTensorResponse>>> early_;
 };
 
 }  // namespace tensorverbs

@@ -106,10 +106,14 @@ Result<std::string> RdmaRendezvous::channel(std::int32_t peer, std::uint64_t inc
     const bool restarted = old->incarnation() != incarnation;
     const Status why(Code::kUnavailable, old->name() + " was replaced by a new one" +
                                              (restarted ? " (the peer restarted)" : ""));
-    old->fail(why, !restarted && !old->error());
+    const bool transient = !restarted && !old->error();
+    old->fail(why, transient);
     adapter_->detach(old->qp_num());
     if (restarted) {  // what the last incarnation was asked for is gone with it
       for (auto& request : take_held(peer)) request->give_up(why);
+    } else if (transient) {
+      // the peer connects its side next; if it never does, this side sets it up again
+      channel_lost(peer);
     }
   }
   return channel->description();
@@ -128,7 +132,7 @@ Status RdmaRendezvous::connect(std::int32_t peer, std::uint64_t incarnation, std
   }
   Status connected = channel->connect(description.value());
   if (connected.ok()) {
-    for (auto& request : take_held(peer)) request->resume(channel);
+    for (auto& request : take_held(peer)) resume(request, channel);
   }
   return connected;
 }
@@ -156,8 +160,18 @@ bool RdmaRendezvous::hold(const std::shared_ptr<RdmaTensorRequest>& request) {
       return true;
     }
   }
-  request->resume(channel);
+  resume(request, channel);
   return true;
+}
+
+void RdmaRendezvous::resume(const std::shared_ptr<RdmaTensorRequest>& request,
+                            const std::shared_ptr<RdmaChannel>& channel) {
+  if (channel->incarnation() == request->incarnation()) {
+    request->resume(channel);
+    return;
+  }
+  // the peer restarted meanwhile: what its last incarnation was asked for is gone
+  request->give_up(Status(Code::kUnavailable, channel->name() + " was replaced by a new one (the peer restarted)"));
 }
 
 std::vector<std::shared_ptr<RdmaTensorRequest>> RdmaRendezvous::take_held(std::int32_t peer) {

@@ -152,6 +152,9 @@ class RdmaRendezvous final : public ChannelOwner {
   void add_deadline(double timeout, const std::shared_ptr<PendingRecv>& recv);
   // The recvs held for `peer`, no longer held.
   std::vector<std::shared_ptr<RdmaTensorRequest>> take_held(std::int32_t peer);
+  // Asks `request` (held) again on `channel`, or gives it up if that is another incarnation's.
+  void resume(const std::shared_ptr<RdmaTensorRequest>& request,
+              const std::shared_ptr<RdmaChannel>& channel);
 
   const RendezvousSettings settings_;
   std::string provider_;

@@ -29,6 +29,8 @@ RdmaTensorRequest::RdmaTensorRequest(RdmaRendezvous& rendezvous,
       previous_(std::move(previous)), attempt_(previous_ ? previous_->attempt_ + 1 : 1),
       caller_(std::move(caller)), destination_(std::move(destination)) {}
 
+std::uint64_t RdmaTensorRequest::incarnation() const { return channel_->incarnation(); }
+
 std::shared_ptr<RdmaTensorRequest> RdmaTensorRequest::successor() const {
   std::lock_guard<std::mutex> lock(mu_);
   return next_.lock();
@@ -74,7 +76,10 @@ void RdmaTensorRequest::start() {
   // queued behind the requests in flight: the channel sends it when one of them ends
   if (!admitted.value()) return;
   const std::uint32_t index = *admitted.value();
-  if (!send_request(index)) channel_->remove_request(index);
+  if (!send_request(index)) {  // it ended first (a successor may be given up as it starts)
+    channel_->remove_request(index);
+    rendezvous_.forget(this);
+  }
 }
 
 bool RdmaTensorRequest::send_request(std::uint32_t index) {
@@ -130,19 +135,23 @@ bool RdmaTensorRequest::read_outstanding_locked() const {
   return read_seen_ && !read_seen_->load(std::memory_order_acquire);
 }
 
-void RdmaTensorRequest::release_landing() {
+bool RdmaTensorRequest::release_landing() {
+  bool busy = false;
   if (window_ && !window_->revoke()) {  // a write may still be under way: keep both
     std::shared_ptr<verbs::MemoryWindow> window = std::move(window_);
     std::shared_ptr<TensorLanding> landing = landing_;
     rendezvous_.quarantine([window, landing] { return window->quiesced(); });
+    busy = true;
   }
   if (landing_ && read_outstanding_locked()) {  // our read may still place bytes there
     rendezvous_.quarantine([seen = read_seen_, landing = landing_] {
       return seen->load(std::memory_order_acquire);
     });
+    busy = true;
   }
   window_.reset();
   landing_.reset();
+  return busy;
 }
 
 void RdmaTensorRequest::on_message(const RdmaMessage& message) {
@@ -170,7 +179,8 @@ void RdmaTensorRequest::on_meta(const RdmaMessage& message) {
   std::uint32_t lkey = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kDone || cancel_sent_) return;  // its ERROR_STATUS ends it
+    // its ERROR_STATUS ends it; held: from the broken channel (the successor asks again)
+    if (state_ == State::kDone || state_ == State::kHeld || cancel_sent_) return;
     rendezvous_.update_meta(key_.key.src, key_.key.name, *message.meta);
     meta_ = message.meta;
     if (rendezvous_.read_mode()) {  // the address field holds where to read from
@@ -222,7 +232,7 @@ void RdmaTensorRequest::on_inline(const RdmaMessage& message) {
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kDone) return;
+    if (state_ == State::kDone || state_ == State::kHeld) return;
     rendezvous_.update_meta(key_.key.src, key_.key.name, *message.meta);
     release_landing();
     const TensorMeta& meta = *message.meta;
@@ -322,12 +332,16 @@ void RdmaTensorRequest::fail(const Status& why, bool transient) {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kRevoking) return;  // the tensor is here: it is handed over
     if (transient && may_hold_locked()) {
-      // its queue pair is in the error state: nothing lands in the landing any more
-      release_landing();
-      state_ = State::kHeld;
-      sent_ = false;  // nothing is asked for until the successor asks
-      broke_ = why;
-      held = true;
+      // Its queue pair is in the error state: nothing new lands there. A copy into the
+      // caller's memory that may still be finishing (the soft provider's) ends the recv
+      // as before instead: the successor would land there too.
+      const bool in_destination = landing_ && landing_->in_destination();
+      if (!release_landing() || !in_destination) {
+        state_ = State::kHeld;
+        sent_ = false;  // nothing is asked for until the successor asks
+        broke_ = why;
+        held = true;
+      }
     }
   }
   if (held && rendezvous_.hold(shared_from_this())) return;

@@ -67,6 +67,8 @@ class RdmaTensorRequest : public PendingRecv,
   // The held request is asked again on `channel` (the peer's new channel) by a successor.
   void resume(const std::shared_ptr<RdmaChannel>& channel);
   std::int32_t peer() const { return key_.key.src; }
+  // The incarnation of the peer it was asked of.
+  std::uint64_t incarnation() const;
 
   // -- PendingRecv ---------------------------------------------------------------------------
   const StepKey& key() const override { return key_; }
@@ -83,7 +85,8 @@ class RdmaTensorRequest : public PendingRecv,
   void on_meta(const RdmaMessage& message);
   void on_inline(const RdmaMessage& message);
   Status land(const TensorMeta& meta, bool window);   // under mu_
-  void release_landing();                             // under mu_
+  // Whether what was released may still be written (kept until it cannot). Under mu_.
+  bool release_landing();
   void cancel_locked(std::optional<RdmaMessage>* out);  // under mu_
   // Whether the peer may still write into the caller's destination, or our read land there.
   bool destination_reachable_locked() const;             // under mu_

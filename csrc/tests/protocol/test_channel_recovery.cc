@@ -112,6 +112,30 @@ TEST_P(ChannelRecovery, APeerThatRestartedFailsTheRecvsOfItsLastIncarnation) {
   EXPECT_EQ(held->get().status.code(), Code::kUnavailable);
 }
 
+// When both sides set the channel up at once, the side that answers connects first and
+// may ask at once: its request reaches the other side while that one is still connecting,
+// whose answer and acknowledgement wait until it is.
+TEST_P(ChannelRecovery, ThePeerMayAskWhileThisSideIsStillConnecting) {
+  for (int round = 0; round < 20; ++round) {
+    const std::int64_t step = 100 + round;
+    const TensorValue sent = floats(round % 2 ? 10 : kLarge, static_cast<float>(round));
+    ASSERT_TRUE(ps_->send(step, kWorker, "early", sent).ok());
+    ps_->fail_channel(kWorker, Status(Code::kUnavailable, "set up again"));
+    worker_->fail_channel(kPs, Status(Code::kUnavailable, "set up again"));
+    auto mine = ps_->channel(kWorker, 8, {});
+    ASSERT_TRUE(mine.ok()) << mine.status().message();
+    auto theirs = worker_->channel(kPs, 7, mine.value());
+    ASSERT_TRUE(theirs.ok()) << theirs.status().message();
+    ASSERT_TRUE(worker_->connect(kPs, 7, mine.value()).ok());
+    auto waiting = std::make_shared<Waiting>();
+    worker_->recv(step, kPs, "early", 60, waiting);  // asks before the ps has connected
+    ASSERT_TRUE(ps_->connect(kWorker, 8, theirs.value()).ok());
+    RecvResult got = waiting->get();
+    ASSERT_TRUE(got.status.ok()) << "round " << round << ": " << got.status.message();
+    EXPECT_TRUE(same(got.value, sent)) << round;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, ChannelRecovery, all_modes(), mode_name);
 INSTANTIATE_TEST_SUITE_P(Ibverbs, ChannelRecovery, ibverbs_modes(), mode_name);
 

@@ -139,10 +139,11 @@ class VerbsChannels:
         own, waiting in the core with the GIL released; it ends when the core stops)."""
         while (pid := self.core.next_lost(-1)) is not None:
             try:
-                peer = self.ids.task(pid)
-                self.rt.loop.submit(self._set_up_again(peer, pid))
-            except Exception as exc:  # the peer left, or the loop stopped: nothing to set up
-                log.debug("%s: not setting up the channel to task id %d again: %s", self.rt.task, pid, exc)
+                self.rt.loop.submit(self._set_up_again(self.ids.task(pid), pid))
+            except Exception as exc:  # the peer left, or the loop stopped: its recvs end
+                self.core.fail_channel(pid, int(Code.UNAVAILABLE),
+                                       f"{self.ids.named(self.ids.core_names[pid])}: its verbs channel broke "
+                                       f"and is not set up again ({exc})")
 
     async def _set_up_again(self, peer: TaskName, pid: int) -> None:
         """Set the broken channel to ``peer`` up again; failing that, fail the recvs it holds."""
@@ -150,6 +151,8 @@ class VerbsChannels:
         try:
             await self.connect(peer)
         except Exception as exc:
+            if self.core.ready(pid):  # the peer set it up meanwhile: the held recvs went there
+                return
             self.core.fail_channel(pid, int(Code.UNAVAILABLE),
                                    f"{peer} is unavailable: its verbs channel broke and setting it up "
                                    f"again failed ({exc})")
