@@ -57,7 +57,7 @@ def _interrupted(recv, elsewhere: bool) -> tuple[str, float] | None:
 
 def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
                        timeout: float) -> tuple[str | None, bool, bool]:
-    """``server.recv_async(...).result()`` on the main thread, its tensor sent already, with
+    """``server.recv_async(...).result()`` on the main thread (its tensor sent while it waits), with
     a KeyboardInterrupt raised as the first call of function ``at`` begins in this thread
     (where a signal's handler may run it, while this thread settles the future it waited
     for). Returns (the class of what ``result`` raised, or None; whether the future then
