@@ -105,7 +105,7 @@ def test_every_transfer_completes_through_3_percent_loss(two_devices, faults, st
     writes = p.worker.stats()["rdma_writes"] + p.ps.stats()["rdma_writes"]
     faults.set("numgen random mod 100 < 3")
     try:
-        _steps(p, step * 100 + 1, 10)
+        _steps(p, step * 100 + 1, 5)
         assert faults.dropped() > 0, "the loss rule dropped no RoCE packet"
     finally:
         faults.set(None)
