@@ -155,18 +155,18 @@ bool RdmaTensorRequest::release_landing() {
 }
 
 void RdmaTensorRequest::on_message(const RdmaMessage& message) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kHeld) return;  // from the broken channel: the successor asks again
-  }
   switch (message.type) {
     case MessageType::kMetaDataResponse: on_meta(message); break;
     case MessageType::kTensorInline: on_inline(message); break;
-    case MessageType::kErrorStatus:
+    case MessageType::kErrorStatus: {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (state_ == State::kHeld) return;  // from the broken channel: the successor asks again
+      lock.unlock();
       finish(Status(static_cast<Code>(message.error_code),
                     rendezvous_.task_name(key_.key.src) + ": " + message.error_message),
              std::nullopt);
       break;
+    }
     default: break;
   }
 }
