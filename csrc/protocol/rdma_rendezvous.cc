@@ -17,6 +17,12 @@ namespace {
 
 constexpr std::uint64_t kDefaultMaxMessage = std::uint64_t{1} << 30;
 
+// Why `channel` went: replaced by a new one, of a peer that restarted or not.
+Status replaced(const RdmaChannel& channel, bool restarted) {
+  return Status(Code::kUnavailable, channel.name() + " was replaced by a new one" +
+                                        (restarted ? " (the peer restarted)" : ""));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RdmaRendezvous>> RdmaRendezvous::open(RendezvousSettings settings) {
@@ -104,8 +110,7 @@ Result<std::string> RdmaRendezvous::channel(std::int32_t peer, std::uint64_t inc
   if (old) {
     // the same incarnation set the channel up again: what was asked on it is asked again
     const bool restarted = old->incarnation() != incarnation;
-    const Status why(Code::kUnavailable, old->name() + " was replaced by a new one" +
-                                             (restarted ? " (the peer restarted)" : ""));
+    const Status why = replaced(*old, restarted);
     const bool transient = !restarted && !old->error();
     old->fail(why, transient);
     adapter_->detach(old->qp_num());
@@ -171,7 +176,7 @@ void RdmaRendezvous::resume(const std::shared_ptr<RdmaTensorRequest>& request,
     return;
   }
   // the peer restarted meanwhile: what its last incarnation was asked for is gone
-  request->give_up(Status(Code::kUnavailable, channel->name() + " was replaced by a new one (the peer restarted)"));
+  request->give_up(replaced(*channel, true));
 }
 
 std::vector<std::shared_ptr<RdmaTensorRequest>> RdmaRendezvous::take_held(std::int32_t peer) {
