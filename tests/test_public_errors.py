@@ -16,6 +16,8 @@ from tensorverbs.local_cluster import cluster_spec
 #: an argument of a type no public call takes
 BAD = object()
 PS = "/job:ps/replica:0/task:0"
+#: a descriptor of a buffer of the ps
+BUFFER = tv.RemoteBuffer(PS, 1, "soft", 1 << 20, 1, 64, "uint8", (64,), True)
 
 
 class _Resolver(tv.resolvers.ClusterResolver):
@@ -62,6 +64,10 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
         "join": (method("join"), dict(timeout=0.0)),
         "flush": (method("flush"), dict(timeout=0.0)),
         "knows": (method("knows"), dict(task=PS)),
+        "register": (method("register"), dict(tensor=np.ones(2), writable=True)),
+        "unregister": (method("unregister"), dict(buffer=BUFFER)),
+        "read": (method("read"), dict(buffer=BUFFER, out=np.ones(2), offset=0, nbytes=None, timeout=0.01)),
+        "write": (method("write"), dict(buffer=BUFFER, tensor=np.ones(2), offset=0, timeout=0.01)),
         "from_resolver": (lambda server, **kw: tv.Server.from_resolver(**kw).stop(),
                           dict(resolver=_Resolver(spec), protocol="grpc")),
     }

@@ -17,8 +17,9 @@
 
 #include "binding/byte_view.h"
 #include "binding/py_ref.h"
-#include "binding/status_error.h"
 #include "binding/recv_callbacks.h"
+#include "binding/status_error.h"
+#include "binding/verbs_config.h"
 #include "protocol/rdma_rendezvous.h"
 #include "protocol/send_completion.h"
 
@@ -37,25 +38,6 @@ constexpr auto kSignalSlice = std::chrono::milliseconds(20);
 unsigned long main_thread_ident = 0;
 
 bool on_main_thread() { return PyThread_get_thread_ident() == main_thread_ident; }
-
-verbs::VerbsConfig to_config(const nb::dict& d) {
-  verbs::VerbsConfig c;
-  c.provider = nb::cast<std::string>(d["provider"]);
-  c.device = nb::cast<std::string>(d["device"]);
-  c.port = nb::cast<int>(d["port"]);
-  c.gid_index = nb::cast<int>(d["gid_index"]);
-  c.pkey_index = nb::cast<int>(d["pkey_index"]);
-  c.queue_depth = nb::cast<int>(d["queue_depth"]);
-  c.timeout = nb::cast<int>(d["timeout"]);
-  c.retry_cnt = nb::cast<int>(d["retry_cnt"]);
-  c.sl = nb::cast<int>(d["sl"]);
-  c.mtu = nb::cast<int>(d["mtu"]);
-  c.traffic_class = nb::cast<int>(d["traffic_class"]);
-  c.same_host = nb::cast<std::string>(d["same_host"]);
-  c.ib_windows = nb::cast<std::string>(d["ib_windows"]);
-  c.bind_host = nb::cast<std::string>(d["bind_host"]);
-  return c;
-}
 
 // A recv's destination from Python: None, or (dtype, shape, a writable C-contiguous buffer),
 // lent to the recv through its callback `owner`.

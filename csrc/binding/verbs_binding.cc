@@ -1,5 +1,6 @@
 #include "binding/verbs_binding.h"
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -12,6 +13,7 @@
 #include "binding/byte_view.h"
 #include "binding/py_ref.h"
 #include "binding/status_error.h"
+#include "binding/verbs_config.h"
 #include "verbs/provider.h"
 #if TENSORVERBS_HAVE_IBVERBS
 #include "verbs/ibverbs/device_selection.h"
@@ -245,8 +247,9 @@ void bind_verbs(nb::module_& m) {
 
   m.def(
       "open_context",
-      [](const std::string& provider, const std::string& listen_host, const std::string& same_host) {
-        const VerbsConfig config = config_of(provider, same_host);
+      [](const std::string& provider, const std::string& listen_host, const std::string& same_host,
+         const std::optional<nb::dict>& settings) {
+        const VerbsConfig config = settings ? to_config(*settings) : config_of(provider, same_host);
         const Provider* chosen = check(select_provider(config));
         Result<std::shared_ptr<Context>> opened = Status(Code::kUnknown, "");
         {
@@ -256,7 +259,9 @@ void bind_verbs(nb::module_& m) {
         return check(std::move(opened));
       },
       "provider"_a = "auto", "listen_host"_a = "127.0.0.1", "same_host"_a = "auto",
-      "Open a device of `provider` (auto, soft, ibverbs).");
+      "config"_a = nb::none(),
+      "Open a device of `provider` (auto, soft, ibverbs); with `config` (RdmaConfig.to_core()), "
+      "of the provider and device it selects, `provider` and `same_host` being ignored.");
 }
 
 }  // namespace tensorverbs::binding

@@ -8,6 +8,7 @@ from .errors import (
 )
 from . import resolvers
 from .batches import RecvEntry, SendEntry
+from .one_sided import RemoteBuffer
 from .rendezvous.completion import SendHandle
 from .rendezvous.key import RendezvousKey, format_key, parse_key
 from .rpc.tls import TlsConfig
@@ -17,7 +18,7 @@ from .tensor import DeadTensor, is_dead
 __version__ = "0.1.0"
 
 __all__ = [
-    "ClusterSpec", "DeadTensor", "RecvEntry", "RendezvousKey", "SendEntry", "SendHandle", "Server", "TaskName", "TlsConfig", "format_key",
+    "ClusterSpec", "DeadTensor", "RecvEntry", "RemoteBuffer", "RendezvousKey", "SendEntry", "SendHandle", "Server", "TaskName", "TlsConfig", "format_key",
     "is_dead",
     "parse_key", "parse_task", "resolvers",
     "AbortedError", "CancelledError", "Code", "DataLossError", "DeadlineExceededError",

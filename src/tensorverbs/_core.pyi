@@ -395,8 +395,10 @@ class Context:
 
     def create_qp(self, pd: ProtectionDomain, send_cq: CompletionQueue, recv_cq: CompletionQueue, max_send_wr: int = 1024, max_recv_wr: int = 1024) -> QueuePair: ...
 
-def open_context(provider: str = 'auto', listen_host: str = '127.0.0.1', same_host: str = 'auto') -> Context:
-    """Open a device of `provider` (auto, soft, ibverbs)."""
+def open_context(provider: str = 'auto', listen_host: str = '127.0.0.1', same_host: str = 'auto', config: dict | None = None) -> Context:
+    """
+    Open a device of `provider` (auto, soft, ibverbs); with `config` (RdmaConfig.to_core()), of the provider and device it selects, `provider` and `same_host` being ignored.
+    """
 
 def shutdown() -> None:
     """End the core's Python threads (at interpreter exit)."""

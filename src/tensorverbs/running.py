@@ -11,6 +11,7 @@ import grpc
 
 from .errors import Code
 from .metrics.endpoint import MetricsEndpoint
+from .one_sided import OneSided
 from .rendezvous.completion import Sends
 from .rendezvous.deadlines import Deadlines
 from .rendezvous.lanes import Lanes
@@ -37,6 +38,7 @@ class Running:
         self.lanes: Lanes | None = None
         self.rt: TaskRuntime | None = None
         self.rendezvous: RemoteRendezvous | None = None
+        self.one_sided: OneSided | None = None
         self.grpc: grpc.aio.Server | None = None
         self.metrics_endpoint: MetricsEndpoint | None = None
         self._once = threading.Lock()
@@ -55,6 +57,8 @@ class Running:
                 self.metrics_endpoint.stop()
             if self.rendezvous is not None:
                 self.rendezvous.stop()
+            if self.one_sided is not None:
+                self.one_sided.close()
             self.sends.close(int(Code.CANCELLED), "the server stopped before its receiver took it")
             if rt is not None:
                 if hasattr(rt, "shared"):

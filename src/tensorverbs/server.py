@@ -30,6 +30,7 @@ from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
 from .metrics.recvs import RecvMetrics
 from .metrics.stats_collector import StatsCollector
+from .one_sided import OneSided, RemoteBuffer
 from .out import Out
 from .rendezvous.completion import SendHandle, Sends
 from .rendezvous.deadlines import Deadlines
@@ -47,7 +48,7 @@ from .rpc.peers import Peers
 from .rpc.service import Servicer, start_server
 from .rpc.tls import TlsConfig
 from .running import Running, shut_down_dropped
-from .runtime import TaskRuntime
+from .runtime import TaskRuntime, host_of
 from .stats import Counters
 from .tensor import numeric_dtype
 from .torch_interop import as_torch, is_torch_dtype, numpy_dtype_of
@@ -156,9 +157,11 @@ class Server:
             running.rendezvous = self._rendezvous
             self._sending = Sending(self._keys, self._sends, self._rt, self._rendezvous)
             counters.gauge("table_steps", self._rendezvous.table_steps)
+            self._one_sided = running.one_sided = OneSided(
+                self._rt, rdma_config, host_of(bind_address) if bind_address else "")
             # everything a peer's first call needs is in place before the port opens
             self._rendezvous.start()
-            servicer = Servicer(self._rt, self._rendezvous.setup_handler())
+            servicer = Servicer(self._rt, self._rendezvous.setup_handler(), self._one_sided.accept)
             running.grpc, port = self._rt.loop.submit(start_server(servicer, bind, job_token, tls)).result()
             self._tell_port(port)
             self._rt.shared.start()  # the address is this task's now
@@ -403,6 +406,50 @@ class Server:
             except TensorverbsError as exc:
                 raise from_code(int(exc.code), f"entry {i} ({entry.name!r} to {entry.to}): {exc.message}") from None
         return handles
+
+    @public
+    def register(self, tensor: Any, *, writable: bool = True) -> RemoteBuffer:
+        """Open ``tensor`` (a writable, C-contiguous host tensor: a numpy array, a torch CPU
+        tensor, anything speaking DLPack) to one-sided access by the job's tasks: the
+        returned :class:`RemoteBuffer` (small, serialisable) lets any of them :meth:`read`
+        it, and :meth:`write` it unless ``writable`` is False, as RDMA READ/WRITE without
+        this task's code taking part, until :meth:`unregister`. The tensor must stay alive
+        and unmoved meanwhile; the server keeps a reference to it."""
+        self._check_running()
+        return self._one_sided.register(tensor, check.flag(writable, "writable"))
+
+    @public
+    def unregister(self, buffer: RemoteBuffer) -> None:
+        """Revoke ``buffer`` (one this task registered) at once: later accesses fail with
+        NotFoundError, and an access under way finishes before this returns, so the
+        tensor's memory may then be reused. NotFoundError if it is not registered."""
+        self._one_sided.unregister(buffer)
+
+    @public
+    def read(self, buffer: RemoteBuffer, out: Any = None, *, offset: int = 0,
+             nbytes: int | None = None, timeout: float | None = None) -> Any:
+        """Read ``buffer`` (any task's :class:`RemoteBuffer`) one-sided, from byte
+        ``offset``: into ``out`` (a writable, C-contiguous host tensor; ``out.nbytes``
+        bytes) and return it, or without ``out`` into a new array: the buffer's dtype and
+        shape for the whole buffer, else ``nbytes`` bytes as a flat array of its dtype.
+        InvalidArgumentError for a range out of the buffer's bounds; NotFoundError for a
+        buffer unregistered (or a forged descriptor); UnavailableError if its task
+        restarted or is gone; DeadlineExceededError after ``timeout`` seconds. A failed
+        access leaves this task's channels as they were."""
+        timeout = check.optional_seconds(timeout, "timeout")
+        self._check_running()
+        result = self._one_sided.read(buffer, out, offset, nbytes, timeout)
+        return as_torch(result) if out is None and self.tensor_type == "torch" else result
+
+    @public
+    def write(self, buffer: RemoteBuffer, tensor: Any, *, offset: int = 0,
+              timeout: float | None = None) -> None:
+        """Write ``tensor``'s bytes (a C-contiguous host tensor) into ``buffer`` at byte
+        ``offset``, one-sided; it has landed when this returns. Errors as :meth:`read`;
+        FailedPreconditionError for a buffer registered read-only."""
+        timeout = check.optional_seconds(timeout, "timeout")
+        self._check_running()
+        self._one_sided.write(buffer, tensor, offset, timeout)
 
     def _start_many(self, entries: Iterable[Any], timeout: float | None, device: str | None, dtype: Any,
                     tensor_type: str | None) -> tuple[list[RecvEntry], list[Any]]:

@@ -66,6 +66,10 @@ class Peer:
             method("ReleaseSharedTensor"),
             request_serializer=pb.ReleaseSharedTensorRequest.SerializeToString,
             response_deserializer=pb.ReleaseSharedTensorResponse.FromString), token)
+        self.get_remote_access = authorize(self.channel.unary_unary(
+            method("GetRemoteAccess"),
+            request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
+            response_deserializer=pb.GetRemoteAccessResponse.FromString), token)
         self.status: pb.GetStatusResponse | None = None
         self._handshake: asyncio.Future | None = None
 

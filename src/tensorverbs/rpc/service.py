@@ -1,12 +1,14 @@
 """The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor,
-ReleaseSharedTensor and grpc.health.v1.
+ReleaseSharedTensor, GetRemoteAccess and grpc.health.v1.
 
 RecvTensor is the sender side of the "grpc" data path: it matches the request against
 the local table (waiting if the tensor is not sent yet) and streams the tensor back.
 GetRemoteAddress is answered by the verbs protocol when the task runs "grpc+verbs";
-the gRPC layer knows nothing of verbs beyond that message. With a job token, a call
-without it never reaches these handlers (:mod:`.auth`): nobody outside the job can take
-a tensor, set up (or replace) a verbs channel or learn the task's incarnation.
+GetRemoteAccess by the task's one-sided buffers (:mod:`tensorverbs.one_sided`); the gRPC
+layer knows nothing of verbs beyond those messages. With a job token, a call without it
+never reaches these handlers (:mod:`.auth`): nobody outside the job can take a tensor,
+set up (or replace) a verbs channel, reach a registered buffer or learn the task's
+incarnation.
 """
 from __future__ import annotations
 
@@ -34,14 +36,18 @@ if TYPE_CHECKING:
 
 #: answers GetRemoteAddress, on the event loop
 SetupHandler = Callable[[pb.GetRemoteAddressRequest], Awaitable[pb.GetRemoteAddressResponse]]
+#: answers GetRemoteAccess, on the event loop
+AccessHandler = Callable[[pb.GetRemoteAccessRequest], Awaitable[pb.GetRemoteAccessResponse]]
 
 
 class Servicer:
     """The handlers of the tensorverbs service for one task."""
 
-    def __init__(self, rt: "TaskRuntime", setup_handler: SetupHandler | None = None) -> None:
+    def __init__(self, rt: "TaskRuntime", setup_handler: SetupHandler | None = None,
+                 access_handler: AccessHandler | None = None) -> None:
         self.rt = rt
         self.setup_handler = setup_handler
+        self.access_handler = access_handler
         # request id -> withdraw the RecvTensor call's waiter (on the event loop)
         self._waiting: dict[int, Callable[[], None]] = {}
 
@@ -59,6 +65,15 @@ class Servicer:
             return await self.setup_handler(request)
         except Exception as exc:
             await _abort(context, as_error(exc, f"setting up a verbs channel for {request.host_name}"))
+
+    async def get_remote_access(self, request: pb.GetRemoteAccessRequest,
+                                context) -> pb.GetRemoteAccessResponse:
+        if self.access_handler is None:
+            await _abort(context, FailedPreconditionError(f"{self.rt.task} has no registered buffers"))
+        try:
+            return await self.access_handler(request)
+        except Exception as exc:
+            await _abort(context, as_error(exc, f"giving {request.host_name} one-sided access"))
 
     async def recv_tensor(self, requests: AsyncIterator[pb.RecvTensorRequest],
                           context) -> AsyncIterator[bytes]:
@@ -173,6 +188,10 @@ class Servicer:
                 self.release_shared_tensor,
                 request_deserializer=pb.ReleaseSharedTensorRequest.FromString,
                 response_serializer=pb.ReleaseSharedTensorResponse.SerializeToString),
+            "GetRemoteAccess": grpc.unary_unary_rpc_method_handler(
+                self.get_remote_access,
+                request_deserializer=pb.GetRemoteAccessRequest.FromString,
+                response_serializer=pb.GetRemoteAccessResponse.SerializeToString),
         })
 
 

@@ -77,6 +77,28 @@ class GetRemoteAddressResponse(_message.Message):
     incarnation: int
     def __init__(self, host_name: _Optional[str] = ..., channel: _Optional[_Union[Channel, _Mapping]] = ..., mr: _Optional[_Iterable[_Union[MemoryRegion, _Mapping]]] = ..., incarnation: _Optional[int] = ...) -> None: ...
 
+class GetRemoteAccessRequest(_message.Message):
+    __slots__ = ("host_name", "incarnation", "provider", "endpoint")
+    HOST_NAME_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    host_name: str
+    incarnation: int
+    provider: str
+    endpoint: bytes
+    def __init__(self, host_name: _Optional[str] = ..., incarnation: _Optional[int] = ..., provider: _Optional[str] = ..., endpoint: _Optional[bytes] = ...) -> None: ...
+
+class GetRemoteAccessResponse(_message.Message):
+    __slots__ = ("incarnation", "provider", "endpoint")
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    incarnation: int
+    provider: str
+    endpoint: bytes
+    def __init__(self, incarnation: _Optional[int] = ..., provider: _Optional[str] = ..., endpoint: _Optional[bytes] = ...) -> None: ...
+
 class RecvTensorRequest(_message.Message):
     __slots__ = ("step_id", "rendezvous_key", "request_id", "received")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]

@@ -1,0 +1,97 @@
+"""One-sided access: a task registers a tensor and hands its :class:`RemoteBuffer` out;
+any task of the job reads or writes it with RDMA READ and WRITE, without the owner's code
+taking part, until the owner unregisters it (:meth:`tensorverbs.Server.register`).
+
+:class:`OneSided` is a task's part of it: its own verbs context (the task's verbs
+settings, opened on first use, whatever protocol the task runs), the buffers it registered
+(:mod:`.registrations`) and the queue pairs it reads and writes others' through
+(:mod:`.access`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import FailedPreconditionError, InvalidArgumentError
+from ..rpc import tensorverbs_pb2 as pb
+from .access import RemoteAccess
+from .buffer import RemoteBuffer, host_buffer
+from .context import VerbsContext
+from .registrations import Registrations
+
+if TYPE_CHECKING:
+    from ..runtime import TaskRuntime
+    from ..verbs.config import RdmaConfig
+
+__all__ = ["OneSided", "RemoteBuffer"]
+
+
+class OneSided:
+    """The task of ``rt``'s registered buffers and its access to other tasks'."""
+
+    def __init__(self, rt: "TaskRuntime", config: "RdmaConfig", bind_host: str) -> None:
+        self._rt = rt
+        self._verbs = VerbsContext(config, rt.host, bind_host)
+        self._registrations = Registrations(rt, self._verbs)
+        self._access = RemoteAccess(rt, self._verbs)
+
+    def register(self, tensor: Any, writable: bool) -> RemoteBuffer:
+        return self._registrations.register(tensor, writable)
+
+    def unregister(self, buffer: RemoteBuffer) -> None:
+        self._registrations.unregister(_checked(buffer))
+
+    async def accept(self, request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
+        """GetRemoteAccess, answered by the registrations."""
+        return await self._registrations.accept(request)
+
+    def read(self, buffer: RemoteBuffer, out: Any, offset: int, nbytes: int | None,
+             timeout: float | None) -> np.ndarray | Any:
+        """``out`` (or a new array: the buffer's dtype and shape for the whole buffer, else
+        a flat array of its dtype) filled with the buffer's bytes from ``offset``."""
+        buffer = _checked(buffer)
+        if out is None:
+            offset, nbytes = buffer.span(offset, nbytes)
+            dtype = buffer.numpy_dtype
+            if offset % dtype.itemsize or nbytes % dtype.itemsize:
+                raise InvalidArgumentError(
+                    f"offset {offset} and nbytes {nbytes} must be multiples of {dtype}'s "
+                    f"{dtype.itemsize} bytes, or give out=")
+            shape = buffer.shape if nbytes == buffer.nbytes else (nbytes // dtype.itemsize,)
+            into = result = np.empty(shape, dtype)
+        else:
+            into, result = host_buffer(out, "out", writable=True), out
+            if nbytes is not None and nbytes != into.nbytes:
+                raise InvalidArgumentError(f"nbytes {nbytes} disagrees with out's {into.nbytes} bytes")
+            buffer.span(offset, into.nbytes)
+        if self._is_mine(buffer):
+            into.reshape(-1).view(np.uint8)[:] = self._registrations.local(buffer)[offset:offset + into.nbytes]
+        else:
+            self._access.read(buffer, into, offset, timeout)
+        return result
+
+    def write(self, buffer: RemoteBuffer, tensor: Any, offset: int, timeout: float | None) -> None:
+        """Write ``tensor``'s bytes into the buffer at ``offset``."""
+        buffer = _checked(buffer)
+        data = host_buffer(tensor, "the tensor to write", writable=False)
+        buffer.span(offset, data.nbytes)
+        if self._is_mine(buffer):
+            if not buffer.writable:
+                raise FailedPreconditionError(f"{buffer} was registered read-only")
+            self._registrations.local(buffer)[offset:offset + data.nbytes] = data.reshape(-1).view(np.uint8)
+        else:
+            self._access.write(buffer, data, offset, timeout)
+
+    def _is_mine(self, buffer: RemoteBuffer) -> bool:
+        return buffer.task == str(self._rt.task) and buffer.incarnation == self._rt.incarnation
+
+    def close(self) -> None:
+        self._access.close()
+        self._registrations.close()
+
+
+def _checked(buffer: Any) -> RemoteBuffer:
+    if not isinstance(buffer, RemoteBuffer):
+        raise InvalidArgumentError(f"expected a RemoteBuffer, not {type(buffer).__name__}")
+    return buffer

@@ -1,0 +1,239 @@
+"""The accessing side of one-sided access: RDMA READ and WRITE of other tasks' registered
+buffers (RemoteBuffer), through a queue pair per owner set up over the control plane on
+first use.
+
+An access posts its work requests and waits for their completions in the calling thread
+(the GIL released, no other thread involved); accesses to one owner take turns on its
+queue pair. Up to BOUNCE_BYTES move through a registered buffer of the queue pair's
+(copied to or from the caller's memory); larger ones register the caller's memory for
+the access. A failed access (a revoked or forged descriptor, an owner gone) fails its
+queue pair only: the next access sets up another, and the task's channels are untouched.
+An access that times out or is interrupted moves its queue pair to the error state and
+waits for its requests to be flushed before it returns, so that nothing lands in the
+caller's memory afterwards.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+import numpy as np
+
+from .. import _core
+from ..cluster import TaskName, parse_task
+from ..errors import (
+    DeadlineExceededError, FailedPreconditionError, NotFoundError, TensorverbsError, UnavailableError,
+)
+from ..rpc import tensorverbs_pb2 as pb
+from ..rpc.errors import from_rpc_error
+from .buffer import RemoteBuffer
+
+if TYPE_CHECKING:
+    from ..runtime import TaskRuntime
+    from .context import VerbsContext
+
+#: accesses up to this size go through the queue pair's own registered buffer
+BOUNCE_BYTES = 256 << 10
+#: the most bytes one work request moves (SGE lengths are 32-bit)
+CHUNK_BYTES = 1 << 30
+#: work requests one access may have outstanding
+SEND_WR = 64
+#: how long a wait for completions sleeps at most before it looks at the clock again
+#: (and lets Python run a signal handler)
+WAIT_SLICE_MS = 200
+#: how long an access that failed waits for its requests to be flushed (seconds); their
+#: memory stays registered if they are not
+FLUSH_SECONDS = 10.0
+#: how long setting up a queue pair to an owner may take (seconds)
+CONNECT_SECONDS = 60.0
+WC_REM_ACCESS_ERR = 10
+
+
+class _Link:
+    """One queue pair to one owner, used by one access at a time."""
+
+    def __init__(self, qp: _core.QueuePair, cq: _core.CompletionQueue, incarnation: int,
+                 bounce: _core.MemoryRegion) -> None:
+        self.qp, self.cq, self.incarnation, self.bounce = qp, cq, incarnation, bounce
+        self.lock = threading.Lock()
+        self.broken = False
+
+
+class RemoteAccess:
+    """Reads and writes other tasks' buffers for the task of ``rt``, in ``verbs``."""
+
+    def __init__(self, rt: "TaskRuntime", verbs: "VerbsContext") -> None:
+        self._rt, self._verbs = rt, verbs
+        self._lock = threading.Lock()
+        self._links: dict[str, _Link] = {}
+        self._connecting: dict[str, threading.Lock] = {}
+        self._kept: list[Any] = []  # registrations of requests that were never flushed
+
+    def read(self, buffer: RemoteBuffer, into: np.ndarray, offset: int, timeout: float | None) -> None:
+        """Read ``into.nbytes`` bytes of ``buffer`` from ``offset`` into ``into`` (a
+        C-contiguous host array)."""
+        self._access(buffer, into, offset, _core.WR_RDMA_READ, timeout)
+
+    def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None) -> None:
+        """Write ``data`` (a C-contiguous host array) into ``buffer`` at ``offset``."""
+        if not buffer.writable:
+            raise FailedPreconditionError(f"{buffer} was registered read-only")
+        self._access(buffer, data, offset, _core.WR_RDMA_WRITE, timeout)
+
+    def _access(self, buffer: RemoteBuffer, local: np.ndarray, offset: int, opcode: int,
+                timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        nbytes = local.nbytes
+        if nbytes == 0:
+            return
+        flat = local.reshape(-1).view(np.uint8)
+        link = self._link(buffer, deadline)
+        while True:
+            with link.lock:
+                if not link.broken:
+                    self._run(link, buffer, flat, offset, opcode, deadline)
+                    return
+            link = self._link(buffer, deadline)  # another access failed it meanwhile
+
+    def _run(self, link: _Link, buffer: RemoteBuffer, flat: np.ndarray, offset: int, opcode: int,
+             deadline: float | None) -> None:
+        """The access, on ``link`` (its lock held)."""
+        nbytes = flat.nbytes
+        bounce = nbytes <= BOUNCE_BYTES
+        if bounce:
+            region = link.bounce
+            staged = np.frombuffer(cast(Any, region.buffer), np.uint8, nbytes)
+            if opcode == _core.WR_RDMA_WRITE:
+                staged[:] = flat
+        else:
+            region = self._verbs.pd.register_memory(
+                flat if flat.flags.writeable else flat.copy(), _core.LOCAL_WRITE)
+        self._post(link, buffer, region, offset, nbytes, opcode, deadline)
+        if bounce and opcode == _core.WR_RDMA_READ:
+            flat[:] = staged
+
+    def _post(self, link: _Link, buffer: RemoteBuffer, region: Any, offset: int, nbytes: int,
+              opcode: int, deadline: float | None) -> None:
+        wrs: list[_core.SendWR] = []
+        for start in range(0, nbytes, CHUNK_BYTES):
+            wr = _core.SendWR()
+            wr.wr_id, wr.opcode = len(wrs), opcode
+            wr.addr, wr.length, wr.lkey = region.addr + start, min(CHUNK_BYTES, nbytes - start), region.lkey
+            wr.remote_addr, wr.rkey = buffer.addr + offset + start, buffer.rkey
+            wrs.append(wr)
+        for first in range(0, len(wrs), SEND_WR):
+            batch = wrs[first:first + SEND_WR]
+            link.qp.post_send(batch)
+            self._complete(link, buffer, region, len(batch), deadline)
+
+    def _complete(self, link: _Link, buffer: RemoteBuffer, region: Any, count: int,
+                  deadline: float | None) -> None:
+        """Wait for ``count`` completions; a failure, a timeout or an interrupt breaks the
+        link (its requests flushed first) and raises."""
+        failure: TensorverbsError | None = None
+        try:
+            while count and failure is None:
+                wait_ms = WAIT_SLICE_MS
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        failure = DeadlineExceededError(f"an access of {buffer} timed out")
+                        break
+                    wait_ms = max(1, min(wait_ms, int(left * 1000)))
+                for wc in link.cq.wait(count, wait_ms):
+                    count -= 1
+                    if not wc.ok and failure is None:
+                        failure = self._failure(buffer, wc, link.qp.error_detail)
+        except BaseException:  # an interrupt: nothing may land after the caller goes on
+            self._break(link, region, count, "the access was interrupted")
+            raise
+        if failure is not None:
+            self._break(link, region, count, str(failure))
+            raise failure
+
+    def _failure(self, buffer: RemoteBuffer, wc: Any, detail: str) -> TensorverbsError:
+        if wc.status == WC_REM_ACCESS_ERR:
+            return NotFoundError(f"{buffer} cannot be reached: it was unregistered, or the descriptor "
+                                 f"is not one {buffer.task} made ({wc.status_name})")
+        return UnavailableError(f"an access of {buffer} failed: {wc.status_name}"
+                                + (f" ({detail})" if detail else ""))
+
+    def _break(self, link: _Link, region: Any, outstanding: int, why: str) -> None:
+        """Fail ``link`` and wait for its ``outstanding`` requests to be flushed; if they
+        are not, ``region`` stays registered (its memory stays valid)."""
+        link.broken = True
+        link.qp.to_error(why)
+        deadline = time.monotonic() + FLUSH_SECONDS
+        while outstanding and time.monotonic() < deadline:
+            outstanding -= len(link.cq.wait(outstanding, WAIT_SLICE_MS))
+        if outstanding:
+            self._kept.append(region)
+
+    def _link(self, buffer: RemoteBuffer, deadline: float | None) -> _Link:
+        """The working queue pair to ``buffer``'s owner, set up if there is none."""
+        owner = buffer.task
+        with self._lock:
+            link = self._links.get(owner)
+            if link is not None and not link.broken and link.incarnation == buffer.incarnation:
+                return link
+            connecting = self._connecting.setdefault(owner, threading.Lock())
+        with connecting:  # one set-up per owner at a time
+            with self._lock:
+                link = self._links.get(owner)
+            if link is None or link.broken or link.incarnation != buffer.incarnation:
+                link = self._connect(buffer, deadline)
+                with self._lock:
+                    self._links[owner] = link
+        return link
+
+    def _connect(self, buffer: RemoteBuffer, deadline: float | None) -> _Link:
+        task = self._owner(buffer)
+        verbs = self._verbs.open()
+        if buffer.provider != verbs.provider:
+            raise FailedPreconditionError(
+                f"{buffer} is reached with the {buffer.provider!r} provider; {self._rt.task} "
+                f"uses {verbs.provider!r}")
+        qp, cq = verbs.queue_pair(SEND_WR)
+        request = pb.GetRemoteAccessRequest(host_name=str(self._rt.task), incarnation=self._rt.incarnation,
+                                            provider=verbs.provider, endpoint=qp.endpoint)
+        seconds = CONNECT_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            reply = self._rt.loop.submit(asyncio.wait_for(self._ask(task, buffer, request), seconds)).result()
+        except (asyncio.TimeoutError, concurrent.futures.TimeoutError):
+            raise DeadlineExceededError(f"{task} did not give access to {buffer} within {seconds:g} s") from None
+        qp.connect(reply.endpoint)
+        return _Link(qp, cq, reply.incarnation, verbs.pd.allocate_memory(BOUNCE_BYTES, _core.LOCAL_WRITE))
+
+    def _owner(self, buffer: RemoteBuffer) -> TaskName:
+        try:
+            task = parse_task(buffer.task)
+        except TensorverbsError:
+            raise NotFoundError(f"{buffer.task!r} is not a task name") from None
+        if task not in self._rt.cluster:
+            raise NotFoundError(f"{buffer} belongs to a task that is not in this cluster")
+        return task
+
+    async def _ask(self, task: TaskName, buffer: RemoteBuffer,
+                   request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
+        peers = self._rt.peers
+        status = await peers.handshake(task)
+        if status.incarnation != buffer.incarnation:
+            raise UnavailableError(f"{buffer} is stale: {task} restarted since it registered the buffer")
+        stub = peers.peer(task)
+        try:
+            reply = await stub.get_remote_access(request)
+        except grpc.aio.AioRpcError as exc:
+            peers.lost(task)
+            raise from_rpc_error(exc, str(stub)) from None
+        if reply.incarnation != buffer.incarnation:
+            raise UnavailableError(f"{buffer} is stale: {task} restarted since it registered the buffer")
+        return reply
+
+    def close(self) -> None:
+        """Close every queue pair (the task stops)."""
+        with self._lock:
+            self._links.clear()

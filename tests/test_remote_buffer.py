@@ -1,0 +1,251 @@
+"""One-sided access: a task registers a tensor and hands out its RemoteBuffer; another task
+reads and writes it with RDMA READ/WRITE (the soft provider's same path on one host and
+over TCP, ibverbs in the soft-RoCE lane) without the owner's code taking part, until the
+owner unregisters it. The owner runs in a process of its own (tests/remote_buffers.py);
+bytes are compared on both sides."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+import tensorverbs as tv
+from tensorverbs.local_cluster import pattern, same
+from variants import IBVERBS, VARIANTS, start_pair
+
+WAIT = 60.0
+#: one through the queue pair's own buffer, one registered for the access, one past a chunk of the bounce
+SIZES = [4096, 3 << 20, (256 << 10) + 8]
+ONE_SIDED_VARIANTS = ["grpc", "verbs", "verbs-tcp"] + (["ibverbs"] if IBVERBS else [])
+
+
+@pytest.fixture(scope="module", params=ONE_SIDED_VARIANTS)
+def pair(request):
+    protocol, env = VARIANTS[request.param]
+    p = start_pair(protocol, env)
+    yield p
+    p.worker.stop()
+    p.ps.stop()
+
+
+def register(pair, nbytes: int, seed: int, **kwargs) -> tv.RemoteBuffer:
+    """A tensor of ``pattern(nbytes, seed)`` registered by the ps (its own process)."""
+    return pair.ps.run("remote_buffers:register_pattern", nbytes, seed, **kwargs)
+
+
+@pytest.mark.parametrize("nbytes", SIZES)
+def test_a_task_reads_a_buffer_another_registered(pair, step, nbytes):
+    buffer = register(pair, nbytes, step)
+    assert buffer.task == pair.PS and buffer.nbytes == nbytes
+    got = pair.worker.read(buffer, timeout=WAIT)
+    assert same(got, pattern(nbytes, step))
+    out = np.zeros(nbytes, np.uint8)
+    assert pair.worker.read(buffer, out, timeout=WAIT) is out
+    assert same(out, pattern(nbytes, step))
+    pair.ps.unregister(buffer)
+
+
+def test_a_read_gives_the_buffers_dtype_and_shape_and_ranges_of_it(pair, step):
+    buffer = register(pair, 4 * 6 * 1000, step, dtype="float32", shape=(6, 1000))
+    whole = pattern(4 * 6 * 1000, step, np.float32).reshape(6, 1000)
+    got = pair.worker.read(buffer, timeout=WAIT)
+    assert got.dtype == np.float32 and got.shape == (6, 1000) and same(got, whole)
+    row = pair.worker.read(buffer, offset=4 * 1000 * 2, nbytes=4 * 1000, timeout=WAIT)
+    assert same(row, whole[2])
+    out = np.empty((2, 1000), np.float32)
+    pair.worker.read(buffer, out, offset=4 * 1000 * 4, timeout=WAIT)
+    assert same(out, whole[4:])
+    with pytest.raises(tv.InvalidArgumentError, match="multiples"):
+        pair.worker.read(buffer, offset=2, nbytes=8, timeout=WAIT)
+    pair.ps.unregister(buffer)
+
+
+@pytest.mark.parametrize("nbytes", SIZES)
+def test_a_write_lands_in_the_owners_tensor(pair, step, nbytes):
+    buffer = register(pair, nbytes + 100, step)
+    pair.worker.write(buffer, pattern(nbytes, step + 1), offset=100, timeout=WAIT)
+    assert pair.ps.run("remote_buffers:holds", buffer, 100, nbytes, step + 1)
+    assert pair.ps.run("remote_buffers:holds", buffer, 0, 100, step)  # untouched
+    pair.ps.unregister(buffer)
+
+
+def test_an_unregistered_buffer_fails_and_leaves_the_task_working(pair, step):
+    buffer = register(pair, 4096, step)
+    assert same(pair.worker.read(buffer, timeout=WAIT), pattern(4096, step))
+    pair.ps.unregister(buffer)
+    with pytest.raises(tv.NotFoundError, match="unregistered") as failed:
+        pair.worker.read(buffer, timeout=WAIT)
+    assert pair.PS in str(failed.value)
+    with pytest.raises(tv.NotFoundError):
+        pair.worker.write(buffer, pattern(16, step), timeout=WAIT)
+    with pytest.raises(tv.NotFoundError, match="not registered"):
+        pair.ps.unregister(buffer)
+    # the next access, and the tasks' tensors, go on as before
+    other = register(pair, 4096, step + 1)
+    assert same(pair.worker.read(other, timeout=WAIT), pattern(4096, step + 1))
+    pair.ps.send_pattern("t", pair.WORKER, step, 4096, step)
+    assert same(pair.worker.recv("t", pair.PS, step, timeout=WAIT), pattern(4096, step))
+    pair.ps.unregister(other)
+
+
+@pytest.mark.parametrize("forged", ["rkey", "addr", "nbytes"])
+def test_a_forged_descriptor_reaches_nothing(pair, step, forged):
+    buffer = register(pair, 64 << 10, step)
+    bad = {"rkey": dataclasses.replace(buffer, rkey=buffer.rkey ^ 0x5a5a00),
+           "addr": dataclasses.replace(buffer, addr=buffer.addr + (1 << 30)),
+           "nbytes": dataclasses.replace(buffer, nbytes=buffer.nbytes + (1 << 20))}[forged]
+    read = {"rkey": {}, "addr": {}, "nbytes": {"offset": buffer.nbytes, "nbytes": 4096}}[forged]
+    with pytest.raises(tv.NotFoundError):
+        pair.worker.read(bad, timeout=WAIT, **read)
+    assert same(pair.worker.read(buffer, timeout=WAIT), pattern(64 << 10, step))
+    pair.ps.unregister(buffer)
+
+
+def test_a_descriptor_of_another_incarnation_is_stale(pair, step):
+    buffer = register(pair, 4096, step)
+    with pytest.raises(tv.UnavailableError, match="stale"):
+        pair.worker.read(dataclasses.replace(buffer, incarnation=buffer.incarnation ^ 1), timeout=WAIT)
+    assert same(pair.worker.read(buffer, timeout=WAIT), pattern(4096, step))
+    pair.ps.unregister(buffer)
+
+
+def test_a_read_only_buffer_refuses_writes(pair, step):
+    buffer = register(pair, 4096, step, writable=False)
+    with pytest.raises(tv.FailedPreconditionError, match="read-only"):
+        pair.worker.write(buffer, pattern(16, 0), timeout=WAIT)
+    # a descriptor that claims write access reaches nothing writable
+    with pytest.raises(tv.NotFoundError):
+        pair.worker.write(dataclasses.replace(buffer, writable=True), pattern(16, 0), timeout=WAIT)
+    assert same(pair.worker.read(buffer, timeout=WAIT), pattern(4096, step))
+    pair.ps.unregister(buffer)
+
+
+def test_accesses_out_of_bounds_or_malformed_are_refused_before_anything_moves(pair, step):
+    buffer = register(pair, 4096, step)
+    worker = pair.worker
+    with pytest.raises(tv.InvalidArgumentError, match="out of bounds"):
+        worker.read(buffer, offset=4000, nbytes=100, timeout=WAIT)
+    with pytest.raises(tv.InvalidArgumentError, match="out of bounds"):
+        worker.read(buffer, np.empty(4097, np.uint8), timeout=WAIT)
+    with pytest.raises(tv.InvalidArgumentError, match="out of bounds"):
+        worker.write(buffer, pattern(100, 1), offset=4000, timeout=WAIT)
+    with pytest.raises(tv.InvalidArgumentError, match="offset"):
+        worker.read(buffer, offset=-1, timeout=WAIT)
+    with pytest.raises(tv.InvalidArgumentError, match="RemoteBuffer"):
+        worker.read({"task": pair.PS}, timeout=WAIT)
+    with pytest.raises(tv.InvalidArgumentError, match="C-contiguous"):
+        worker.read(buffer, np.empty((64, 128), np.uint8)[:, ::2], timeout=WAIT)
+    with pytest.raises(tv.InvalidArgumentError, match="writable"):
+        worker.read(buffer, _read_only(4096), timeout=WAIT)
+    with pytest.raises(tv.NotFoundError, match="not in this cluster"):
+        worker.read(dataclasses.replace(buffer, task="/job:nobody/replica:0/task:0"), timeout=WAIT)
+    assert worker.pending() == (0, 0)
+    assert same(worker.read(buffer, timeout=WAIT), pattern(4096, step))
+    pair.ps.unregister(buffer)
+
+
+def _read_only(nbytes: int) -> np.ndarray:
+    array = np.empty(nbytes, np.uint8)
+    array.setflags(write=False)
+    return array
+
+
+def test_a_descriptor_crosses_processes_as_it_is(pair, step):
+    buffer = register(pair, 4096, step)
+    assert pickle.loads(pickle.dumps(buffer)) == buffer
+    assert tv.RemoteBuffer(**dataclasses.asdict(buffer)) == buffer
+    pair.ps.unregister(buffer)
+
+
+def test_a_task_reads_and_writes_its_own_buffer(pair, step):
+    tensor = pattern(4096, step).copy()
+    buffer = pair.worker.register(tensor)
+    assert same(pair.worker.read(buffer, timeout=WAIT), tensor)
+    pair.worker.write(buffer, pattern(10, 5), offset=10, timeout=WAIT)
+    assert same(tensor[10:20], pattern(10, 5))
+    pair.worker.unregister(buffer)
+    with pytest.raises(tv.NotFoundError):
+        pair.worker.read(buffer, timeout=WAIT)
+
+
+def test_the_owner_may_be_either_side(pair, step):
+    """The worker (the test's process) registers; the ps reads it and writes it."""
+    tensor = pattern(64 << 10, step).copy()
+    buffer = pair.worker.register(tensor)
+    assert pair.ps.run("remote_buffers:read_matches", buffer, 64 << 10, step)
+    pair.ps.write(buffer, pattern(4096, step + 1), offset=8192, timeout=WAIT)
+    assert same(tensor[8192:8192 + 4096], pattern(4096, step + 1))
+    pair.worker.unregister(buffer)
+    assert pair.ps.run("remote_buffers:read_error", buffer)[0] == "NotFoundError"
+
+
+def test_threads_reading_one_owner_at_once_each_get_their_bytes(pair, step):
+    buffers = [register(pair, 8192 * (i + 1), step + i) for i in range(4)]
+    failures: list[str] = []
+
+    def reader(i: int) -> None:
+        for _ in range(20):
+            if not same(pair.worker.read(buffers[i], timeout=WAIT), pattern(8192 * (i + 1), step + i)):
+                failures.append(f"reader {i}")
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    for buffer in buffers:
+        pair.ps.unregister(buffer)
+
+
+def test_registering_refuses_what_it_cannot_open(pair):
+    worker = pair.worker
+    with pytest.raises(tv.InvalidArgumentError, match="C-contiguous"):
+        worker.register(np.zeros((8, 8))[:, ::2])
+    with pytest.raises(tv.InvalidArgumentError, match="writable"):
+        worker.register(_read_only(64))
+    with pytest.raises(tv.InvalidArgumentError):
+        worker.register(np.array([b"strings"], dtype=object))
+    with pytest.raises(tv.FailedPreconditionError, match="empty"):
+        worker.register(np.zeros(0))
+
+
+def test_an_access_to_a_frozen_owner_times_out_and_the_next_one_works(pair, step):
+    """The owner's process is stopped (SIGSTOP) under an access: DeadlineExceededError at
+    the timeout, nothing lands in ``out`` later, and once it runs again a new access works."""
+    buffer = register(pair, 4096, step)
+    if buffer.provider != "soft":
+        pytest.skip("a device serves reads while its process is stopped")
+    assert same(pair.worker.read(buffer, timeout=WAIT), pattern(4096, step))
+    out = np.zeros(4096, np.uint8)
+    os.kill(pair.ps.process.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(tv.DeadlineExceededError, match="timed out"):
+            pair.worker.read(buffer, out, timeout=0.5)
+    finally:
+        os.kill(pair.ps.process.pid, signal.SIGCONT)
+    assert pair.ps.task() == pair.PS  # it runs again
+    assert not out.any()
+    assert same(pair.worker.read(buffer, out, timeout=WAIT), pattern(4096, step))
+    pair.ps.unregister(buffer)
+
+
+@pytest.mark.parametrize("variant", ["verbs", "verbs-tcp"])
+def test_an_access_to_an_owner_that_died_fails_naming_it(variant):
+    protocol, env = VARIANTS[variant]
+    p = start_pair(protocol, env)
+    try:
+        buffer = p.ps.run("remote_buffers:register_pattern", 4096, 1)
+        assert same(p.worker.read(buffer, timeout=WAIT), pattern(4096, 1))
+        p.ps.kill()
+        for _ in range(2):  # on the queue pair it had, then setting up another
+            with pytest.raises(tv.UnavailableError) as failed:
+                p.worker.read(buffer, timeout=WAIT)
+            assert p.PS in str(failed.value)
+    finally:
+        p.worker.stop()
+        p.ps.stop()
