@@ -15,10 +15,13 @@ _kept: dict[int, np.ndarray] = {}
 
 
 def register_pattern(server: tv.Server, nbytes: int, seed: int, dtype: str = "uint8",
-                     shape: tuple[int, ...] | None = None, writable: bool = True) -> tv.RemoteBuffer:
+                     shape: tuple[int, ...] | None = None, writable: bool = True,
+                     allocated: bool = False) -> tv.RemoteBuffer:
     tensor = pattern(nbytes, seed, dtype)
     if shape is not None:
         tensor = tensor.reshape(shape)
+    if allocated:  # in the server's memory for one-sided access
+        tensor = _copy_into(server.allocate(tensor.shape, tensor.dtype, one_sided=True), tensor)
     buffer = server.register(tensor, writable=writable)
     _kept[buffer.rkey] = tensor
     return buffer
@@ -44,3 +47,8 @@ def read_error(server: tv.Server, buffer: tv.RemoteBuffer) -> tuple[str, str]:
     except tv.TensorverbsError as exc:
         return type(exc).__name__, str(exc)
     return "", ""
+
+
+def _copy_into(target: np.ndarray, source: np.ndarray) -> np.ndarray:
+    target[...] = source
+    return target

@@ -57,7 +57,7 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
         "recv": (method("recv"), recv),
         "recv_async": (lambda server, **kw: server.recv_async(**kw).result(10), recv),
         "arecv": (lambda server, **kw: asyncio.run(server.arecv(**kw)), recv),
-        "allocate": (method("allocate"), dict(shape=(2,), dtype=np.float32)),
+        "allocate": (method("allocate"), dict(shape=(2,), dtype=np.float32, one_sided=False)),
         "add_task": (method("add_task"), dict(job_name="extra", task_index=0, address="127.0.0.1:1")),
         "abort_step": (method("abort_step"), dict(step_id=1, reason="")),
         "cleanup_step": (method("cleanup_step"), dict(step_id=1)),

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
 import pickle
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -48,6 +50,28 @@ def test_a_task_reads_a_buffer_another_registered(pair, step, nbytes):
     assert pair.worker.read(buffer, out, timeout=WAIT) is out
     assert same(out, pattern(nbytes, step))
     pair.ps.unregister(buffer)
+
+
+@pytest.mark.parametrize("nbytes", SIZES)
+def test_memory_allocated_for_one_sided_access_is_read_and_written(pair, step, nbytes):
+    """A tensor of ``allocate(..., one_sided=True)`` (shared memory on one host) is
+    registered without a registration of its own; peers read and write it alike."""
+    buffer = register(pair, nbytes, step, allocated=True)
+    assert same(pair.worker.read(buffer, timeout=WAIT), pattern(nbytes, step))
+    pair.worker.write(buffer, pattern(nbytes // 2, step + 1), offset=nbytes // 4, timeout=WAIT)
+    assert pair.ps.run("remote_buffers:holds", buffer, nbytes // 4, nbytes // 2, step + 1)
+    pair.ps.unregister(buffer)
+    with pytest.raises(tv.NotFoundError):
+        pair.worker.read(buffer, timeout=WAIT)
+
+
+def test_allocated_memory_is_the_servers_tensor_type(pair):
+    array = pair.worker.allocate((3, 5), np.float16, one_sided=True)
+    assert array.shape == (3, 5) and array.dtype == np.float16 and array.flags.writeable
+    array[...] = 1.5
+    buffer = pair.worker.register(array[1])  # a part of it
+    assert buffer.nbytes == 10 and same(pair.worker.read(buffer, timeout=WAIT), array[1])
+    pair.worker.unregister(buffer)
 
 
 def test_a_read_gives_the_buffers_dtype_and_shape_and_ranges_of_it(pair, step):
@@ -224,6 +248,7 @@ def test_an_access_to_a_frozen_owner_times_out_and_the_next_one_works(pair, step
     out = np.zeros(4096, np.uint8)
     os.kill(pair.ps.process.pid, signal.SIGSTOP)
     try:
+        _wait_stopped(pair.ps.process.pid)  # a thread spinning elsewhere stops a moment later
         with pytest.raises(tv.DeadlineExceededError, match="timed out"):
             pair.worker.read(buffer, out, timeout=0.5)
     finally:
@@ -232,6 +257,22 @@ def test_an_access_to_a_frozen_owner_times_out_and_the_next_one_works(pair, step
     assert not out.any()
     assert same(pair.worker.read(buffer, out, timeout=WAIT), pattern(4096, step))
     pair.ps.unregister(buffer)
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of ``pid`` is stopped (its state in /proc is T)."""
+    tasks = pathlib.Path(f"/proc/{pid}/task")
+    deadline = time.monotonic() + WAIT
+    while not all(_state(t) in "Tt" for t in tasks.iterdir()):
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        time.sleep(0.001)
+
+
+def _state(task: pathlib.Path) -> str:
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:  # the thread ended
+        return "T"
 
 
 @pytest.mark.parametrize("variant", ["verbs", "verbs-tcp"])

@@ -267,11 +267,15 @@ class Server:
         self._sends.flush(check.optional_seconds(timeout, "timeout"))
 
     @public
-    def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> Any:
+    def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,
+                 one_sided: bool = False) -> Any:
         """An uninitialised array in the memory this server's protocol sends from directly:
         with "grpc+verbs", registered memory (like TensorFlow's allocator visitor), so a
         tensor filled in place and sent needs no registration or copy; with "grpc", an
         ordinary array. It returns to the pool when the last view of it is dropped.
+        ``one_sided``: memory for :meth:`register` instead, registered once for one-sided
+        access, which peers on this host then reach by shared memory (at the speed of a
+        memcpy; other memory is reached through the soft provider's stream).
         ``dtype`` is a numpy dtype or a torch dtype; a torch one, or a server whose
         ``tensor_type`` is "torch", makes a torch tensor over that memory."""
         self._check_running()
@@ -282,7 +286,11 @@ class Server:
                 raise InvalidArgumentError(f"dtype {dtype} is not one tensorverbs moves")
         else:
             np_dtype = numeric_dtype(dtype)
-        array = self._rendezvous.allocate(check.shape(shape), np_dtype)
+        shape = check.shape(shape)
+        if check.flag(one_sided, "one_sided"):
+            array = self._one_sided.allocate(shape, np_dtype)
+        else:
+            array = self._rendezvous.allocate(shape, np_dtype)
         return as_torch(array) if torch else array
 
     @public

@@ -14,6 +14,8 @@ from .report import human_size
 
 #: the tensorverbs contender the goals are about, and its path across hosts
 SUBJECT, ACROSS = "grpc+verbs", "grpc+verbs tcp"
+#: its one-sided reads (Server.read of a RemoteBuffer)
+READ = "grpc+verbs read"
 SMALL, MEDIUM, LARGE, LARGEST = 4 << 10, 1 << 20, 64 << 20, 256 << 20
 IN_FLIGHT, RATE = 2000, 150_000  # recvs in flight, 4 KiB tensors per second
 BATCH_RATE, BATCH_GAIN = 500_000, 5  # through a batch recv: tensors per second, x recv_async's
@@ -143,6 +145,12 @@ def goals(results: list[dict], flight: list[dict], calls: list[dict] | None = No
                  SMALL, True, lambda r: r <= 0.5),
         _on_small(results, f"{small} round trip: {SUBJECT} p99 ≤ {TAIL:g}x its median", _tail),
         _calls(results, calls or []),
+        _compare(results, f"{small} one-sided read: {READ} ≤ 0.5x {SUBJECT}'s recv", READ, SUBJECT,
+                 SMALL, True, lambda r: r <= 0.5),
+        _compare(results, f"{small} one-sided read: {READ} ahead of nixl's READ", READ, "nixl",
+                 SMALL, True, lambda r: r < 1),
+        _compare(results, f"{large} one-sided read: {READ} ahead of nixl's READ", READ, "nixl",
+                 LARGE, False, lambda r: r > 1),
         _compare(results, f"{small} round trip: {ACROSS} ≤ 1.5x raw tcp", ACROSS, "raw tcp",
                  SMALL, True, lambda r: r <= 1.5),
         _rate(flight, "recv_async", RATE),

@@ -39,6 +39,12 @@ class OneSided:
     def register(self, tensor: Any, writable: bool) -> RemoteBuffer:
         return self._registrations.register(tensor, writable)
 
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An uninitialised array that :meth:`register` opens without registering it again,
+        and that peers of this host reach by shared memory."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return self._verbs.allocate(nbytes).view(dtype).reshape(shape)
+
     def unregister(self, buffer: RemoteBuffer) -> None:
         self._registrations.unregister(_checked(buffer))
 

@@ -1,10 +1,16 @@
 """The verbs context of a task's one-sided access: opened on first use with the task's
 verbs settings (its own device context, apart from the protocol's channels), with one
-protection domain for the buffers it registers and the queue pairs that reach them."""
+protection domain for the buffers it registers and the queue pairs that reach them, and the
+memory it allocates for them (:meth:`VerbsContext.allocate`): registered once, and on one
+host shared memory, which peers' accesses copy from and to directly (other memory takes
+the soft provider's stream)."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
 
 from .. import _core
 
@@ -24,6 +30,8 @@ class VerbsContext:
         self.context: _core.Context | None = None
         self.pd: _core.ProtectionDomain
         self.provider = ""
+        #: memory allocated here that is alive: its address -> (length, region)
+        self._allocated: dict[int, tuple[int, Any]] = {}
 
     def open(self) -> "VerbsContext":
         """Itself, opened (at the first call; the provider's errors as TensorverbsErrors)."""
@@ -41,3 +49,25 @@ class VerbsContext:
         assert self.context is not None
         cq = self.context.create_cq(QUEUE_DEPTH)
         return self.context.create_qp(self.pd, cq, cq, send_wr, 1), cq
+
+    def allocate(self, nbytes: int) -> np.ndarray:
+        """``nbytes`` of memory of this context's (a flat uint8 array; the memory lives as
+        long as an array over it)."""
+        region = self.open().pd.allocate_memory(max(1, nbytes), _core.LOCAL_WRITE)
+        array = np.frombuffer(cast(Any, region.buffer), np.uint8, nbytes)
+        with self._lock:
+            self._allocated[region.addr] = (region.length, region)
+        weakref.finalize(array, self._freed, region.addr)
+        return array
+
+    def _freed(self, addr: int) -> None:
+        with self._lock:
+            self._allocated.pop(addr, None)
+
+    def region_of(self, addr: int, nbytes: int) -> Any:
+        """The region :meth:`allocate` made that holds ``[addr, addr + nbytes)``, or None."""
+        with self._lock:
+            for start, (length, region) in self._allocated.items():
+                if start <= addr and addr + nbytes <= start + length:
+                    return region
+        return None

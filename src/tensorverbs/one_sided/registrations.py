@@ -69,9 +69,12 @@ class Registrations:
         if array.nbytes == 0:
             raise FailedPreconditionError("an empty tensor has no bytes to register")
         verbs = self._verbs.open()
-        region = verbs.pd.register_memory(array.reshape(-1).view(np.uint8), _core.LOCAL_WRITE)
+        addr = array.__array_interface__["data"][0]
+        region = verbs.region_of(addr, array.nbytes)  # allocated here: registered already
+        if region is None:
+            region = verbs.pd.register_memory(array.reshape(-1).view(np.uint8), _core.LOCAL_WRITE)
         access = _core.REMOTE_READ | (_core.REMOTE_WRITE if writable else 0)
-        window = verbs.pd.bind_window(region, region.addr, array.nbytes, access)
+        window = verbs.pd.bind_window(region, addr, array.nbytes, access)
         with self._lock:
             self._buffers[(window.addr, window.rkey)] = _Registered(array, region, window)
         return RemoteBuffer(str(self._rt.task), self._rt.incarnation, verbs.provider, window.addr,
