@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import FailedPreconditionError, InvalidArgumentError
 from ..rpc import tensorverbs_pb2 as pb
-from .access import RemoteAccess
+from .access import BOUNCE_BYTES, RemoteAccess
 from .buffer import RemoteBuffer, host_buffer
 from .context import VerbsContext
 from .registrations import Registrations
@@ -65,7 +65,8 @@ class OneSided:
                     f"offset {offset} and nbytes {nbytes} must be multiples of {dtype}'s "
                     f"{dtype.itemsize} bytes, or give out=")
             shape = buffer.shape if nbytes == buffer.nbytes else (nbytes // dtype.itemsize,)
-            into = result = np.empty(shape, dtype)
+            into = result = (np.empty(shape, dtype) if nbytes <= BOUNCE_BYTES or self._is_mine(buffer)
+                             else self._verbs.allocate(nbytes).view(dtype).reshape(shape))
         else:
             into, result = host_buffer(out, "out", writable=True), out
             if nbytes is not None and nbytes != into.nbytes:

@@ -5,8 +5,8 @@ first use.
 An access posts its work requests and waits for their completions in the calling thread
 (the GIL released, no other thread involved); accesses to one owner take turns on its
 queue pair. Up to BOUNCE_BYTES move through a registered buffer of the queue pair's
-(copied to or from the caller's memory); larger ones register the caller's memory for
-the access. A failed access (a revoked or forged descriptor, an owner gone) fails its
+(copied to or from the caller's memory); larger ones use the caller's memory, registered
+for the access unless it was allocated for one-sided access (a read's own result is). A failed access (a revoked or forged descriptor, an owner gone) fails its
 queue pair only: the next access sets up another, and the task's channels are untouched.
 An access that times out or is interrupted moves its queue pair to the error state and
 waits for its requests to be flushed before it returns, so that nothing lands in the
@@ -110,8 +110,10 @@ class RemoteAccess:
             if opcode == _core.WR_RDMA_WRITE:
                 staged[:] = flat
         else:
-            region = self._verbs.pd.register_memory(
-                flat if flat.flags.writeable else flat.copy(), _core.LOCAL_WRITE)
+            region = self._verbs.region_of(flat.__array_interface__["data"][0], nbytes)
+            if region is None:  # not allocated for one-sided access: registered for this one
+                region = self._verbs.pd.register_memory(
+                    flat if flat.flags.writeable else flat.copy(), _core.LOCAL_WRITE)
         self._post(link, buffer, region, offset, nbytes, opcode, deadline)
         if bounce and opcode == _core.WR_RDMA_READ:
             flat[:] = staged

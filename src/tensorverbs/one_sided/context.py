@@ -19,6 +19,15 @@ if TYPE_CHECKING:
 
 #: completions a queue pair of one-sided access may have outstanding
 QUEUE_DEPTH = 64
+#: how much freed memory of :meth:`VerbsContext.allocate` waits for reuse (registered and
+#: faulted in already: a large read's result needs neither again)
+CACHED_BYTES = 1 << 30
+
+
+def size_class(nbytes: int) -> int:
+    """The size :meth:`VerbsContext.allocate` allocates for ``nbytes``: the next power of
+    two, at least a page."""
+    return max(4096, 1 << (max(1, nbytes) - 1).bit_length())
 
 
 class VerbsContext:
@@ -32,6 +41,9 @@ class VerbsContext:
         self.provider = ""
         #: memory allocated here that is alive: its address -> (length, region)
         self._allocated: dict[int, tuple[int, Any]] = {}
+        #: memory allocated here that is free again, by size class (at most CACHED_BYTES)
+        self._free: dict[int, list[Any]] = {}
+        self._free_bytes = 0
 
     def open(self) -> "VerbsContext":
         """Itself, opened (at the first call; the provider's errors as TensorverbsErrors)."""
@@ -52,8 +64,15 @@ class VerbsContext:
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """``nbytes`` of memory of this context's (a flat uint8 array; the memory lives as
-        long as an array over it)."""
-        region = self.open().pd.allocate_memory(max(1, nbytes), _core.LOCAL_WRITE)
+        long as an array over it, then waits for the next allocation of its size class)."""
+        size = size_class(nbytes)
+        with self._lock:
+            free = self._free.get(size)
+            region = free.pop() if free else None
+            if region is not None:
+                self._free_bytes -= size
+        if region is None:
+            region = self.open().pd.allocate_memory(size, _core.LOCAL_WRITE)
         array = np.frombuffer(cast(Any, region.buffer), np.uint8, nbytes)
         with self._lock:
             self._allocated[region.addr] = (region.length, region)
@@ -62,7 +81,10 @@ class VerbsContext:
 
     def _freed(self, addr: int) -> None:
         with self._lock:
-            self._allocated.pop(addr, None)
+            length, region = self._allocated.pop(addr)
+            if self._free_bytes + length <= CACHED_BYTES:
+                self._free.setdefault(length, []).append(region)
+                self._free_bytes += length
 
     def region_of(self, addr: int, nbytes: int) -> Any:
         """The region :meth:`allocate` made that holds ``[addr, addr + nbytes)``, or None."""

@@ -1,5 +1,7 @@
-"""tensorverbs' one-sided access: the source registers the payload once per size
-(``Server.register``) and hands its RemoteBuffer to the sink over the benchmark's pipes;
+"""tensorverbs' one-sided access: the source holds the payload of each size in memory for
+one-sided access (``Server.allocate(..., one_sided=True)``, as the README shows it),
+registers it (``Server.register``) and hands its RemoteBuffer to the sink over the
+benchmark's pipes;
 the sink reads it with ``Server.read(buffer, timeout=...)`` into a new array, as the README
 shows it. The source's code takes no part in a transfer (as NIXL's READ beside it)."""
 from __future__ import annotations
@@ -25,7 +27,10 @@ class Source(BaseSource):
         if self.buffer is None or self.buffer.nbytes != nbytes:
             if self.buffer is not None:
                 self.server.unregister(self.buffer)
-            self.buffer = self.server.register(self.payloads.get(nbytes))
+            payload = self.payloads.get(nbytes)
+            held = self.server.allocate(payload.shape, payload.dtype, one_sided=True)
+            held[...] = payload
+            self.buffer = self.server.register(held)
         return self.buffer
 
     def serve(self, nbytes: int, count: int, step: int) -> None:
