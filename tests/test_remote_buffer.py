@@ -89,6 +89,22 @@ def test_a_read_gives_the_buffers_dtype_and_shape_and_ranges_of_it(pair, step):
     pair.ps.unregister(buffer)
 
 
+def test_accesses_and_registrations_are_counted(pair, step):
+    before = pair.worker.stats()
+    registered = pair.ps.stats()["registered_buffers"]
+    buffer = register(pair, 1000, step)
+    assert pair.ps.stats()["registered_buffers"] == registered + 1
+    pair.worker.read(buffer, timeout=WAIT)
+    pair.worker.write(buffer, pattern(10, 1), offset=5, timeout=WAIT)
+    after = pair.worker.stats()
+    assert after["remote_reads"] - before["remote_reads"] == 1
+    assert after["remote_bytes_read"] - before["remote_bytes_read"] == 1000
+    assert after["remote_writes"] - before["remote_writes"] == 1
+    assert after["remote_bytes_written"] - before["remote_bytes_written"] == 10
+    pair.ps.unregister(buffer)
+    assert pair.ps.stats()["registered_buffers"] == registered
+
+
 @pytest.mark.parametrize("nbytes", SIZES)
 def test_a_write_lands_in_the_owners_tensor(pair, step, nbytes):
     buffer = register(pair, nbytes + 100, step)

@@ -64,7 +64,8 @@ PROTOCOLS = {
 
 #: counters every server reports, whatever its protocol
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
-            "bytes_received", "proxy_copies", "ipc_sent", "ipc_received")
+            "bytes_received", "proxy_copies", "ipc_sent", "ipc_received", "remote_reads",
+            "remote_writes", "remote_bytes_read", "remote_bytes_written")
 
 
 class Server:

@@ -22,7 +22,8 @@ TENSORS = [(100, "<=4KiB"), (4096, "<=4KiB"), (40_000, "<=64KiB"), (300_000, "<=
 GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_table_steps",
           "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
           "registered_bytes": "tensorverbs_pool_registered_bytes",
-          "message_buffer_bytes": "tensorverbs_message_buffer_bytes"}
+          "message_buffer_bytes": "tensorverbs_message_buffer_bytes",
+          "registered_buffers": "tensorverbs_registered_buffers"}
 
 
 def _exchange(metered, step: int) -> None:

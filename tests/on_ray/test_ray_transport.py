@@ -4,6 +4,7 @@ its pending recvs."""
 from __future__ import annotations
 
 import concurrent.futures
+import time
 
 import numpy as np
 import pytest
@@ -49,6 +50,9 @@ class Actor:
 
     def bytes_received(self, name: str) -> int:
         return _manager(name).server.get().stats()["bytes_received"]
+
+    def registered(self, name: str) -> int:
+        return _manager(name).registered()
 
     def endpoint(self, name: str) -> tuple[str, str]:
         return _manager(name).server.endpoint()
@@ -111,3 +115,38 @@ def test_a_source_that_dies_fails_the_transfer(transports):
     # wait on until Ray gives up
     with pytest.raises((tv.AbortedError, tv.UnavailableError)):
         ray.get(destination.check.remote(tensors, 5), timeout=180)
+
+
+@pytest.fixture(scope="module")
+def read_transport(transports):
+    """The one-sided transport (registered beside the two-sided ones, before the actors)."""
+    return register_transport("TENSORVERBS_READ", "grpc+verbs", one_sided=True)
+
+
+def _same(got: list, want: list) -> bool:
+    return all(g.dtype == w.dtype and g.shape == w.shape
+               and np.array_equal(g.view(torch.uint8).numpy(), w.view(torch.uint8).numpy())
+               for g, w in zip(got, want, strict=True))
+
+
+def test_one_sided_the_driver_and_actors_read_an_actors_tensors(read_transport):
+    source, destination = Actor.remote(), Actor.remote()
+    tensors = source.make.options(tensor_transport=read_transport).remote(seed=7, nbytes=4 << 20)
+    assert _same(ray.get(tensors, timeout=240), _tensors(7, 4 << 20))  # in the driver
+    assert _manager(read_transport).server.get().stats()["remote_reads"] == 2  # by reads
+    assert ray.get(destination.check.remote(tensors, 7, 4 << 20), timeout=240)
+    assert ray.get(source.registered.remote(read_transport)) == 1
+    del tensors  # Ray collects the object on its source, which unregisters its tensors
+    deadline = time.monotonic() + 120
+    while ray.get(source.registered.remote(read_transport)):
+        assert time.monotonic() < deadline, "the source kept the object's tensors registered"
+        time.sleep(0.05)
+
+
+def test_one_sided_a_source_that_died_fails_the_read(read_transport):
+    source = Actor.remote()
+    tensors = source.make.options(tensor_transport=read_transport).remote(seed=9, nbytes=4096)
+    assert ray.wait([tensors], fetch_local=False, timeout=120)[0]  # made
+    ray.kill(source)
+    with pytest.raises((tv.UnavailableError, ray.exceptions.RayError)):
+        ray.get(tensors, timeout=180)

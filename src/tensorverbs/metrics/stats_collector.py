@@ -13,6 +13,7 @@ GAUGES = {
     "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
     "registered_bytes": "tensorverbs_pool_registered_bytes",
     "message_buffer_bytes": "tensorverbs_message_buffer_bytes",
+    "registered_buffers": "tensorverbs_registered_buffers",
 }
 
 

@@ -35,6 +35,7 @@ class OneSided:
         self._verbs = VerbsContext(config, rt.host, bind_host)
         self._registrations = Registrations(rt, self._verbs)
         self._access = RemoteAccess(rt, self._verbs)
+        rt.counters.gauge("registered_buffers", self._registrations.count)
 
     def register(self, tensor: Any, writable: bool) -> RemoteBuffer:
         return self._registrations.register(tensor, writable)
@@ -76,6 +77,8 @@ class OneSided:
             into.reshape(-1).view(np.uint8)[:] = self._registrations.local(buffer)[offset:offset + into.nbytes]
         else:
             self._access.read(buffer, into, offset, timeout)
+        self._rt.counters.add("remote_reads")
+        self._rt.counters.add("remote_bytes_read", into.nbytes)
         return result
 
     def write(self, buffer: RemoteBuffer, tensor: Any, offset: int, timeout: float | None) -> None:
@@ -89,6 +92,8 @@ class OneSided:
             self._registrations.local(buffer)[offset:offset + data.nbytes] = data.reshape(-1).view(np.uint8)
         else:
             self._access.write(buffer, data, offset, timeout)
+        self._rt.counters.add("remote_writes")
+        self._rt.counters.add("remote_bytes_written", data.nbytes)
 
     def _is_mine(self, buffer: RemoteBuffer) -> bool:
         return buffer.task == str(self._rt.task) and buffer.incarnation == self._rt.incarnation

@@ -80,6 +80,11 @@ class Registrations:
         return RemoteBuffer(str(self._rt.task), self._rt.incarnation, verbs.provider, window.addr,
                             window.rkey, array.nbytes, array.dtype.name, tuple(array.shape), writable)
 
+    def count(self) -> int:
+        """How many buffers are registered."""
+        with self._lock:
+            return len(self._buffers)
+
     def unregister(self, buffer: RemoteBuffer) -> None:
         """Revoke ``buffer``: every later access fails; returns once none is under way."""
         with self._lock:

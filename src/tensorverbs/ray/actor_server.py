@@ -2,6 +2,7 @@
 first use."""
 from __future__ import annotations
 
+import secrets
 import threading
 
 import ray
@@ -11,9 +12,15 @@ from ..ports import host_port
 from ..server import Server
 
 
+#: the driver's job name (a process of its own, so one per process)
+_DRIVER_JOB = f"driver-{secrets.token_hex(8)}"
+
+
 def own_task() -> str:
-    """The task name of this actor's servers: task 0 of job ``actor-<actor id>``."""
-    return f"/job:actor-{ray.get_runtime_context().get_actor_id()}/replica:0/task:0"
+    """The task name of this process's servers: task 0 of job ``actor-<actor id>`` in an
+    actor, of job ``driver-<random>`` in the driver (which one-sided transports serve)."""
+    actor = ray.get_runtime_context().get_actor_id()
+    return f"/job:{f'actor-{actor}' if actor else _DRIVER_JOB}/replica:0/task:0"
 
 
 #: seconds a recv waits for a source actor's server to answer: that server listened before
@@ -46,6 +53,14 @@ class ActorServer:
                 self._server = Server({task.job: [address]}, task.job, task.task, self.protocol,
                                       spare_tasks=self.spare_tasks, startup_grace=SOURCE_GRACE)
             return self._server
+
+    def learn(self, task: str, address: str) -> Server:
+        """The server, having learned ``task`` at ``address`` (where a task Ray restarted
+        moved)."""
+        server = self.get()
+        name = parse_task(task)
+        server.add_task(name.job, name.task, address, replace=True)
+        return server
 
     def endpoint(self) -> tuple[str, str]:
         """(task name, ``host:port``) of the server, started now if need be."""

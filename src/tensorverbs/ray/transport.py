@@ -29,17 +29,12 @@ from typing import Any, List, Optional
 import ray
 import torch
 from ray.exceptions import GetTimeoutError, RayError
-from ray.experimental import (
-    CommunicatorMetadata, TensorTransportManager, TensorTransportMetadata, register_tensor_transport,
-)
+from ray.experimental import CommunicatorMetadata, TensorTransportManager, TensorTransportMetadata
 
-from .. import arguments as check
-from ..cluster import parse_task
-from ..errors import (
-    DeadlineExceededError, InvalidArgumentError, UnavailableError, UnimplementedError,
-)
-from ..server import PROTOCOLS, Server
+from ..errors import DeadlineExceededError, UnavailableError, UnimplementedError
+from ..server import Server
 from .actor_server import actor_server, own_task
+from .tensors import as_bytes, as_tensor
 
 
 @dataclass
@@ -74,16 +69,6 @@ def _step(obj_id: str, destination: str) -> int:
     """The tensorverbs step of the transfer of ``obj_id`` to task ``destination``."""
     digest = hashlib.blake2b(f"{obj_id}/{destination}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
-
-
-def _bytes(tensor: torch.Tensor) -> Any:
-    """The tensor's bytes as a numpy array (a view of a contiguous tensor)."""
-    return tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
-
-
-def _tensor(array: Any, shape: Any, dtype: Any) -> torch.Tensor:
-    """The tensor of ``shape`` and ``dtype`` whose bytes ``array`` holds (no copy)."""
-    return torch.from_numpy(array).view(dtype).reshape(shape)
 
 
 def _endpoint(actor: Any, transport: str, protocol: str, spare_tasks: int) -> tuple[str, str]:
@@ -143,7 +128,7 @@ class TensorverbsTransport(TensorTransportManager):
         with self._lock:
             self._steps.setdefault(obj_id, set()).add(step)
         for i, tensor in enumerate(tensors):
-            server.send(str(i), _bytes(tensor), to=destination, step_id=step)
+            server.send(str(i), as_bytes(tensor), to=destination, step_id=step)
 
     def _knowing(self, server: Server, destination: Any) -> str:
         """The task of ``destination`` (an actor handle), once ``server`` knows it."""
@@ -171,10 +156,7 @@ class TensorverbsTransport(TensorTransportManager):
     def learn(self, task: str, address: str) -> Server:
         """This actor's server, having learned ``task`` at ``address`` (where a task Ray
         restarted moved)."""
-        server = self.server.get()
-        name = parse_task(task)
-        server.add_task(name.job, name.task, address, replace=True)
-        return server
+        return self.server.learn(task, address)
 
     def recv_multiple_tensors(self, obj_id: str,
                               tensor_transport_metadata: TensorTransportMetadata,
@@ -188,7 +170,7 @@ class TensorverbsTransport(TensorTransportManager):
         try:
             futures = [server.recv_async(str(i), meta.source, step, self.timeout)
                        for i in range(len(meta.tensor_meta))]
-            return [_tensor(f.result(), shape, dtype) for f, (shape, dtype) in zip(futures, meta.tensor_meta)]
+            return [as_tensor(f.result(), shape, dtype) for f, (shape, dtype) in zip(futures, meta.tensor_meta)]
         except BaseException as exc:
             server.abort_step(step, f"receiving object {obj_id} failed: {exc}")  # the other recvs
             raise
@@ -211,39 +193,3 @@ class TensorverbsTransport(TensorTransportManager):
                 task = self._destinations.get(destination)  # the source's sends, if any
         if task is not None:
             self.server.get().abort_step(_step(obj_id, task), f"Ray aborted the transfer of object {obj_id}")
-
-
-#: the transports registered in this process: name -> settings
-_registered: dict[str, dict[str, Any]] = {}
-
-
-def register_transport(name: str = "TENSORVERBS", protocol: str = "grpc+verbs", *,
-                       spare_tasks: int = 64, timeout: float = 60.0) -> str:
-    """Register a Ray tensor transport called ``name`` that moves CPU torch tensors
-    between actors through tensorverbs ``protocol``; returns the name as Ray keeps it
-    (upper case). Call it in the driver before creating the actors, which need
-    ``@ray.remote(enable_tensor_transport=True)``; then
-    ``@ray.method(tensor_transport=name)`` on a method sends what it returns that way.
-    An actor that Ray may restart calls it in its ``__init__`` too (Ray registers a
-    transport on an actor once, not in its restarted process); registering a name again
-    with the same settings does nothing.
-
-    Args:
-        spare_tasks: how many other actors each actor may exchange tensors with at once
-            ("grpc+verbs"; see ``Server(spare_tasks=...)``).
-        timeout: seconds a transfer may take before its recv fails.
-    """
-    if check.text(protocol, "protocol") not in PROTOCOLS:
-        raise InvalidArgumentError(f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-    name = check.text(name, "name").upper()
-    settings = {"name": name, "protocol": protocol, "spare_tasks": check.integer(spare_tasks, "spare_tasks", 0),
-                "timeout": check.seconds(timeout, "timeout")}
-    known = _registered.get(name)
-    if known is not None:
-        if known != settings:
-            raise InvalidArgumentError(f"transport {name} is registered already with {known}")
-        return name
-    transport = type(f"TensorverbsTransport_{name}", (TensorverbsTransport,), settings)
-    register_tensor_transport(name, ["cpu"], transport, torch.Tensor)
-    _registered[name] = settings
-    return name
