@@ -1,6 +1,7 @@
 """``bench sync``: a trainer's parameters reach every receiver (bytes checked in the
-receivers), both ways, and the figures reach the JSON; a broadcast registers each large
-tensor once where sends register it once per receiver. Timings are never asserted."""
+receivers), every way (sends, broadcast, one-sided reads), and the figures reach the JSON;
+a broadcast registers each large tensor once where sends register it once per receiver,
+and reads register nothing per round. Timings are never asserted."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import json
 from tensorverbs.bench import sync
 
 
-def test_weight_sync_reaches_every_receiver_both_ways(tmp_path):
+def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
     out = tmp_path / "sync.json"
     assert sync.main(["--total", "8MiB", "--tensors", "11", "--receivers", "1", "3", "--rounds", "1",
                       "--protocols", "grpc", "grpc+verbs", "--json", str(out)]) == 0
@@ -25,6 +26,7 @@ def test_weight_sync_reaches_every_receiver_both_ways(tmp_path):
     assert verbs[1]["sends"]["registrations"] == verbs[1]["broadcast"]["registrations"] == matrices
     assert verbs[3]["sends"]["registrations"] == 3 * matrices
     assert verbs[3]["broadcast"]["registrations"] == matrices
+    assert all(r["reads"]["registrations"] == 0 and r["reads_vs_sends"] > 0 for r in rows)
     assert all(r[way]["registrations"] == 0 for r in rows if r["protocol"] == "grpc" for way in sync.WAYS)
     [goal] = result["goals"]  # judged on a run to 4 receivers only
     assert goal["met"] is None and "no grpc+verbs run to 4" in goal["measured"]

@@ -14,6 +14,12 @@ noisy neighbour slows both alike:
 For each receiver count and way: the median round, the rate delivered (bytes times
 receivers per second), and the broadcast's time against the sends'. Every receiver
 checks the bytes of its first, middle and last tensor each round.
+
+A third way, ``reads``: the trainer holds the parameters in memory for one-sided access
+(``allocate(..., one_sided=True)``) and registered them once (``register``); each round
+every receiver reads every tensor into its own copy of the weights (``read(buffer,
+out=...)``), all receivers at once, and the round is timed from the first receiver's
+first read to the last one's last, on the host's monotonic clock.
 """
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ from ..verbs.config import parse_size
 from . import report
 from .peer import Peer, PeerError, close_all
 
-WAYS = ("sends", "broadcast")
+WAYS = ("sends", "broadcast", "reads")
 TRAINER = "/job:trainer/task:0"
 #: tensors per transformer layer: 4 attention (h, h), 2 MLP (4h, h) and (h, 4h), their
 #: biases (h, 4h, h: 3) and two norms (h)
@@ -61,8 +67,14 @@ class SyncTrainer:
 
     def __init__(self, cluster: dict[str, list[str]], protocol: str, shapes: list[tuple[int, ...]]) -> None:
         self.server = Server(cluster, "trainer", 0, protocol, startup_grace=TIMEOUT)
-        self.params = [_value(shape, i) for i, shape in enumerate(shapes)]
+        self.params = [self.server.allocate(shape, np.float32, one_sided=True) for shape in shapes]
+        for i, param in enumerate(self.params):
+            param[...] = _value(param.shape, i)
         self.receivers = [f"/job:infer/task:{i}" for i in range(len(cluster["infer"]))]
+
+    def buffers(self) -> list[Any]:
+        """The parameters' RemoteBuffers (registered once)."""
+        return [self.server.register(p, writable=False) for p in self.params]
 
     def round(self, step: int, way: str) -> float:
         """Offer every tensor to every receiver ``way``; seconds until all have them."""
@@ -94,6 +106,8 @@ class SyncReceiver:
         self.server = Server(cluster, "infer", index, protocol, startup_grace=TIMEOUT)
         self.shapes = shapes
         self.futures: list[Any] = []
+        self.weights = [np.zeros(shape, np.float32) for shape in shapes]  # what reads fill
+        self.remote: list[Any] = []
 
     def ask(self, step: int) -> int:
         """Start a recv of every tensor of ``step``."""
@@ -109,8 +123,33 @@ class SyncReceiver:
         self.futures = []
         return len(got)
 
+    def take(self, buffers: list[Any]) -> None:
+        """The trainer's parameters' RemoteBuffers."""
+        self.remote = buffers
+
+    def read(self) -> tuple[float, float]:
+        """Read every tensor into the weights; (start, end) on the host's monotonic clock.
+        Checks the first, middle and last."""
+        start = time.perf_counter()
+        for buffer, weight in zip(self.remote, self.weights):
+            self.server.read(buffer, weight, timeout=TIMEOUT)
+        end = time.perf_counter()
+        for i in (0, len(self.weights) // 2, len(self.weights) - 1):
+            if not np.array_equal(self.weights[i], _value(self.shapes[i], i)):
+                raise AssertionError(f"{self.server.task}: wrong bytes read in tensor p{i}")
+            self.weights[i][...] = 0  # so the next round must read it again
+        return start, end
+
     def close(self) -> None:
         self.server.stop()
+
+
+def _reads(receivers: list[Peer]) -> float:
+    """A round of reads by every receiver at once: from the first start to the last end."""
+    for peer in receivers:
+        peer.post("read")
+    spans = [peer.result(timeout=TIMEOUT) for peer in receivers]
+    return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
 def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int) -> dict[str, Any]:
@@ -126,17 +165,24 @@ def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], roun
                                   shapes, wait=False) for i in range(receivers)]
         for peer in peers:
             peer.ready()
+        buffers = trainer.call("buffers")
+        for peer in peers[1:]:
+            peer.call("take", buffers)
         registered = {}
-        for step in range(1 + 2 * rounds):  # a warm-up round first (it sets the channels up)
-            way = WAYS[step % 2]
-            for peer in peers[1:]:
-                peer.call("ask", step, timeout=TIMEOUT)
+        # a warm-up round of each way first (it sets the channels and queue pairs up)
+        for turn in range(len(WAYS) * (1 + rounds)):
+            way, step = WAYS[turn % len(WAYS)], turn
             before = trainer.call("registrations")
-            took = trainer.call("round", step, way, timeout=TIMEOUT * 2)
+            if way == "reads":
+                took = _reads(peers[1:])
+            else:
+                for peer in peers[1:]:
+                    peer.call("ask", step, timeout=TIMEOUT)
+                took = trainer.call("round", step, way, timeout=TIMEOUT * 2)
+                for peer in peers[1:]:
+                    peer.call("check", timeout=TIMEOUT)
             registered[way] = trainer.call("registrations") - before
-            for peer in peers[1:]:
-                peer.call("check", timeout=TIMEOUT)
-            if step:
+            if turn >= len(WAYS):
                 seconds[way].append(took)
     except (PeerError, TimeoutError) as exc:
         row["error"] = str(exc).strip().splitlines()[-1]
@@ -148,6 +194,7 @@ def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], roun
         row[way] = {"seconds": seconds[way], "median_s": median, "gbps": nbytes * receivers / median / 1e9,
                     "registrations": registered[way]}
     row["broadcast_vs_sends"] = row["broadcast"]["median_s"] / row["sends"]["median_s"]
+    row["reads_vs_sends"] = row["reads"]["median_s"] / row["sends"]["median_s"]
     return row
 
 
@@ -165,16 +212,17 @@ def show(rows: Sequence[dict[str, Any]]) -> None:
     body = []
     for r in rows:
         if "error" in r:
-            body.append([r["protocol"], r["receivers"], "-", "-", "-", "-", r["error"]])
+            body.append([r["protocol"], r["receivers"], "-", "-", "-", "-", "-", r["error"]])
             continue
         body.append([r["protocol"], r["receivers"],
                      *(f"{r[w]['median_s'] * 1e3:.0f} ms, {r[w]['gbps']:.2f} GB/s, {r[w]['registrations']} reg."
                        for w in WAYS),
-                     f"{r['broadcast_vs_sends']:.2f}x", ""])
+                     f"{r['broadcast_vs_sends']:.2f}x", f"{r['reads_vs_sends']:.2f}x", ""])
     total = report.human_size(rows[0]["bytes"]) if rows else "-"
     report.console.print(report.table(
         f"weight sync: {total} in {rows[0]['tensors'] if rows else 0} tensors to every receiver",
-        ["protocol", "receivers", "sends", "broadcast", "broadcast / sends", "error"], body,
+        ["protocol", "receivers", "sends", "broadcast", "reads", "broadcast / sends", "reads / sends", "error"],
+        body,
         caption="median round (until every receiver has every tensor), bytes x receivers per second, "
                 "source registrations per round"))
     report.console.print(report.table("goals", ["goal", "measured", ""], report.goal_rows(goals(rows))))
