@@ -14,11 +14,12 @@ from .rendezvous.key import RendezvousKey, format_key, parse_key
 from .rpc.tls import TlsConfig
 from .server import Server
 from .tensor import DeadTensor, is_dead
+from .tensor_list import TensorList
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ClusterSpec", "DeadTensor", "RecvEntry", "RemoteBuffer", "RendezvousKey", "SendEntry", "SendHandle", "Server", "TaskName", "TlsConfig", "format_key",
+    "ClusterSpec", "DeadTensor", "RecvEntry", "RemoteBuffer", "RendezvousKey", "SendEntry", "SendHandle", "Server", "TaskName", "TensorList", "TlsConfig", "format_key",
     "is_dead",
     "parse_key", "parse_task", "resolvers",
     "AbortedError", "CancelledError", "Code", "DataLossError", "DeadlineExceededError",

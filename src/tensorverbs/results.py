@@ -94,6 +94,8 @@ class Results:
 
     def finish(self, value: Any) -> Any:
         """The result of a recv that received ``value`` (what the rendezvous made of it)."""
+        if isinstance(value, list):  # a TensorList's
+            return [self.finish(v) for v in value]
         if is_torch_tensor(value):  # on a GPU
             return value.to(self.torch_dtype) if self.torch_dtype is not None else value
         if not isinstance(value, np.ndarray):

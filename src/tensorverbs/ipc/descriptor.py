@@ -25,6 +25,8 @@ from ..errors import DataLossError, InvalidArgumentError
 from ..tensor import DT_STRING, DT_VARIANT, MAX_RANK, VARIANT_DTYPE, numpy_dtype
 
 MAGIC = b"TVSH"
+#: a packed TensorList's (:mod:`tensorverbs.tensor_list`), the other DT_VARIANT bytes
+LIST_MAGIC = b"TVLS"
 VERSION = 1
 #: kinds of handle: a CUDA IPC memory handle, or a file of the host's shared memory (the
 #: ``cpu:proxy`` stand-in's)
@@ -105,8 +107,9 @@ class SharedTensorDescriptor:
 
 
 def is_descriptor(array: np.ndarray) -> bool:
-    """Whether a received array is a shared tensor's descriptor (DT_VARIANT bytes)."""
-    return array.dtype == VARIANT_DTYPE
+    """Whether a received array is a shared tensor's descriptor (DT_VARIANT bytes that are
+    not a packed TensorList: a malformed one fails as a descriptor)."""
+    return array.dtype == VARIANT_DTYPE and array[:4].view(np.uint8).tobytes() != LIST_MAGIC
 
 
 class _Reader:

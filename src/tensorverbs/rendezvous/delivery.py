@@ -18,10 +18,11 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..devices import HOST, Device
-from ..errors import TensorverbsError, as_error
+from ..errors import InvalidArgumentError, TensorverbsError, as_error
 from ..ipc.descriptor import is_descriptor
 from ..out import Out
 from ..tensor import dtype_enum, mark_dead
+from ..tensor_list import is_packed, unpack
 from .local import Value
 from .recv_call import RecvCall, settle
 
@@ -60,6 +61,9 @@ class Delivery:
         if out is None:
             return None
         array = value.array
+        if is_packed(array):
+            return InvalidArgumentError(f"{what}: the sender sent a TensorList, which arrives as a list of "
+                                        "arrays: receive it without out=; it is kept for the next recv of it")
         dtype, shape = self.rt.shared.meta(dtype_enum(array.dtype), array.shape, array)
         return None if out.fits(dtype, shape) else out.refusal(what, dtype, shape)
 
@@ -69,6 +73,8 @@ class Delivery:
         ``out`` holding it (``out`` fits it); a TensorverbsError if it cannot be made (e.g.
         no memory for the copy to the device), naming ``call`` if given."""
         array = value.array
+        if is_packed(array) and out is None:  # a TensorList: a list of views of what arrived
+            return [self.result(Value(a, value.is_dead), src, device, None, call) for a in unpack(array)]
         try:
             if is_descriptor(array):  # a tensor passed by handle
                 return self.rt.shared.deliver(array, src, device, out)

@@ -14,6 +14,7 @@ from ..cluster import TaskName
 from ..devices import HOST, Device, device_of, host_array
 from ..errors import InvalidArgumentError, TensorverbsError
 from ..tensor import prepare
+from ..tensor_list import Packed, TensorList
 from .completion import SendHandle, Sends
 from .key import RendezvousKey, TaskKeys
 from .local import Value
@@ -34,6 +35,8 @@ class Sending:
     def send(self, name: str, value: Any, to: str | Sequence[str], step_id: int,
              is_dead: bool) -> SendHandle:
         """Offer ``value`` as ``name`` to ``to`` (a task, or a list of them) at ``step_id``."""
+        if isinstance(value, TensorList):  # moved as one tensor
+            value = value.pack()
         if not isinstance(to, (str, TaskName)):
             return self._broadcast(name, value, to, step_id, is_dead)
         key = self._keys.send(name, to)
@@ -59,7 +62,7 @@ class Sending:
         if check.flag(is_dead, "is_dead") or device is not HOST:  # a send each (by handle on a device)
             handles = [self.send(name, value, str(key.dst), step, is_dead) for key in keys]
             return SendHandle(*(c for handle in handles for c in handle.completions))
-        array = prepare(host_array(value, device)[0])
+        array = _prepared(host_array(value, device)[0])
         tickets = [self._open(key, step) for key in keys]
         self._rendezvous.broadcast(step, keys, Value(array), tickets)  # fails the tickets it did not send
         self._rt.counters.add("sends", len(keys))
@@ -83,7 +86,12 @@ class Sending:
             array, copied = host_array(value, device)
             if copied:
                 self._rt.counters.add("proxy_copies")
-            self._rendezvous.send(step, key, Value(prepare(array), is_dead, ticket))
+            self._rendezvous.send(step, key, Value(_prepared(array), is_dead, ticket))
+
+
+def _prepared(array: Any) -> Any:
+    """The array a send offers: a packed TensorList as it is, anything else prepared."""
+    return array if isinstance(array, Packed) else prepare(array)
 
 
 class _failing:
