@@ -67,6 +67,7 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
         "register": (method("register"), dict(tensor=np.ones(2), writable=True)),
         "unregister": (method("unregister"), dict(buffer=BUFFER)),
         "read": (method("read"), dict(buffer=BUFFER, out=np.ones(2), offset=0, nbytes=None, timeout=0.01)),
+        "read_many": (method("read_many"), dict(entries=[(BUFFER, np.ones(2))], timeout=0.01)),
         "write": (method("write"), dict(buffer=BUFFER, tensor=np.ones(2), offset=0, timeout=0.01)),
         "from_resolver": (lambda server, **kw: tv.Server.from_resolver(**kw).stop(),
                           dict(resolver=_Resolver(spec), protocol="grpc")),

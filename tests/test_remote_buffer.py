@@ -114,6 +114,42 @@ def test_a_write_lands_in_the_owners_tensor(pair, step, nbytes):
     pair.ps.unregister(buffer)
 
 
+def test_many_buffers_are_read_in_one_call(pair, step):
+    """Small and large buffers, whole or into out=, of the ps and of the worker itself."""
+    sizes = [4096] * 50 + [3 << 20, 100, (256 << 10) + 8]
+    buffers = [register(pair, n, step + i) for i, n in enumerate(sizes)]
+    mine = pattern(1000, step).copy()
+    own = pair.worker.register(mine)
+    out = np.zeros(3 << 20, np.uint8)
+    entries = [*buffers[:50], (buffers[50], out), (buffers[51],), (buffers[52], None, 8, 4096), own]
+    got = pair.worker.read_many(entries, timeout=WAIT)
+    assert len(got) == len(entries) and got[50] is out
+    for i, n in enumerate(sizes[:52]):
+        assert same(got[i], pattern(n, step + i)), i
+    assert same(got[52], pattern(sizes[52], step + 52)[8:8 + 4096]) and same(got[53], mine)
+    assert pair.worker.read_many([], timeout=WAIT) == []
+    pair.ps.unregister(buffers[7])
+    with pytest.raises(tv.NotFoundError, match="entry 7"):
+        pair.worker.read_many(buffers[:10], timeout=WAIT)
+    with pytest.raises(tv.InvalidArgumentError, match="entry 1"):
+        pair.worker.read_many([buffers[0], (buffers[1], None, 4000, 200)], timeout=WAIT)
+    assert same(pair.worker.read_many(buffers[8:9], timeout=WAIT)[0], pattern(4096, step + 8))
+    for buffer in buffers[:7] + buffers[8:]:
+        pair.ps.unregister(buffer)
+    pair.worker.unregister(own)
+
+
+def test_a_large_read_lands_inside_memory_allocated_for_one_sided_access(pair, step):
+    """``out`` a slice of allocated memory, past its start: the read lands in the slice."""
+    buffer = register(pair, 1 << 20, step)
+    memory = pair.worker.allocate(3 << 20, np.uint8, one_sided=True)
+    memory[...] = 7
+    pair.worker.read(buffer, memory[1 << 20:2 << 20], timeout=WAIT)
+    assert same(memory[1 << 20:2 << 20], pattern(1 << 20, step))
+    assert (memory[:1 << 20] == 7).all() and (memory[2 << 20:] == 7).all()
+    pair.ps.unregister(buffer)
+
+
 def test_an_unregistered_buffer_fails_and_leaves_the_task_working(pair, step):
     buffer = register(pair, 4096, step)
     assert same(pair.worker.read(buffer, timeout=WAIT), pattern(4096, step))

@@ -451,6 +451,22 @@ class Server:
         return as_torch(result) if out is None and self.tensor_type == "torch" else result
 
     @public
+    def read_many(self, entries: Iterable[RemoteBuffer | tuple[Any, ...]], *,
+                  timeout: float | None = None) -> list[Any]:
+        """Read many buffers in one call: each entry a :class:`RemoteBuffer` (the whole of
+        it, into a new array) or a tuple (buffer, out=None, offset=0, nbytes=None) as
+        :meth:`read` takes them; the results in entry order. The reads of one owner are
+        posted together and waited for together. A failure raises its error naming the
+        entry; the other entries' ``out`` are then unspecified."""
+        timeout = check.optional_seconds(timeout, "timeout")
+        self._check_running()
+        batch = [_read_entry(e, i) for i, e in enumerate(check.sequence(entries, "entries"))]
+        results = self._one_sided.read_many(batch, timeout)
+        if self.tensor_type == "torch":
+            results = [as_torch(r) if e[1] is None else r for r, e in zip(results, batch)]
+        return results
+
+    @public
     def write(self, buffer: RemoteBuffer, tensor: Any, *, offset: int = 0,
               timeout: float | None = None) -> None:
         """Write ``tensor``'s bytes (a C-contiguous host tensor) into ``buffer`` at byte
@@ -550,3 +566,14 @@ class Server:
 
     def __repr__(self) -> str:
         return f"Server({self.task}, protocol={self.protocol!r}, target={self.target!r})"
+
+
+def _read_entry(entry: Any, index: int) -> tuple[Any, Any, int, int | None]:
+    """A :meth:`Server.read_many` entry as (buffer, out, offset, nbytes)."""
+    if isinstance(entry, RemoteBuffer):
+        return entry, None, 0, None
+    if not isinstance(entry, tuple) or not 1 <= len(entry) <= 4:
+        raise InvalidArgumentError(f"entry {index} must be a RemoteBuffer or a tuple "
+                                   f"(buffer, out, offset, nbytes), not {type(entry).__name__}")
+    buffer, out, offset, nbytes = entry + (None, None, 0, None)[len(entry):]
+    return buffer, out, offset, nbytes

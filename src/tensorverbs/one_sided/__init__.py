@@ -57,29 +57,47 @@ class OneSided:
              timeout: float | None) -> np.ndarray | Any:
         """``out`` (or a new array: the buffer's dtype and shape for the whole buffer, else
         a flat array of its dtype) filled with the buffer's bytes from ``offset``."""
-        buffer = _checked(buffer)
-        if out is None:
-            offset, nbytes = buffer.span(offset, nbytes)
-            dtype = buffer.numpy_dtype
-            if offset % dtype.itemsize or nbytes % dtype.itemsize:
-                raise InvalidArgumentError(
-                    f"offset {offset} and nbytes {nbytes} must be multiples of {dtype}'s "
-                    f"{dtype.itemsize} bytes, or give out=")
-            shape = buffer.shape if nbytes == buffer.nbytes else (nbytes // dtype.itemsize,)
-            into = result = (np.empty(shape, dtype) if nbytes <= BOUNCE_BYTES or self._is_mine(buffer)
-                             else self._verbs.allocate(nbytes).view(dtype).reshape(shape))
-        else:
-            into, result = host_buffer(out, "out", writable=True), out
+        return self.read_many([(buffer, out, offset, nbytes)], timeout)[0]
+
+    def read_many(self, entries: list[tuple[Any, Any, int, int | None]], timeout: float | None) -> list[Any]:
+        """Each entry's read (buffer, out, offset, nbytes), as :meth:`read`; the reads of
+        one owner in one go. An argument of an entry that is wrong is named by its index."""
+        reads, results, total = [], [], 0
+        for i, (buffer, out, offset, nbytes) in enumerate(entries):
+            try:
+                buffer = _checked(buffer)
+                into, result = self._target(buffer, out, offset, nbytes)
+            except InvalidArgumentError as exc:
+                raise (InvalidArgumentError(f"entry {i}: {exc.message}") if len(entries) > 1 else exc) from None
+            if self._is_mine(buffer):
+                into.reshape(-1).view(np.uint8)[:] = self._registrations.local(buffer)[offset:offset + into.nbytes]
+            else:
+                reads.append((buffer, into, offset))
+            results.append(result)
+            total += into.nbytes
+        self._access.read_many(reads, timeout)
+        self._rt.counters.add("remote_reads", len(entries))
+        self._rt.counters.add("remote_bytes_read", total)
+        return results
+
+    def _target(self, buffer: RemoteBuffer, out: Any, offset: int, nbytes: int | None) -> tuple[np.ndarray, Any]:
+        """(where a read of ``buffer`` lands, what it returns): ``out``, or a new array."""
+        if out is not None:
+            into = host_buffer(out, "out", writable=True)
             if nbytes is not None and nbytes != into.nbytes:
                 raise InvalidArgumentError(f"nbytes {nbytes} disagrees with out's {into.nbytes} bytes")
             buffer.span(offset, into.nbytes)
-        if self._is_mine(buffer):
-            into.reshape(-1).view(np.uint8)[:] = self._registrations.local(buffer)[offset:offset + into.nbytes]
-        else:
-            self._access.read(buffer, into, offset, timeout)
-        self._rt.counters.add("remote_reads")
-        self._rt.counters.add("remote_bytes_read", into.nbytes)
-        return result
+            return into, out
+        offset, nbytes = buffer.span(offset, nbytes)
+        dtype = buffer.numpy_dtype
+        if offset % dtype.itemsize or nbytes % dtype.itemsize:
+            raise InvalidArgumentError(
+                f"offset {offset} and nbytes {nbytes} must be multiples of {dtype}'s "
+                f"{dtype.itemsize} bytes, or give out=")
+        shape = buffer.shape if nbytes == buffer.nbytes else (nbytes // dtype.itemsize,)
+        into = (np.empty(shape, dtype) if nbytes <= BOUNCE_BYTES or self._is_mine(buffer)
+                else self._verbs.allocate(nbytes).view(dtype).reshape(shape))
+        return into, into
 
     def write(self, buffer: RemoteBuffer, tensor: Any, offset: int, timeout: float | None) -> None:
         """Write ``tensor``'s bytes into the buffer at ``offset``."""

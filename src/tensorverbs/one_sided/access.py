@@ -18,7 +18,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import grpc
 import numpy as np
@@ -53,6 +53,27 @@ CONNECT_SECONDS = 60.0
 WC_REM_ACCESS_ERR = 10
 
 
+class _Item:
+    """One entry of an access: ``flat`` (the caller's bytes) to or from ``buffer`` at
+    ``offset``; where its local bytes are registered once the access places them."""
+
+    def __init__(self, entry: int | None, buffer: RemoteBuffer, local: np.ndarray, offset: int) -> None:
+        self.buffer, self.offset = buffer, offset
+        self.flat = local.reshape(-1).view(np.uint8)
+        self.nbytes = self.flat.nbytes
+        self.what = str(buffer) if entry is None else f"entry {entry} ({buffer})"
+        self.local = self.lkey = 0
+        self.staged: np.ndarray | None = None
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 64) * 64
+
+
 class _Link:
     """One queue pair to one owner, used by one access at a time."""
 
@@ -76,63 +97,86 @@ class RemoteAccess:
     def read(self, buffer: RemoteBuffer, into: np.ndarray, offset: int, timeout: float | None) -> None:
         """Read ``into.nbytes`` bytes of ``buffer`` from ``offset`` into ``into`` (a
         C-contiguous host array)."""
-        self._access(buffer, into, offset, _core.WR_RDMA_READ, timeout)
+        self.read_many([(buffer, into, offset)], timeout)
+
+    def read_many(self, entries: Sequence[tuple[RemoteBuffer, np.ndarray, int]], timeout: float | None) -> None:
+        """Each entry's read (buffer, into, offset), the entries of one owner posted on its
+        queue pair together and waited for together; an error names the entry (when there
+        are several) and leaves the others' ``into`` unspecified."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, (buffer, _, _) in enumerate(entries):
+            groups.setdefault((buffer.task, buffer.incarnation), []).append(i)
+        for indices in groups.values():
+            batch = [_Item(i if len(entries) > 1 else None, *entries[i]) for i in indices]
+            self._access(batch, _core.WR_RDMA_READ, deadline)
 
     def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None) -> None:
         """Write ``data`` (a C-contiguous host array) into ``buffer`` at ``offset``."""
         if not buffer.writable:
             raise FailedPreconditionError(f"{buffer} was registered read-only")
-        self._access(buffer, data, offset, _core.WR_RDMA_WRITE, timeout)
-
-    def _access(self, buffer: RemoteBuffer, local: np.ndarray, offset: int, opcode: int,
-                timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        nbytes = local.nbytes
-        if nbytes == 0:
+        self._access([_Item(None, buffer, data, offset)], _core.WR_RDMA_WRITE, deadline)
+
+    def _access(self, items: list["_Item"], opcode: int, deadline: float | None) -> None:
+        """``items`` (of one owner) moved on its queue pair."""
+        items = [item for item in items if item.nbytes]
+        if not items:
             return
-        flat = local.reshape(-1).view(np.uint8)
-        link = self._link(buffer, deadline)
+        link = self._link(items[0].buffer, deadline)
         while True:
             with link.lock:
                 if not link.broken:
-                    self._run(link, buffer, flat, offset, opcode, deadline)
+                    self._run(link, items, opcode, deadline)
                     return
-            link = self._link(buffer, deadline)  # another access failed it meanwhile
+            link = self._link(items[0].buffer, deadline)  # another access failed it meanwhile
 
-    def _run(self, link: _Link, buffer: RemoteBuffer, flat: np.ndarray, offset: int, opcode: int,
-             deadline: float | None) -> None:
-        """The access, on ``link`` (its lock held)."""
-        nbytes = flat.nbytes
-        bounce = nbytes <= BOUNCE_BYTES
-        if bounce:
-            region = link.bounce
-            staged = np.frombuffer(cast(Any, region.buffer), np.uint8, nbytes)
+    def _run(self, link: _Link, items: list["_Item"], opcode: int, deadline: float | None) -> None:
+        """The access, on ``link`` (its lock held): small items through a staging area
+        (the link's own buffer, or pooled memory for a batch), large ones straight from or
+        into the caller's memory."""
+        small = [item for item in items if item.nbytes <= BOUNCE_BYTES]
+        staged_bytes = sum(_aligned(item.nbytes) for item in small)
+        stage = (np.frombuffer(cast(Any, link.bounce.buffer), np.uint8) if staged_bytes <= BOUNCE_BYTES
+                 else self._verbs.allocate(staged_bytes))
+        # what the access's requests reach, kept alive if they are never flushed
+        regions: list[Any] = [self._verbs.region_of(_address(stage), stage.nbytes) or link.bounce, stage]
+        at = 0
+        for item in small:
+            item.local, item.lkey = _address(stage) + at, regions[0].lkey
+            item.staged = stage[at:at + item.nbytes]
             if opcode == _core.WR_RDMA_WRITE:
-                staged[:] = flat
-        else:
-            region = self._verbs.region_of(flat.__array_interface__["data"][0], nbytes)
-            if region is None:  # not allocated for one-sided access: registered for this one
-                region = self._verbs.pd.register_memory(
-                    flat if flat.flags.writeable else flat.copy(), _core.LOCAL_WRITE)
-        self._post(link, buffer, region, offset, nbytes, opcode, deadline)
-        if bounce and opcode == _core.WR_RDMA_READ:
-            flat[:] = staged
+                item.staged[:] = item.flat
+            at += _aligned(item.nbytes)
+        for item in items:
+            if item.staged is None:
+                region = self._verbs.region_of(_address(item.flat), item.nbytes)
+                if region is None:  # not allocated for one-sided access: registered for this one
+                    region = self._verbs.pd.register_memory(
+                        item.flat if item.flat.flags.writeable else item.flat.copy(), _core.LOCAL_WRITE)
+                item.local, item.lkey = region.addr + (_address(item.flat) - region.addr), region.lkey
+                regions.append(region)
+        self._post(link, items, opcode, regions, deadline)
+        if opcode == _core.WR_RDMA_READ:
+            for item in small:
+                item.flat[:] = cast(np.ndarray, item.staged)
 
-    def _post(self, link: _Link, buffer: RemoteBuffer, region: Any, offset: int, nbytes: int,
-              opcode: int, deadline: float | None) -> None:
+    def _post(self, link: _Link, items: list["_Item"], opcode: int, regions: list[Any],
+              deadline: float | None) -> None:
         wrs: list[_core.SendWR] = []
-        for start in range(0, nbytes, CHUNK_BYTES):
-            wr = _core.SendWR()
-            wr.wr_id, wr.opcode = len(wrs), opcode
-            wr.addr, wr.length, wr.lkey = region.addr + start, min(CHUNK_BYTES, nbytes - start), region.lkey
-            wr.remote_addr, wr.rkey = buffer.addr + offset + start, buffer.rkey
-            wrs.append(wr)
+        for i, item in enumerate(items):
+            for start in range(0, item.nbytes, CHUNK_BYTES):
+                wr = _core.SendWR()
+                wr.wr_id, wr.opcode = i, opcode
+                wr.addr, wr.length, wr.lkey = item.local + start, min(CHUNK_BYTES, item.nbytes - start), item.lkey
+                wr.remote_addr, wr.rkey = item.buffer.addr + item.offset + start, item.buffer.rkey
+                wrs.append(wr)
         for first in range(0, len(wrs), SEND_WR):
             batch = wrs[first:first + SEND_WR]
             link.qp.post_send(batch)
-            self._complete(link, buffer, region, len(batch), deadline)
+            self._complete(link, items, regions, len(batch), deadline)
 
-    def _complete(self, link: _Link, buffer: RemoteBuffer, region: Any, count: int,
+    def _complete(self, link: _Link, items: list["_Item"], regions: list[Any], count: int,
                   deadline: float | None) -> None:
         """Wait for ``count`` completions; a failure, a timeout or an interrupt breaks the
         link (its requests flushed first) and raises."""
@@ -143,37 +187,37 @@ class RemoteAccess:
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        failure = DeadlineExceededError(f"an access of {buffer} timed out")
+                        failure = DeadlineExceededError(f"an access of {items[0].what} timed out")
                         break
                     wait_ms = max(1, min(wait_ms, int(left * 1000)))
                 for wc in link.cq.wait(count, wait_ms):
                     count -= 1
                     if not wc.ok and failure is None:
-                        failure = self._failure(buffer, wc, link.qp.error_detail)
+                        failure = self._failure(items[wc.wr_id], wc, link.qp.error_detail)
         except BaseException:  # an interrupt: nothing may land after the caller goes on
-            self._break(link, region, count, "the access was interrupted")
+            self._break(link, regions, count, "the access was interrupted")
             raise
         if failure is not None:
-            self._break(link, region, count, str(failure))
+            self._break(link, regions, count, str(failure))
             raise failure
 
-    def _failure(self, buffer: RemoteBuffer, wc: Any, detail: str) -> TensorverbsError:
+    def _failure(self, item: "_Item", wc: Any, detail: str) -> TensorverbsError:
         if wc.status == WC_REM_ACCESS_ERR:
-            return NotFoundError(f"{buffer} cannot be reached: it was unregistered, or the descriptor "
-                                 f"is not one {buffer.task} made ({wc.status_name})")
-        return UnavailableError(f"an access of {buffer} failed: {wc.status_name}"
+            return NotFoundError(f"{item.what} cannot be reached: it was unregistered, or the descriptor "
+                                 f"is not one {item.buffer.task} made ({wc.status_name})")
+        return UnavailableError(f"an access of {item.what} failed: {wc.status_name}"
                                 + (f" ({detail})" if detail else ""))
 
-    def _break(self, link: _Link, region: Any, outstanding: int, why: str) -> None:
+    def _break(self, link: _Link, regions: list[Any], outstanding: int, why: str) -> None:
         """Fail ``link`` and wait for its ``outstanding`` requests to be flushed; if they
-        are not, ``region`` stays registered (its memory stays valid)."""
+        are not, ``regions`` stay registered (their memory stays valid)."""
         link.broken = True
         link.qp.to_error(why)
         deadline = time.monotonic() + FLUSH_SECONDS
         while outstanding and time.monotonic() < deadline:
             outstanding -= len(link.cq.wait(outstanding, WAIT_SLICE_MS))
         if outstanding:
-            self._kept.append(region)
+            self._kept.extend(regions)
 
     def _link(self, buffer: RemoteBuffer, deadline: float | None) -> _Link:
         """The working queue pair to ``buffer``'s owner, set up if there is none."""
