@@ -30,7 +30,8 @@ from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
 from .metrics.recvs import RecvMetrics
 from .metrics.stats_collector import StatsCollector
-from .one_sided import OneSided, RemoteBuffer
+from .one_sided import OneSided
+from .one_sided.calls import OneSidedCalls
 from .out import Out
 from .rendezvous.completion import SendHandle, Sends
 from .rendezvous.deadlines import Deadlines
@@ -68,7 +69,7 @@ COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_recei
             "remote_writes", "remote_bytes_read", "remote_bytes_written")
 
 
-class Server:
+class Server(OneSidedCalls):
     """A task of ``cluster`` running ``protocol``; also a context manager that stops it.
 
     Every method raises TensorverbsError only; an argument of a wrong type or value is
@@ -416,66 +417,6 @@ class Server:
                 raise from_code(int(exc.code), f"entry {i} ({entry.name!r} to {entry.to}): {exc.message}") from None
         return handles
 
-    @public
-    def register(self, tensor: Any, *, writable: bool = True) -> RemoteBuffer:
-        """Open ``tensor`` (a writable, C-contiguous host tensor: a numpy array, a torch CPU
-        tensor, anything speaking DLPack) to one-sided access by the job's tasks: the
-        returned :class:`RemoteBuffer` (small, serialisable) lets any of them :meth:`read`
-        it, and :meth:`write` it unless ``writable`` is False, as RDMA READ/WRITE without
-        this task's code taking part, until :meth:`unregister`. The tensor must stay alive
-        and unmoved meanwhile; the server keeps a reference to it."""
-        self._check_running()
-        return self._one_sided.register(tensor, check.flag(writable, "writable"))
-
-    @public
-    def unregister(self, buffer: RemoteBuffer) -> None:
-        """Revoke ``buffer`` (one this task registered) at once: later accesses fail with
-        NotFoundError, and an access under way finishes before this returns, so the
-        tensor's memory may then be reused. NotFoundError if it is not registered."""
-        self._one_sided.unregister(buffer)
-
-    @public
-    def read(self, buffer: RemoteBuffer, out: Any = None, *, offset: int = 0,
-             nbytes: int | None = None, timeout: float | None = None) -> Any:
-        """Read ``buffer`` (any task's :class:`RemoteBuffer`) one-sided, from byte
-        ``offset``: into ``out`` (a writable, C-contiguous host tensor; ``out.nbytes``
-        bytes) and return it, or without ``out`` into a new array: the buffer's dtype and
-        shape for the whole buffer, else ``nbytes`` bytes as a flat array of its dtype.
-        InvalidArgumentError for a range out of the buffer's bounds; NotFoundError for a
-        buffer unregistered (or a forged descriptor); UnavailableError if its task
-        restarted or is gone; DeadlineExceededError after ``timeout`` seconds. A failed
-        access leaves this task's channels as they were."""
-        timeout = check.optional_seconds(timeout, "timeout")
-        self._check_running()
-        result = self._one_sided.read(buffer, out, offset, nbytes, timeout)
-        return as_torch(result) if out is None and self.tensor_type == "torch" else result
-
-    @public
-    def read_many(self, entries: Iterable[RemoteBuffer | tuple[Any, ...]], *,
-                  timeout: float | None = None) -> list[Any]:
-        """Read many buffers in one call: each entry a :class:`RemoteBuffer` (the whole of
-        it, into a new array) or a tuple (buffer, out=None, offset=0, nbytes=None) as
-        :meth:`read` takes them; the results in entry order. The reads of one owner are
-        posted together and waited for together. A failure raises its error naming the
-        entry; the other entries' ``out`` are then unspecified."""
-        timeout = check.optional_seconds(timeout, "timeout")
-        self._check_running()
-        batch = [_read_entry(e, i) for i, e in enumerate(check.sequence(entries, "entries"))]
-        results = self._one_sided.read_many(batch, timeout)
-        if self.tensor_type == "torch":
-            results = [as_torch(r) if e[1] is None else r for r, e in zip(results, batch)]
-        return results
-
-    @public
-    def write(self, buffer: RemoteBuffer, tensor: Any, *, offset: int = 0,
-              timeout: float | None = None) -> None:
-        """Write ``tensor``'s bytes (a C-contiguous host tensor) into ``buffer`` at byte
-        ``offset``, one-sided; it has landed when this returns. Errors as :meth:`read`;
-        FailedPreconditionError for a buffer registered read-only."""
-        timeout = check.optional_seconds(timeout, "timeout")
-        self._check_running()
-        self._one_sided.write(buffer, tensor, offset, timeout)
-
     def _start_many(self, entries: Iterable[Any], timeout: float | None, device: str | None, dtype: Any,
                     tensor_type: str | None) -> tuple[list[RecvEntry], list[Any]]:
         batch = batches.entries(entries, RecvEntry)
@@ -566,14 +507,3 @@ class Server:
 
     def __repr__(self) -> str:
         return f"Server({self.task}, protocol={self.protocol!r}, target={self.target!r})"
-
-
-def _read_entry(entry: Any, index: int) -> tuple[Any, Any, int, int | None]:
-    """A :meth:`Server.read_many` entry as (buffer, out, offset, nbytes)."""
-    if isinstance(entry, RemoteBuffer):
-        return entry, None, 0, None
-    if not isinstance(entry, tuple) or not 1 <= len(entry) <= 4:
-        raise InvalidArgumentError(f"entry {index} must be a RemoteBuffer or a tuple "
-                                   f"(buffer, out, offset, nbytes), not {type(entry).__name__}")
-    buffer, out, offset, nbytes = entry + (None, None, 0, None)[len(entry):]
-    return buffer, out, offset, nbytes

@@ -111,14 +111,14 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
                _row("nixl", small, 0.1), _row("grpc+verbs", large, 10.0),
                _row("memcpy", large, 12.0), _row("gloo", small, 0.1), _row("gloo", large, 11.0),
                _row("grpc+verbs", largest, 10.0), _row("tensorpipe", small, 0.1),
-               _row("tensorpipe", largest, 2.0)]
+               _row("tensorpipe", largest, 2.0), _row("grpc+verbs read", small, 0.4)]
     results[0]["latency_us"]["p99"] = results[0]["latency_us"]["median"] * 4
     flight = [{"contender": "grpc+verbs", "call": call, "bytes": small, "in_flight": 2000,
                "tensors_per_s": rate} for call, rate in (("recv_async", 120_000.0), ("recv_many", 720_000.0))]
     calls = [{"contender": "grpc+verbs", "call": call, "bytes": small,
               "latency_us": {"median": us}} for call, us in (("recv", 5.0), ("recv after idle", 9.0))]
     goals = transfer_goals.goals(results, flight, calls)
-    assert len(goals) == 16 and len({g["goal"] for g in goals}) == 16
+    assert len(goals) == 19 and len({g["goal"] for g in goals}) == 19
 
     def goal(text: str) -> dict:
         (found,) = [g for g in goals if text in g["goal"]]
@@ -127,6 +127,9 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
     assert goal("round trip: grpc+verbs ≤ 0.5x raw unix")["met"] is False
     assert goal("round trip: grpc+verbs ≤ 0.5x nixl")["met"] is True
     assert goal("p99 ≤ 3x its median")["met"] is False
+    assert goal("one-sided read: grpc+verbs read ≤ 0.5x")["ratio"] == pytest.approx(0.5)
+    assert goal("4 KiB one-sided read: grpc+verbs read ahead of nixl")["met"] is True
+    assert goal("64 MiB one-sided read")["met"] is None  # no nixl at 64 MiB
     slowest = goal("as applications call it")
     assert slowest["met"] is False and "worst recv after idle" in slowest["measured"]
     assert goal("≥ 150,000/s")["ratio"] == pytest.approx(0.8)

@@ -1,0 +1,95 @@
+"""The Server's one-sided calls: registering a tensor for the job's tasks to read and
+write, and reading and writing theirs (:class:`OneSidedCalls`, which
+:class:`tensorverbs.Server` is)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from .. import arguments as check
+from ..errors import InvalidArgumentError, public
+from ..torch_interop import as_torch
+from .buffer import RemoteBuffer
+
+if TYPE_CHECKING:
+    from . import OneSided
+
+
+class OneSidedCalls:
+    """The public one-sided calls of a Server (its ``_one_sided`` part does the work)."""
+
+    _one_sided: "OneSided"
+    tensor_type: str
+
+    def _check_running(self) -> None:
+        raise NotImplementedError
+
+    @public
+    def register(self, tensor: Any, *, writable: bool = True) -> RemoteBuffer:
+        """Open ``tensor`` (a writable, C-contiguous host tensor: a numpy array, a torch CPU
+        tensor, anything speaking DLPack) to one-sided access by the job's tasks: the
+        returned :class:`RemoteBuffer` (small, serialisable) lets any of them :meth:`read`
+        it, and :meth:`write` it unless ``writable`` is False, as RDMA READ/WRITE without
+        this task's code taking part, until :meth:`unregister`. The tensor must stay alive
+        and unmoved meanwhile; the server keeps a reference to it."""
+        self._check_running()
+        return self._one_sided.register(tensor, check.flag(writable, "writable"))
+
+    @public
+    def unregister(self, buffer: RemoteBuffer) -> None:
+        """Revoke ``buffer`` (one this task registered) at once: later accesses fail with
+        NotFoundError, and an access under way finishes before this returns, so the
+        tensor's memory may then be reused. NotFoundError if it is not registered."""
+        self._one_sided.unregister(buffer)
+
+    @public
+    def read(self, buffer: RemoteBuffer, out: Any = None, *, offset: int = 0,
+             nbytes: int | None = None, timeout: float | None = None) -> Any:
+        """Read ``buffer`` (any task's :class:`RemoteBuffer`) one-sided, from byte
+        ``offset``: into ``out`` (a writable, C-contiguous host tensor; ``out.nbytes``
+        bytes) and return it, or without ``out`` into a new array: the buffer's dtype and
+        shape for the whole buffer, else ``nbytes`` bytes as a flat array of its dtype.
+        InvalidArgumentError for a range out of the buffer's bounds; NotFoundError for a
+        buffer unregistered (or a forged descriptor); UnavailableError if its task
+        restarted or is gone; DeadlineExceededError after ``timeout`` seconds. A failed
+        access leaves this task's channels as they were."""
+        timeout = check.optional_seconds(timeout, "timeout")
+        self._check_running()
+        result = self._one_sided.read(buffer, out, offset, nbytes, timeout)
+        return as_torch(result) if out is None and self.tensor_type == "torch" else result
+
+    @public
+    def read_many(self, entries: Iterable[RemoteBuffer | tuple[Any, ...]], *,
+                  timeout: float | None = None) -> list[Any]:
+        """Read many buffers in one call: each entry a :class:`RemoteBuffer` (the whole of
+        it, into a new array) or a tuple (buffer, out=None, offset=0, nbytes=None) as
+        :meth:`read` takes them; the results in entry order. The reads of one owner are
+        posted together and waited for together. A failure raises its error naming the
+        entry; the other entries' ``out`` are then unspecified."""
+        timeout = check.optional_seconds(timeout, "timeout")
+        self._check_running()
+        batch = [_read_entry(e, i) for i, e in enumerate(check.sequence(entries, "entries"))]
+        results = self._one_sided.read_many(batch, timeout)
+        if self.tensor_type == "torch":
+            results = [as_torch(r) if e[1] is None else r for r, e in zip(results, batch)]
+        return results
+
+    @public
+    def write(self, buffer: RemoteBuffer, tensor: Any, *, offset: int = 0,
+              timeout: float | None = None) -> None:
+        """Write ``tensor``'s bytes (a C-contiguous host tensor) into ``buffer`` at byte
+        ``offset``, one-sided; it has landed when this returns. Errors as :meth:`read`;
+        FailedPreconditionError for a buffer registered read-only."""
+        timeout = check.optional_seconds(timeout, "timeout")
+        self._check_running()
+        self._one_sided.write(buffer, tensor, offset, timeout)
+
+
+def _read_entry(entry: Any, index: int) -> tuple[Any, Any, int, int | None]:
+    """A :meth:`OneSidedCalls.read_many` entry as (buffer, out, offset, nbytes)."""
+    if isinstance(entry, RemoteBuffer):
+        return entry, None, 0, None
+    if not isinstance(entry, tuple) or not 1 <= len(entry) <= 4:
+        raise InvalidArgumentError(f"entry {index} must be a RemoteBuffer or a tuple "
+                                   f"(buffer, out, offset, nbytes), not {type(entry).__name__}")
+    buffer, out, offset, nbytes = entry + (None, None, 0, None)[len(entry):]
+    return buffer, out, offset, nbytes
