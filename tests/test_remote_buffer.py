@@ -6,6 +6,7 @@ bytes are compared on both sides."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import pathlib
 import pickle
@@ -342,3 +343,27 @@ def test_an_access_to_an_owner_that_died_fails_naming_it(variant):
     finally:
         p.worker.stop()
         p.ps.stop()
+
+
+def test_memory_freed_by_the_garbage_collector_amid_allocations_deadlocks_nothing(pair):
+    """Arrays of one-sided memory that die in reference cycles are freed by the garbage
+    collector, which runs at any allocation, the allocator's own locked sections included
+    (it hung there once)."""
+    done = threading.Event()
+
+    def churn() -> None:
+        live = [pair.worker.allocate(4096, np.uint8, one_sided=True) for _ in range(50)]
+        for i in range(300):
+            cycle: list = [pair.worker.allocate(4096, np.uint8, one_sided=True)]
+            cycle.append(cycle)  # dies only in a collection
+            pair.worker.unregister(pair.worker.register(live[i % 50]))  # looks its region up
+        done.set()
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)  # a collection at nearly every allocation
+    try:
+        worker = threading.Thread(target=churn, daemon=True)
+        worker.start()
+        assert done.wait(WAIT), "allocating one-sided memory hung"
+    finally:
+        gc.set_threshold(*threshold)

@@ -6,6 +6,7 @@ host shared memory, which peers' accesses copy from and to directly (other memor
 the soft provider's stream)."""
 from __future__ import annotations
 
+import collections
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, cast
@@ -44,6 +45,8 @@ class VerbsContext:
         #: memory allocated here that is free again, by size class (at most CACHED_BYTES)
         self._free: dict[int, list[Any]] = {}
         self._free_bytes = 0
+        #: addresses of regions whose array died, not reaped yet (:meth:`_freed`)
+        self._released: collections.deque[int] = collections.deque()
 
     def open(self) -> "VerbsContext":
         """Itself, opened (at the first call; the provider's errors as TensorverbsErrors)."""
@@ -67,6 +70,7 @@ class VerbsContext:
         long as an array over it, then waits for the next allocation of its size class)."""
         size = size_class(nbytes)
         with self._lock:
+            self._reap_locked()
             free = self._free.get(size)
             region = free.pop() if free else None
             if region is not None:
@@ -80,8 +84,15 @@ class VerbsContext:
         return array
 
     def _freed(self, addr: int) -> None:
-        with self._lock:
-            length, region = self._allocated.pop(addr)
+        """The array over the region at ``addr`` died. This runs in the garbage collector,
+        which may run in any thread at any allocation, this class's locked sections
+        included: it takes no lock, and the next allocation reaps the region."""
+        self._released.append(addr)
+
+    def _reap_locked(self) -> None:
+        """Freed regions to the free lists (up to CACHED_BYTES), or dropped."""
+        while self._released:
+            length, region = self._allocated.pop(self._released.popleft())
             if self._free_bytes + length <= CACHED_BYTES:
                 self._free.setdefault(length, []).append(region)
                 self._free_bytes += length
@@ -89,6 +100,7 @@ class VerbsContext:
     def region_of(self, addr: int, nbytes: int) -> Any:
         """The region :meth:`allocate` made that holds ``[addr, addr + nbytes)``, or None."""
         with self._lock:
+            self._reap_locked()
             for start, (length, region) in self._allocated.items():
                 if start <= addr and addr + nbytes <= start + length:
                     return region
