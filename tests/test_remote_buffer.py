@@ -132,6 +132,8 @@ def test_many_buffers_are_read_in_one_call(pair, step):
     pair.ps.unregister(buffers[7])
     with pytest.raises(tv.NotFoundError, match="entry 7"):
         pair.worker.read_many(buffers[:10], timeout=WAIT)
+    with pytest.raises(tv.NotFoundError, match="entry 8"):  # counted with the task's own entries
+        pair.worker.read_many([own, *buffers[:10]], timeout=WAIT)
     with pytest.raises(tv.InvalidArgumentError, match="entry 1"):
         pair.worker.read_many([buffers[0], (buffers[1], None, 4000, 200)], timeout=WAIT)
     assert same(pair.worker.read_many(buffers[8:9], timeout=WAIT)[0], pattern(4096, step + 8))

@@ -72,7 +72,7 @@ class OneSided:
             if self._is_mine(buffer):
                 into.reshape(-1).view(np.uint8)[:] = self._registrations.local(buffer)[offset:offset + into.nbytes]
             else:
-                reads.append((buffer, into, offset))
+                reads.append((buffer, into, offset, i if len(entries) > 1 else None))
             results.append(result)
             total += into.nbytes
         self._access.read_many(reads, timeout)

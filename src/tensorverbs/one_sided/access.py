@@ -97,18 +97,18 @@ class RemoteAccess:
     def read(self, buffer: RemoteBuffer, into: np.ndarray, offset: int, timeout: float | None) -> None:
         """Read ``into.nbytes`` bytes of ``buffer`` from ``offset`` into ``into`` (a
         C-contiguous host array)."""
-        self.read_many([(buffer, into, offset)], timeout)
+        self.read_many([(buffer, into, offset, None)], timeout)
 
-    def read_many(self, entries: Sequence[tuple[RemoteBuffer, np.ndarray, int]], timeout: float | None) -> None:
-        """Each entry's read (buffer, into, offset), the entries of one owner posted on its
-        queue pair together and waited for together; an error names the entry (when there
-        are several) and leaves the others' ``into`` unspecified."""
+    def read_many(self, entries: Sequence[tuple[RemoteBuffer, np.ndarray, int, int | None]],
+                  timeout: float | None) -> None:
+        """Each entry's read (buffer, into, offset, the index an error names it by, or
+        None), the entries of one owner posted on its queue pair together and waited for
+        together; an error leaves the others' ``into`` unspecified."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i, (buffer, _, _) in enumerate(entries):
-            groups.setdefault((buffer.task, buffer.incarnation), []).append(i)
-        for indices in groups.values():
-            batch = [_Item(i if len(entries) > 1 else None, *entries[i]) for i in indices]
+        groups: dict[tuple[str, int], list[_Item]] = {}
+        for buffer, into, offset, index in entries:
+            groups.setdefault((buffer.task, buffer.incarnation), []).append(_Item(index, buffer, into, offset))
+        for batch in groups.values():
             self._access(batch, _core.WR_RDMA_READ, deadline)
 
     def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None) -> None:
