@@ -17,12 +17,12 @@ from typing import Any, List, Optional, cast
 
 import ray
 import torch
-from ray.experimental import CommunicatorMetadata, TensorTransportManager, TensorTransportMetadata
+from ray.experimental import CommunicatorMetadata, TensorTransportMetadata
 
 from ..errors import AbortedError, UnimplementedError
 from ..one_sided import RemoteBuffer
-from .actor_server import actor_server
 from .tensors import as_bytes, as_tensor
+from .transport_base import TransportBase
 
 
 @dataclass
@@ -35,34 +35,21 @@ class TensorverbsReadMetadata(TensorTransportMetadata):
     buffers: List[Optional[RemoteBuffer]] = field(default_factory=list)
 
 
-class TensorverbsReadTransport(TensorTransportManager):
+class TensorverbsReadTransport(TransportBase):
     """A one-sided Ray tensor transport over tensorverbs; :func:`register_transport` with
     ``one_sided=True`` makes one per name with its settings (the class attributes below)."""
 
     name = "TENSORVERBS_READ"
-    protocol = "grpc+verbs"
-    spare_tasks = 64
-    timeout = 60.0
 
     def __init__(self) -> None:
-        self.server = actor_server(self.name, self.protocol, self.spare_tasks)
+        super().__init__()
         self._lock = threading.Lock()
         self._registered: dict[str, list[Optional[RemoteBuffer]]] = {}  # the source's, by object
         self._aborted: set[str] = set()  # the reader's
 
-    def tensor_transport_backend(self) -> str:
-        return self.name
-
     @staticmethod
     def is_one_sided() -> bool:
         return True
-
-    @staticmethod
-    def can_abort_transport() -> bool:
-        return True
-
-    def actor_has_tensor_transport(self, actor: "ray.actor.ActorHandle") -> bool:
-        return True  # every process can start a server; asking would block the caller
 
     def registered(self) -> int:
         """How many objects' tensors this process holds registered."""

@@ -29,12 +29,13 @@ from typing import Any, List, Optional
 import ray
 import torch
 from ray.exceptions import GetTimeoutError, RayError
-from ray.experimental import CommunicatorMetadata, TensorTransportManager, TensorTransportMetadata
+from ray.experimental import CommunicatorMetadata, TensorTransportMetadata
 
 from ..errors import DeadlineExceededError, UnavailableError, UnimplementedError
 from ..server import Server
 from .actor_server import actor_server, own_task
 from .tensors import as_bytes, as_tensor
+from .transport_base import TransportBase
 
 
 @dataclass
@@ -76,34 +77,21 @@ def _endpoint(actor: Any, transport: str, protocol: str, spare_tasks: int) -> tu
     return actor_server(transport, protocol, spare_tasks).endpoint()
 
 
-class TensorverbsTransport(TensorTransportManager):
+class TensorverbsTransport(TransportBase):
     """A two-sided Ray tensor transport over tensorverbs; :func:`register_transport` makes
     one per name with its settings (the class attributes below)."""
 
     name = "TENSORVERBS"
-    protocol = "grpc+verbs"
-    spare_tasks = 64
-    timeout = 60.0
 
     def __init__(self) -> None:
-        self.server = actor_server(self.name, self.protocol, self.spare_tasks)
+        super().__init__()
         self._lock = threading.Lock()
         self._steps: dict[str, set[int]] = {}  # the source's: object id -> its transfers' steps
         self._destinations: dict[Any, str] = {}  # the source's: actor handle -> its task
 
-    def tensor_transport_backend(self) -> str:
-        return self.name
-
     @staticmethod
     def is_one_sided() -> bool:
         return False
-
-    @staticmethod
-    def can_abort_transport() -> bool:
-        return True
-
-    def actor_has_tensor_transport(self, actor: "ray.actor.ActorHandle") -> bool:
-        return True  # every actor can start a server; asking would block the caller
 
     def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: List[torch.Tensor]
                                           ) -> TensorverbsTransportMetadata:
