@@ -59,11 +59,17 @@ class VerbsContext:
                 self.context = context
         return self
 
-    def queue_pair(self, send_wr: int) -> tuple[_core.QueuePair, _core.CompletionQueue]:
-        """A new queue pair with a completion queue of its own."""
+    def queue_pair(self, send_wr: int, cq: _core.CompletionQueue | None = None
+                   ) -> tuple[_core.QueuePair, _core.CompletionQueue]:
+        """A new queue pair completing on ``cq``, or on a completion queue of its own."""
         assert self.context is not None
-        cq = self.context.create_cq(QUEUE_DEPTH)
+        cq = cq or self.completion_queue()
         return self.context.create_qp(self.pd, cq, cq, send_wr, 1), cq
+
+    def completion_queue(self) -> _core.CompletionQueue:
+        """A new completion queue of QUEUE_DEPTH entries."""
+        assert self.context is not None
+        return self.context.create_cq(QUEUE_DEPTH)
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """``nbytes`` of memory of this context's (a flat uint8 array; the memory lives as

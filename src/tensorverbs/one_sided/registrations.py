@@ -60,7 +60,9 @@ class Registrations:
         self._served: dict[str, _core.QueuePair] = {}  # peer -> the queue pair it reaches
         self._stuck: list[_Registered] = []  # revoked with an access still under way
         self._driver: threading.Thread | None = None
-        self._idle_cq: Any = None  # the completion queue the driver waits on
+        #: the completion queue of the queue pairs peers reach buffers through, which the
+        #: soft provider's driver waits on
+        self._cq: Any = None
         self._closed = False
 
     def register(self, tensor: Any, writable: bool) -> RemoteBuffer:
@@ -128,12 +130,13 @@ class Registrations:
             raise FailedPreconditionError(
                 f"{request.host_name} reaches buffers with the {request.provider!r} provider, "
                 f"{self._rt.task} registers them with {verbs.provider!r}")
-        qp, _ = verbs.queue_pair(send_wr=1)
+        with self._lock:  # served queue pairs complete nothing (peers' reads and writes) but errors
+            self._cq = self._cq or verbs.completion_queue()
+        qp, _ = verbs.queue_pair(1, self._cq)
         qp.connect(request.endpoint)
         with self._lock:
             self._served[request.host_name] = qp  # the caller's earlier one is closed
             if verbs.provider == "soft" and self._driver is None and not self._closed:
-                self._idle_cq = verbs.queue_pair(send_wr=1)[1]
                 self._driver = threading.Thread(target=self._drive, name="tv-one-sided", daemon=True)
                 self._driver.start()
         return pb.GetRemoteAccessResponse(incarnation=self._rt.incarnation, provider=verbs.provider,
@@ -142,7 +145,7 @@ class Registrations:
     def _drive(self) -> None:
         """Progress the soft provider's context until the task stops (the GIL released)."""
         while not self._closed:
-            self._idle_cq.wait(1, DRIVE_WAIT_MS)
+            self._cq.wait(1, DRIVE_WAIT_MS)
 
     def close(self) -> None:
         """Revoke every buffer and close every queue pair (the task stops)."""
@@ -152,7 +155,7 @@ class Registrations:
             self._closed = True
             driver = self._driver
         if driver is not None:
-            self._idle_cq.wake()
+            self._cq.wake()
             driver.join()
         for registered in buffers:
             if not registered.window.revoke():  # its memory stays registered
