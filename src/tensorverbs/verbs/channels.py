@@ -153,6 +153,9 @@ class VerbsChannels:
         except Exception as exc:
             if self.core.ready(pid):  # the peer set it up meanwhile: the held recvs went there
                 return
+            # where it is is unsure, as when its health watch fails the channel (which this
+            # may precede): a task that joined at run time is then gone, and its id free
+            self._unsure.add(peer)
             self.core.fail_channel(pid, int(Code.UNAVAILABLE),
                                    f"{peer} is unavailable: its verbs channel broke and setting it up "
                                    f"again failed ({exc})")
