@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Any
 
 
 class Signalled(Exception):
@@ -90,3 +91,37 @@ def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
     except Exception:
         got = False
     return raised, got, called.wait(timeout)
+
+
+#: the array of the last :func:`interrupted_read`, looked at once its owner runs again
+_read_into: list[Any] = []
+
+
+def interrupted_read(server, buffer, nbytes: int, timeout: float) -> tuple[str, float] | None:
+    """``server.read`` of ``buffer`` (whose owner is stopped) into a zeroed array of
+    ``nbytes`` on the main thread, until the SIGINT that another thread of this process
+    sends once the access is under way (``stats()["remote_accesses_in_flight"]``), as
+    Ctrl-C would; returns as :func:`interrupted_recv`."""
+    import os
+    import threading
+
+    import numpy as np
+
+    out = np.zeros(nbytes, np.uint8)
+    _read_into[:] = [out]
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + timeout
+        while server.stats()["remote_accesses_in_flight"] == 0:  # a condition, polled
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    return _interrupted(lambda: server.read(buffer, out, timeout=timeout), False)
+
+
+def read_into_untouched(server) -> bool:
+    """Whether nothing landed in the array of the last :func:`interrupted_read`."""
+    return not _read_into[0].any()

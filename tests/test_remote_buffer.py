@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tensorverbs as tv
-from tensorverbs.local_cluster import pattern, same
+from tensorverbs.local_cluster import TaskProcess, cluster_spec, pattern, same
 from variants import IBVERBS, VARIANTS, start_pair
 
 WAIT = 60.0
@@ -312,6 +312,38 @@ def test_an_access_to_a_frozen_owner_times_out_and_the_next_one_works(pair, step
     assert not out.any()
     assert same(pair.worker.read(buffer, out, timeout=WAIT), pattern(4096, step))
     pair.ps.unregister(buffer)
+
+
+@pytest.mark.parametrize("nbytes", [4096, 1 << 20])  # through the queue pair's buffer; into out itself
+@pytest.mark.parametrize("variant", ["verbs", "verbs-tcp"])
+def test_ctrl_c_interrupts_an_access_to_a_frozen_owner_and_nothing_lands_later(variant, nbytes):
+    """Ctrl-C (SIGINT) while a read waits for an owner whose process is stopped raises
+    KeyboardInterrupt in the reader (a process of its own); once the owner runs again
+    nothing lands in the read's ``out``, and the next read works."""
+    protocol, env = VARIANTS[variant]
+    cluster = cluster_spec({"ps": 1, "worker": 1})
+    owner = TaskProcess(cluster, "ps", 0, protocol, env)
+    reader = None
+    try:
+        reader = TaskProcess(cluster, "worker", 0, protocol, env)
+        buffer = owner.run("remote_buffers:register_pattern", nbytes, 1)
+        assert reader.run("remote_buffers:read_matches", buffer, nbytes, 1)
+        os.kill(owner.process.pid, signal.SIGSTOP)
+        try:
+            _wait_stopped(owner.process.pid)
+            outcome = reader.run("interrupting:interrupted_read", buffer, nbytes, 10 * WAIT)
+        finally:
+            os.kill(owner.process.pid, signal.SIGCONT)
+        assert outcome is not None and outcome[0] == "KeyboardInterrupt", outcome
+        assert owner.task() == "/job:ps/replica:0/task:0"  # it runs again
+        assert reader.stats()["remote_accesses_in_flight"] == 0
+        # the next access polls the queue pair the interrupted one used
+        assert reader.run("remote_buffers:read_matches", buffer, nbytes, 1)
+        assert reader.run("interrupting:read_into_untouched")
+    finally:
+        if reader is not None:
+            reader.stop()
+        owner.stop()
 
 
 def _wait_stopped(pid: int) -> None:

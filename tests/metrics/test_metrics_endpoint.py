@@ -23,7 +23,9 @@ GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_
           "pool_in_use_bytes": "tensorverbs_pool_in_use_bytes",
           "registered_bytes": "tensorverbs_pool_registered_bytes",
           "message_buffer_bytes": "tensorverbs_message_buffer_bytes",
-          "registered_buffers": "tensorverbs_registered_buffers"}
+          "registered_buffers": "tensorverbs_registered_buffers",
+          "remote_accesses_in_flight": "tensorverbs_remote_accesses_in_flight",
+          "setups_awaiting_join": "tensorverbs_setups_awaiting_join"}
 
 
 def _exchange(metered, step: int) -> None:

@@ -14,6 +14,8 @@ GAUGES = {
     "registered_bytes": "tensorverbs_pool_registered_bytes",
     "message_buffer_bytes": "tensorverbs_message_buffer_bytes",
     "registered_buffers": "tensorverbs_registered_buffers",
+    "remote_accesses_in_flight": "tensorverbs_remote_accesses_in_flight",
+    "setups_awaiting_join": "tensorverbs_setups_awaiting_join",
 }
 
 

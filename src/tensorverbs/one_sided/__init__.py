@@ -36,6 +36,7 @@ class OneSided:
         self._registrations = Registrations(rt, self._verbs)
         self._access = RemoteAccess(rt, self._verbs)
         rt.counters.gauge("registered_buffers", self._registrations.count)
+        rt.counters.gauge("remote_accesses_in_flight", self._access.in_flight)
 
     def register(self, tensor: Any, writable: bool) -> RemoteBuffer:
         return self._registrations.register(tensor, writable)

@@ -93,6 +93,11 @@ class RemoteAccess:
         self._links: dict[str, _Link] = {}
         self._connecting: dict[str, threading.Lock] = {}
         self._kept: list[Any] = []  # registrations of requests that were never flushed
+        self._in_flight = 0  # accesses begun and not ended (under _lock)
+
+    def in_flight(self) -> int:
+        """How many accesses (a read_many of one owner counts once) are under way."""
+        return self._in_flight
 
     def read(self, buffer: RemoteBuffer, into: np.ndarray, offset: int, timeout: float | None) -> None:
         """Read ``into.nbytes`` bytes of ``buffer`` from ``offset`` into ``into`` (a
@@ -123,13 +128,19 @@ class RemoteAccess:
         items = [item for item in items if item.nbytes]
         if not items:
             return
-        link = self._link(items[0].buffer, deadline)
-        while True:
-            with link.lock:
-                if not link.broken:
-                    self._run(link, items, opcode, deadline)
-                    return
-            link = self._link(items[0].buffer, deadline)  # another access failed it meanwhile
+        with self._lock:
+            self._in_flight += 1
+        try:
+            link = self._link(items[0].buffer, deadline)
+            while True:
+                with link.lock:
+                    if not link.broken:
+                        self._run(link, items, opcode, deadline)
+                        return
+                link = self._link(items[0].buffer, deadline)  # another access failed it meanwhile
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def _run(self, link: _Link, items: list["_Item"], opcode: int, deadline: float | None) -> None:
         """The access, on ``link`` (its lock held): small items through a staging area
