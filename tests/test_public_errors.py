@@ -69,6 +69,12 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
         "read": (method("read"), dict(buffer=BUFFER, out=np.ones(2), offset=0, nbytes=None, timeout=0.01)),
         "read_many": (method("read_many"), dict(entries=[(BUFFER, np.ones(2))], timeout=0.01)),
         "write": (method("write"), dict(buffer=BUFFER, tensor=np.ones(2), offset=0, timeout=0.01)),
+        "aread": (lambda server, **kw: asyncio.run(server.aread(**kw)),
+                  dict(buffer=BUFFER, out=np.ones(2), offset=0, nbytes=None, timeout=0.01)),
+        "aread_many": (lambda server, **kw: asyncio.run(server.aread_many(**kw)),
+                       dict(entries=[(BUFFER, np.ones(2))], timeout=0.01)),
+        "awrite": (lambda server, **kw: asyncio.run(server.awrite(**kw)),
+                   dict(buffer=BUFFER, tensor=np.ones(2), offset=0, timeout=0.01)),
         "from_resolver": (lambda server, **kw: tv.Server.from_resolver(**kw).stop(),
                           dict(resolver=_Resolver(spec), protocol="grpc")),
     }

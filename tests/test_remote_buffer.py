@@ -5,6 +5,7 @@ owner unregisters it. The owner runs in a process of its own (tests/remote_buffe
 bytes are compared on both sides."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import os
@@ -344,6 +345,91 @@ def test_ctrl_c_interrupts_an_access_to_a_frozen_owner_and_nothing_lands_later(v
         if reader is not None:
             reader.stop()
         owner.stop()
+
+
+def test_asyncio_reads_and_writes_in_one_event_loop(pair, step):
+    """aread, aread_many and awrite run together in one event loop: each gets or leaves
+    its bytes, the errors are read's."""
+    small, large = register(pair, 4096, step), register(pair, 3 << 20, step + 1)
+
+    async def accesses():
+        return await asyncio.gather(
+            pair.worker.aread(small, timeout=WAIT),
+            pair.worker.aread_many([large, (small, None, 100, 200)], timeout=WAIT),
+            pair.worker.awrite(large, pattern(1000, step + 2), offset=5000, timeout=WAIT))
+
+    whole, (many_large, part), _ = asyncio.run(accesses())
+    assert same(whole, pattern(4096, step))
+    assert same(part, pattern(4096, step)[100:300])
+    expected = pattern(3 << 20, step + 1)
+    assert same(many_large[:5000], expected[:5000]) and same(many_large[6000:], expected[6000:])
+    assert pair.ps.run("remote_buffers:holds", large, 5000, 1000, step + 2)
+    with pytest.raises(tv.InvalidArgumentError, match="out of"):
+        asyncio.run(pair.worker.aread(small, offset=4000, nbytes=200, timeout=WAIT))
+    pair.ps.unregister(small)
+    pair.ps.unregister(large)
+
+
+@pytest.mark.parametrize("nbytes", [4096, 1 << 20])
+def test_a_cancelled_aread_of_a_frozen_owner_lands_nothing(pair, step, nbytes):
+    """An aread waits for an owner whose process is stopped while its event loop goes on;
+    cancelling its task raises CancelledError once the access has given up: nothing lands
+    in ``out`` afterwards, the next access on the same queue pair included."""
+    buffer = register(pair, nbytes, step)
+    if buffer.provider != "soft":
+        pytest.skip("a device serves reads while its process is stopped")
+    assert same(pair.worker.read(buffer, timeout=WAIT), pattern(nbytes, step))
+    out = np.zeros(nbytes, np.uint8)
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(pair.worker.aread(buffer, out, timeout=10 * WAIT))
+        deadline = time.monotonic() + WAIT
+        while pair.worker.stats()["remote_accesses_in_flight"] == 0:  # the loop runs meanwhile
+            assert time.monotonic() < deadline and not task.done(), "the aread did not start"
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pair.worker.stats()["remote_accesses_in_flight"] == 0
+
+    os.kill(pair.ps.process.pid, signal.SIGSTOP)
+    try:
+        _wait_stopped(pair.ps.process.pid)
+        asyncio.run(cancelled())
+    finally:
+        os.kill(pair.ps.process.pid, signal.SIGCONT)
+    assert same(pair.worker.read(buffer, timeout=WAIT), pattern(nbytes, step))
+    assert not out.any()
+    pair.ps.unregister(buffer)
+
+
+def test_stopping_the_server_gives_up_its_areads():
+    """A server stopped while an aread waits for a stopped owner: the aread raises
+    CancelledError (a TensorverbsError) and the stop does not wait for the owner."""
+    protocol, env = VARIANTS["verbs"]
+    p = start_pair(protocol, env)
+    try:
+        buffer = p.ps.run("remote_buffers:register_pattern", 4096, 1)
+        assert same(p.worker.read(buffer, timeout=WAIT), pattern(4096, 1))
+
+        async def stopped() -> None:
+            task = asyncio.ensure_future(p.worker.aread(buffer, timeout=10 * WAIT))
+            while p.worker.stats()["remote_accesses_in_flight"] == 0:  # a condition, polled
+                assert not task.done(), task
+                await asyncio.sleep(0.001)
+            p.worker.stop()
+            with pytest.raises(tv.CancelledError, match="cancelled"):
+                await task
+
+        os.kill(p.ps.process.pid, signal.SIGSTOP)
+        try:
+            _wait_stopped(p.ps.process.pid)
+            asyncio.run(asyncio.wait_for(stopped(), WAIT))
+        finally:
+            os.kill(p.ps.process.pid, signal.SIGCONT)
+    finally:
+        p.worker.stop()
+        p.ps.stop()
 
 
 def _wait_stopped(pid: int) -> None:

@@ -9,7 +9,10 @@ settings, opened on first use, whatever protocol the task runs), the buffers it 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import numpy as np
 
@@ -26,6 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = ["OneSided", "RemoteBuffer"]
 
+#: threads that carry out the accesses awaited in asyncio (each waits for its completions)
+ASYNC_THREADS = 8
+T = TypeVar("T")
+
 
 class OneSided:
     """The task of ``rt``'s registered buffers and its access to other tasks'."""
@@ -37,6 +44,10 @@ class OneSided:
         self._access = RemoteAccess(rt, self._verbs)
         rt.counters.gauge("registered_buffers", self._registrations.count)
         rt.counters.gauge("remote_accesses_in_flight", self._access.in_flight)
+        self._lock = threading.Lock()
+        self._threads: ThreadPoolExecutor | None = None  # the accesses awaited in asyncio
+        self._cancels: set[threading.Event] = set()
+        self._closed = False
 
     def register(self, tensor: Any, writable: bool) -> RemoteBuffer:
         return self._registrations.register(tensor, writable)
@@ -55,12 +66,14 @@ class OneSided:
         return await self._registrations.accept(request)
 
     def read(self, buffer: RemoteBuffer, out: Any, offset: int, nbytes: int | None,
-             timeout: float | None) -> np.ndarray | Any:
+             timeout: float | None, cancel: threading.Event | None = None) -> np.ndarray | Any:
         """``out`` (or a new array: the buffer's dtype and shape for the whole buffer, else
-        a flat array of its dtype) filled with the buffer's bytes from ``offset``."""
-        return self.read_many([(buffer, out, offset, nbytes)], timeout)[0]
+        a flat array of its dtype) filled with the buffer's bytes from ``offset``; ``cancel``,
+        once set, gives it up (CancelledError)."""
+        return self.read_many([(buffer, out, offset, nbytes)], timeout, cancel)[0]
 
-    def read_many(self, entries: list[tuple[Any, Any, int, int | None]], timeout: float | None) -> list[Any]:
+    def read_many(self, entries: list[tuple[Any, Any, int, int | None]], timeout: float | None,
+                  cancel: threading.Event | None = None) -> list[Any]:
         """Each entry's read (buffer, out, offset, nbytes), as :meth:`read`; the reads of
         one owner in one go. An argument of an entry that is wrong is named by its index."""
         reads, results, total = [], [], 0
@@ -76,7 +89,7 @@ class OneSided:
                 reads.append((buffer, into, offset, i if len(entries) > 1 else None))
             results.append(result)
             total += into.nbytes
-        self._access.read_many(reads, timeout)
+        self._access.read_many(reads, timeout, cancel)
         self._rt.counters.add("remote_reads", len(entries))
         self._rt.counters.add("remote_bytes_read", total)
         return results
@@ -100,7 +113,8 @@ class OneSided:
                 else self._verbs.allocate(nbytes).view(dtype).reshape(shape))
         return into, into
 
-    def write(self, buffer: RemoteBuffer, tensor: Any, offset: int, timeout: float | None) -> None:
+    def write(self, buffer: RemoteBuffer, tensor: Any, offset: int, timeout: float | None,
+              cancel: threading.Event | None = None) -> None:
         """Write ``tensor``'s bytes into the buffer at ``offset``."""
         buffer = _checked(buffer)
         data = host_buffer(tensor, "the tensor to write", writable=False)
@@ -110,14 +124,50 @@ class OneSided:
                 raise FailedPreconditionError(f"{buffer} was registered read-only")
             self._registrations.local(buffer)[offset:offset + data.nbytes] = data.reshape(-1).view(np.uint8)
         else:
-            self._access.write(buffer, data, offset, timeout)
+            self._access.write(buffer, data, offset, timeout, cancel)
         self._rt.counters.add("remote_writes")
         self._rt.counters.add("remote_bytes_written", data.nbytes)
 
     def _is_mine(self, buffer: RemoteBuffer) -> bool:
         return buffer.task == str(self._rt.task) and buffer.incarnation == self._rt.incarnation
 
+    async def in_thread(self, access: Callable[[threading.Event], T]) -> T:
+        """``access(cancel)`` run in a thread of this task's and awaited without blocking
+        the event loop. Cancelling the awaiting task sets ``cancel`` and waits for the
+        access to give up (its requests flushed: nothing lands afterwards) before the
+        task's CancelledError goes on."""
+        cancel = threading.Event()
+        with self._lock:
+            if self._closed:
+                raise FailedPreconditionError("the server was stopped")
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(ASYNC_THREADS, thread_name_prefix="tv-one-sided-async")
+            self._cancels.add(cancel)
+            done = asyncio.wrap_future(self._threads.submit(access, cancel))
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            cancel.set()
+            while not done.done():  # the access gives up within a wait slice
+                try:
+                    await asyncio.wait([done])
+                except asyncio.CancelledError:
+                    pass
+            if not done.cancelled():
+                done.exception()  # retrieved: the task's cancellation is what goes on
+            raise
+        finally:
+            with self._lock:
+                self._cancels.discard(cancel)
+
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            threads, self._threads = self._threads, None
+            for cancel in self._cancels:
+                cancel.set()
+        if threads is not None:  # the accesses under way give up within a wait slice
+            threads.shutdown(wait=False)
         self._access.close()
         self._registrations.close()
 

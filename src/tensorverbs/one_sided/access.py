@@ -26,7 +26,7 @@ import numpy as np
 from .. import _core
 from ..cluster import TaskName, parse_task
 from ..errors import (
-    DeadlineExceededError, FailedPreconditionError, NotFoundError, TensorverbsError, UnavailableError,
+    CancelledError, DeadlineExceededError, FailedPreconditionError, NotFoundError, TensorverbsError, UnavailableError,
 )
 from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.errors import from_rpc_error
@@ -84,6 +84,25 @@ class _Link:
         self.broken = False
 
 
+class _Wait:
+    """How long an access may still wait: until ``deadline`` (monotonic seconds, None for
+    ever) unless ``cancel`` is set first."""
+
+    def __init__(self, deadline: float | None, cancel: threading.Event | None) -> None:
+        self.deadline, self.cancel = deadline, cancel
+
+    def next_slice(self, what: str) -> tuple[int, TensorverbsError | None]:
+        """(ms to wait next, at most WAIT_SLICE_MS), or why the access ends now."""
+        if self.cancel is not None and self.cancel.is_set():
+            return 0, CancelledError(f"an access of {what} was cancelled")
+        if self.deadline is None:
+            return WAIT_SLICE_MS, None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return 0, DeadlineExceededError(f"an access of {what} timed out")
+        return max(1, min(WAIT_SLICE_MS, int(left * 1000))), None
+
+
 class RemoteAccess:
     """Reads and writes other tasks' buffers for the task of ``rt``, in ``verbs``."""
 
@@ -99,31 +118,29 @@ class RemoteAccess:
         """How many accesses (a read_many of one owner counts once) are under way."""
         return self._in_flight
 
-    def read(self, buffer: RemoteBuffer, into: np.ndarray, offset: int, timeout: float | None) -> None:
-        """Read ``into.nbytes`` bytes of ``buffer`` from ``offset`` into ``into`` (a
-        C-contiguous host array)."""
-        self.read_many([(buffer, into, offset, None)], timeout)
-
     def read_many(self, entries: Sequence[tuple[RemoteBuffer, np.ndarray, int, int | None]],
-                  timeout: float | None) -> None:
+                  timeout: float | None, cancel: threading.Event | None = None) -> None:
         """Each entry's read (buffer, into, offset, the index an error names it by, or
         None), the entries of one owner posted on its queue pair together and waited for
-        together; an error leaves the others' ``into`` unspecified."""
+        together; an error leaves the others' ``into`` unspecified. ``cancel``, once set,
+        gives the access up (CancelledError), as a timeout does."""
         deadline = None if timeout is None else time.monotonic() + timeout
         groups: dict[tuple[str, int], list[_Item]] = {}
         for buffer, into, offset, index in entries:
             groups.setdefault((buffer.task, buffer.incarnation), []).append(_Item(index, buffer, into, offset))
         for batch in groups.values():
-            self._access(batch, _core.WR_RDMA_READ, deadline)
+            self._access(batch, _core.WR_RDMA_READ, deadline, cancel)
 
-    def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None) -> None:
+    def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None,
+              cancel: threading.Event | None = None) -> None:
         """Write ``data`` (a C-contiguous host array) into ``buffer`` at ``offset``."""
         if not buffer.writable:
             raise FailedPreconditionError(f"{buffer} was registered read-only")
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._access([_Item(None, buffer, data, offset)], _core.WR_RDMA_WRITE, deadline)
+        self._access([_Item(None, buffer, data, offset)], _core.WR_RDMA_WRITE, deadline, cancel)
 
-    def _access(self, items: list["_Item"], opcode: int, deadline: float | None) -> None:
+    def _access(self, items: list["_Item"], opcode: int, deadline: float | None,
+                cancel: threading.Event | None) -> None:
         """``items`` (of one owner) moved on its queue pair."""
         items = [item for item in items if item.nbytes]
         if not items:
@@ -135,14 +152,14 @@ class RemoteAccess:
             while True:
                 with link.lock:
                     if not link.broken:
-                        self._run(link, items, opcode, deadline)
+                        self._run(link, items, opcode, _Wait(deadline, cancel))
                         return
                 link = self._link(items[0].buffer, deadline)  # another access failed it meanwhile
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    def _run(self, link: _Link, items: list["_Item"], opcode: int, deadline: float | None) -> None:
+    def _run(self, link: _Link, items: list["_Item"], opcode: int, until: "_Wait") -> None:
         """The access, on ``link`` (its lock held): small items through a staging area
         (the link's own buffer, or pooled memory for a batch), large ones straight from or
         into the caller's memory."""
@@ -167,13 +184,13 @@ class RemoteAccess:
                         item.flat if item.flat.flags.writeable else item.flat.copy(), _core.LOCAL_WRITE)
                 item.local, item.lkey = region.addr + (_address(item.flat) - region.addr), region.lkey
                 regions.append(region)
-        self._post(link, items, opcode, regions, deadline)
+        self._post(link, items, opcode, regions, until)
         if opcode == _core.WR_RDMA_READ:
             for item in small:
                 item.flat[:] = cast(np.ndarray, item.staged)
 
     def _post(self, link: _Link, items: list["_Item"], opcode: int, regions: list[Any],
-              deadline: float | None) -> None:
+              until: "_Wait") -> None:
         wrs: list[_core.SendWR] = []
         for i, item in enumerate(items):
             for start in range(0, item.nbytes, CHUNK_BYTES):
@@ -185,22 +202,18 @@ class RemoteAccess:
         for first in range(0, len(wrs), SEND_WR):
             batch = wrs[first:first + SEND_WR]
             link.qp.post_send(batch)
-            self._complete(link, items, regions, len(batch), deadline)
+            self._complete(link, items, regions, len(batch), until)
 
     def _complete(self, link: _Link, items: list["_Item"], regions: list[Any], count: int,
-                  deadline: float | None) -> None:
-        """Wait for ``count`` completions; a failure, a timeout or an interrupt breaks the
-        link (its requests flushed first) and raises."""
+                  until: "_Wait") -> None:
+        """Wait for ``count`` completions; a failure, a timeout, a cancel or an interrupt
+        breaks the link (its requests flushed first) and raises."""
         failure: TensorverbsError | None = None
         try:
             while count and failure is None:
-                wait_ms = WAIT_SLICE_MS
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        failure = DeadlineExceededError(f"an access of {items[0].what} timed out")
-                        break
-                    wait_ms = max(1, min(wait_ms, int(left * 1000)))
+                wait_ms, failure = until.next_slice(items[0].what)
+                if failure is not None:
+                    break
                 for wc in link.cq.wait(count, wait_ms):
                     count -= 1
                     if not wc.ok and failure is None:

@@ -3,6 +3,7 @@ write, and reading and writing theirs (:class:`OneSidedCalls`, which
 :class:`tensorverbs.Server` is)."""
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Iterable
 
 from .. import arguments as check
@@ -52,9 +53,22 @@ class OneSidedCalls:
         buffer unregistered (or a forged descriptor); UnavailableError if its task
         restarted or is gone; DeadlineExceededError after ``timeout`` seconds. A failed
         access leaves this task's channels as they were."""
+        return self._read(buffer, out, offset, nbytes, timeout, None)
+
+    @public
+    async def aread(self, buffer: RemoteBuffer, out: Any = None, *, offset: int = 0,
+                    nbytes: int | None = None, timeout: float | None = None) -> Any:
+        """:meth:`read` in asyncio, without blocking the event loop (the access waits in
+        a thread of the server's). Cancelling the awaiting task gives the access up, and
+        nothing lands in ``out`` once the task's CancelledError reaches it."""
+        return await self._one_sided.in_thread(
+            lambda cancel: self._read(buffer, out, offset, nbytes, timeout, cancel))
+
+    def _read(self, buffer: RemoteBuffer, out: Any, offset: int, nbytes: int | None,
+              timeout: float | None, cancel: threading.Event | None) -> Any:
         timeout = check.optional_seconds(timeout, "timeout")
         self._check_running()
-        result = self._one_sided.read(buffer, out, offset, nbytes, timeout)
+        result = self._one_sided.read(buffer, out, offset, nbytes, timeout, cancel)
         return as_torch(result) if out is None and self.tensor_type == "torch" else result
 
     @public
@@ -65,10 +79,20 @@ class OneSidedCalls:
         :meth:`read` takes them; the results in entry order. The reads of one owner are
         posted together and waited for together. A failure raises its error naming the
         entry; the other entries' ``out`` are then unspecified."""
+        return self._read_many(entries, timeout, None)
+
+    @public
+    async def aread_many(self, entries: Iterable[RemoteBuffer | tuple[Any, ...]], *,
+                         timeout: float | None = None) -> list[Any]:
+        """:meth:`read_many` in asyncio, cancelled as :meth:`aread` is."""
+        return await self._one_sided.in_thread(lambda cancel: self._read_many(entries, timeout, cancel))
+
+    def _read_many(self, entries: Iterable[RemoteBuffer | tuple[Any, ...]], timeout: float | None,
+                   cancel: threading.Event | None) -> list[Any]:
         timeout = check.optional_seconds(timeout, "timeout")
         self._check_running()
         batch = [_read_entry(e, i) for i, e in enumerate(check.sequence(entries, "entries"))]
-        results = self._one_sided.read_many(batch, timeout)
+        results = self._one_sided.read_many(batch, timeout, cancel)
         if self.tensor_type == "torch":
             results = [as_torch(r) if e[1] is None else r for r, e in zip(results, batch)]
         return results
@@ -79,9 +103,21 @@ class OneSidedCalls:
         """Write ``tensor``'s bytes (a C-contiguous host tensor) into ``buffer`` at byte
         ``offset``, one-sided; it has landed when this returns. Errors as :meth:`read`;
         FailedPreconditionError for a buffer registered read-only."""
+        self._write(buffer, tensor, offset, timeout, None)
+
+    @public
+    async def awrite(self, buffer: RemoteBuffer, tensor: Any, *, offset: int = 0,
+                     timeout: float | None = None) -> None:
+        """:meth:`write` in asyncio, without blocking the event loop. Cancelling the
+        awaiting task gives the access up once its requests are flushed: the bytes may
+        have landed in part."""
+        await self._one_sided.in_thread(lambda cancel: self._write(buffer, tensor, offset, timeout, cancel))
+
+    def _write(self, buffer: RemoteBuffer, tensor: Any, offset: int, timeout: float | None,
+               cancel: threading.Event | None) -> None:
         timeout = check.optional_seconds(timeout, "timeout")
         self._check_running()
-        self._one_sided.write(buffer, tensor, offset, timeout)
+        self._one_sided.write(buffer, tensor, offset, timeout, cancel)
 
 
 def _read_entry(entry: Any, index: int) -> tuple[Any, Any, int, int | None]:
