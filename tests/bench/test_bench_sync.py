@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tensorverbs.bench import sync
+from tensorverbs.bench.contenders import nixl
+
+NIXL, NIXL_ABOUT = nixl.available()
 
 
 def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
@@ -19,7 +24,7 @@ def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
         ("grpc", 1), ("grpc", 3), ("grpc+verbs", 1), ("grpc+verbs", 3)]
     for row in rows:
         assert "error" not in row and row["tensors"] == 11
-        for way in sync.WAYS:
+        for way in sync.ways():
             assert len(row[way]["seconds"]) == 1 and row[way]["gbps"] > 0
     verbs = {r["receivers"]: r for r in rows if r["protocol"] == "grpc+verbs"}
     matrices = 6  # a layer's tensors large enough to be registered rather than staged
@@ -28,8 +33,24 @@ def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
     assert verbs[3]["broadcast"]["registrations"] == matrices
     assert all(r["reads"]["registrations"] == 0 and r["reads_vs_sends"] > 0 for r in rows)
     assert all(r[way]["registrations"] == 0 for r in rows if r["protocol"] == "grpc" for way in sync.WAYS)
-    [goal] = result["goals"]  # judged on a run to 4 receivers only
-    assert goal["met"] is None and "no grpc+verbs run to 4" in goal["measured"]
+    goals = result["goals"]  # judged on a run to 4 receivers only
+    assert [g["goal"] for g in goals] == ["broadcast to 4 <= 0.8x 4 sends", "reads by 4 ahead of NIXL's READ"]
+    assert all(g["met"] is None and "no grpc+verbs run to 4" in g["measured"] for g in goals)
+
+
+@pytest.mark.skipif(not NIXL, reason=f"nixl: {NIXL_ABOUT}")
+def test_nixl_reads_reach_every_receiver(tmp_path):
+    """NIXL's READ as a way of its own (bytes checked in the receivers), compared with the
+    one-sided reads in each row, and the goal judged on a run to 4."""
+    out = tmp_path / "sync.json"
+    assert sync.main(["--total", "4MiB", "--tensors", "11", "--receivers", "1", "4", "--rounds", "1",
+                      "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    for row in result["results"]:
+        assert "error" not in row, row["error"]
+        assert len(row[sync.NIXL_WAY]["seconds"]) == 1 and row["reads_vs_nixl"] > 0
+    reads_goal = result["goals"][1]
+    assert reads_goal["met"] is not None and "NIXL's time" in reads_goal["measured"]
 
 
 def test_shapes_are_a_transformers_layers():

@@ -20,6 +20,10 @@ A third way, ``reads``: the trainer holds the parameters in memory for one-sided
 every receiver reads every tensor into its own copy of the weights (``read(buffer,
 out=...)``), all receivers at once, and the round is timed from the first receiver's
 first read to the last one's last, on the host's monotonic clock.
+
+Where NIXL is installed (``pip install --no-deps nixl-cu12``), a fourth way, ``nixl
+reads``: the same reads by NIXL's READ (:mod:`.sync_nixl`: one transfer of every tensor),
+timed alike.
 """
 from __future__ import annotations
 
@@ -36,9 +40,13 @@ from ..local_cluster import cluster_spec
 from ..server import Server
 from ..verbs.config import parse_size
 from . import report
+from .contenders import nixl
 from .peer import Peer, PeerError, close_all
+from .sync_nixl import NixlOwner, NixlReader, Offer
 
+#: tensorverbs' ways, and NIXL's where it is installed
 WAYS = ("sends", "broadcast", "reads")
+NIXL_WAY = "nixl reads"
 TRAINER = "/job:trainer/task:0"
 #: tensors per transformer layer: 4 attention (h, h), 2 MLP (4h, h) and (h, 4h), their
 #: biases (h, 4h, h: 3) and two norms (h)
@@ -71,6 +79,17 @@ class SyncTrainer:
         for i, param in enumerate(self.params):
             param[...] = _value(param.shape, i)
         self.receivers = [f"/job:infer/task:{i}" for i in range(len(cluster["infer"]))]
+        self.nixl: NixlOwner | None = None
+
+    def nixl_offer(self) -> Offer:
+        """The parameters registered with a NIXL agent, for the receivers' agents."""
+        self.nixl = self.nixl or NixlOwner(self.params)
+        return self.nixl.offer()
+
+    def nixl_serve(self) -> None:
+        """Make NIXL progress until every receiver's READ of a round has ended."""
+        assert self.nixl is not None
+        self.nixl.serve(len(self.receivers), TIMEOUT)
 
     def buffers(self) -> list[Any]:
         """The parameters' RemoteBuffers (registered once)."""
@@ -95,6 +114,8 @@ class SyncTrainer:
         return self.server.stats().get("source_registrations", 0)
 
     def close(self) -> None:
+        if self.nixl is not None:
+            self.nixl.close()
         self.server.stop()
 
 
@@ -104,10 +125,12 @@ class SyncReceiver:
     def __init__(self, cluster: dict[str, list[str]], index: int, protocol: str,
                  shapes: list[tuple[int, ...]]) -> None:
         self.server = Server(cluster, "infer", index, protocol, startup_grace=TIMEOUT)
+        self.index = index
         self.shapes = shapes
         self.futures: list[Any] = []
         self.weights = [np.zeros(shape, np.float32) for shape in shapes]  # what reads fill
         self.remote: list[Any] = []
+        self.nixl: NixlReader | None = None
 
     def ask(self, step: int) -> int:
         """Start a recv of every tensor of ``step``."""
@@ -127,28 +150,58 @@ class SyncReceiver:
         """The trainer's parameters' RemoteBuffers."""
         self.remote = buffers
 
+    def nixl_take(self, offer: Offer) -> None:
+        """The trainer's NIXL agent and parameters."""
+        self.nixl = NixlReader(f"infer{self.index}", self.weights, offer)
+
     def read(self) -> tuple[float, float]:
-        """Read every tensor into the weights; (start, end) on the host's monotonic clock.
-        Checks the first, middle and last."""
+        """Read every tensor into the weights, one ``read`` each; (start, end) on the
+        host's monotonic clock. Checks the first, middle and last."""
         start = time.perf_counter()
         for buffer, weight in zip(self.remote, self.weights):
             self.server.read(buffer, weight, timeout=TIMEOUT)
-        end = time.perf_counter()
+        return start, self._checked(time.perf_counter())
+
+    def nixl_read(self, step: int) -> tuple[float, float]:
+        """:meth:`read` by NIXL's READ."""
+        assert self.nixl is not None
+        start = time.perf_counter()
+        self.nixl.read(step, TIMEOUT)
+        return start, self._checked(time.perf_counter())
+
+    def _checked(self, end: float) -> float:
+        """``end``, once the first, middle and last weights hold the parameters' values
+        (then zeroed, so that the next round must read them again)."""
         for i in (0, len(self.weights) // 2, len(self.weights) - 1):
             if not np.array_equal(self.weights[i], _value(self.shapes[i], i)):
                 raise AssertionError(f"{self.server.task}: wrong bytes read in tensor p{i}")
-            self.weights[i][...] = 0  # so the next round must read it again
-        return start, end
+            self.weights[i][...] = 0
+        return end
 
     def close(self) -> None:
+        if self.nixl is not None:
+            self.nixl.close()
         self.server.stop()
 
 
-def _reads(receivers: list[Peer]) -> float:
-    """A round of reads by every receiver at once: from the first start to the last end."""
+def ways() -> tuple[str, ...]:
+    """The ways this host can run: tensorverbs', and NIXL's where it is installed."""
+    return WAYS + ((NIXL_WAY,) if nixl.available()[0] else ())
+
+
+def _reads(trainer: Peer, receivers: list[Peer], way: str, step: int) -> float:
+    """A round of reads by every receiver at once (NIXL's: the trainer makes progress
+    meanwhile): from the first start to the last end."""
+    if way == NIXL_WAY:
+        trainer.post("nixl_serve")
     for peer in receivers:
-        peer.post("read")
+        if way == NIXL_WAY:
+            peer.post("nixl_read", step)
+        else:
+            peer.post("read")
     spans = [peer.result(timeout=TIMEOUT) for peer in receivers]
+    if way == NIXL_WAY:
+        trainer.result(timeout=TIMEOUT)
     return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
@@ -158,7 +211,8 @@ def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], roun
     nbytes = sum(int(np.prod(s)) * 4 for s in shapes)
     row: dict[str, Any] = {"protocol": protocol, "receivers": receivers, "tensors": len(shapes), "bytes": nbytes}
     peers: list[Peer] = []
-    seconds: dict[str, list[float]] = {way: [] for way in WAYS}
+    run_ways = ways()
+    seconds: dict[str, list[float]] = {way: [] for way in run_ways}
     try:
         trainer = Peer("trainer", "tensorverbs.bench.sync:SyncTrainer", cluster, protocol, shapes, wait=False)
         peers = [trainer] + [Peer(f"infer{i}", "tensorverbs.bench.sync:SyncReceiver", cluster, i, protocol,
@@ -168,13 +222,17 @@ def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], roun
         buffers = trainer.call("buffers")
         for peer in peers[1:]:
             peer.call("take", buffers)
+        if NIXL_WAY in run_ways:
+            offer = trainer.call("nixl_offer")
+            for peer in peers[1:]:
+                peer.call("nixl_take", offer)
         registered = {}
         # a warm-up round of each way first (it sets the channels and queue pairs up)
-        for turn in range(len(WAYS) * (1 + rounds)):
-            way, step = WAYS[turn % len(WAYS)], turn
+        for turn in range(len(run_ways) * (1 + rounds)):
+            way, step = run_ways[turn % len(run_ways)], turn
             before = trainer.call("registrations")
-            if way == "reads":
-                took = _reads(peers[1:])
+            if way in ("reads", NIXL_WAY):
+                took = _reads(trainer, peers[1:], way, step)
             else:
                 for peer in peers[1:]:
                     peer.call("ask", step, timeout=TIMEOUT)
@@ -182,46 +240,58 @@ def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], roun
                 for peer in peers[1:]:
                     peer.call("check", timeout=TIMEOUT)
             registered[way] = trainer.call("registrations") - before
-            if turn >= len(WAYS):
+            if turn >= len(run_ways):
                 seconds[way].append(took)
     except (PeerError, TimeoutError) as exc:
         row["error"] = str(exc).strip().splitlines()[-1]
         return row
     finally:
         close_all(peers)
-    for way in WAYS:
+    for way in run_ways:
         median = statistics.median(seconds[way])
         row[way] = {"seconds": seconds[way], "median_s": median, "gbps": nbytes * receivers / median / 1e9,
                     "registrations": registered[way]}
     row["broadcast_vs_sends"] = row["broadcast"]["median_s"] / row["sends"]["median_s"]
     row["reads_vs_sends"] = row["reads"]["median_s"] / row["sends"]["median_s"]
+    if NIXL_WAY in run_ways:
+        row["reads_vs_nixl"] = row["reads"]["median_s"] / row[NIXL_WAY]["median_s"]
     return row
 
 
 def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The weight-sync goal: broadcast to 4 within 0.8x the time of 4 sends."""
+    """The weight-sync goals, on the grpc+verbs run to 4 receivers: broadcast within 0.8x
+    the time of 4 sends, and one-sided reads ahead of NIXL's."""
     four = [r for r in rows if r["receivers"] == 4 and r["protocol"] == "grpc+verbs" and "error" not in r]
-    if not four:
-        return [{"goal": "broadcast to 4 <= 0.8x 4 sends", "measured": "no grpc+verbs run to 4", "met": None}]
-    ratio = four[0]["broadcast_vs_sends"]
-    return [{"goal": "broadcast to 4 <= 0.8x 4 sends", "measured": f"{ratio:.2f}x", "met": ratio <= 0.8}]
+    broadcast = {"goal": "broadcast to 4 <= 0.8x 4 sends", "measured": "no grpc+verbs run to 4", "met": None}
+    reads = {"goal": "reads by 4 ahead of NIXL's READ", "measured": "no grpc+verbs run to 4", "met": None}
+    if four:
+        ratio = four[0]["broadcast_vs_sends"]
+        broadcast.update(measured=f"{ratio:.2f}x", met=ratio <= 0.8)
+        if "reads_vs_nixl" in four[0]:
+            ratio = four[0]["reads_vs_nixl"]
+            reads.update(measured=f"{ratio:.2f}x NIXL's time", met=ratio < 1.0)
+        else:
+            reads["measured"] = f"no NIXL ({nixl.available()[1]})"
+    return [broadcast, reads]
 
 
 def show(rows: Sequence[dict[str, Any]]) -> None:
     """Print every count's figures and the goal."""
+    shown = [w for w in ways() if any(w in r for r in rows)] or list(WAYS)
+    ratios = ["broadcast_vs_sends", "reads_vs_sends"] + (["reads_vs_nixl"] if NIXL_WAY in shown else [])
     body = []
     for r in rows:
         if "error" in r:
-            body.append([r["protocol"], r["receivers"], "-", "-", "-", "-", "-", r["error"]])
+            body.append([r["protocol"], r["receivers"], *["-"] * (len(shown) + len(ratios)), r["error"]])
             continue
         body.append([r["protocol"], r["receivers"],
                      *(f"{r[w]['median_s'] * 1e3:.0f} ms, {r[w]['gbps']:.2f} GB/s, {r[w]['registrations']} reg."
-                       for w in WAYS),
-                     f"{r['broadcast_vs_sends']:.2f}x", f"{r['reads_vs_sends']:.2f}x", ""])
+                       for w in shown),
+                     *(f"{r[ratio]:.2f}x" for ratio in ratios), ""])
     total = report.human_size(rows[0]["bytes"]) if rows else "-"
     report.console.print(report.table(
         f"weight sync: {total} in {rows[0]['tensors'] if rows else 0} tensors to every receiver",
-        ["protocol", "receivers", "sends", "broadcast", "reads", "broadcast / sends", "reads / sends", "error"],
+        ["protocol", "receivers", *shown, *(ratio.replace("_vs_", " / ") for ratio in ratios), "error"],
         body,
         caption="median round (until every receiver has every tensor), bytes x receivers per second, "
                 "source registrations per round"))

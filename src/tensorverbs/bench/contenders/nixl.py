@@ -50,20 +50,43 @@ def link() -> dict:
     return {}
 
 
-def _agent(name: str) -> Any:
+def agent(name: str) -> Any:
     """A NIXL agent with the UCX backend and no progress thread."""
     api = importlib.import_module(f"{_module()}._api")
-    agent = api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=False,
+    made = api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=False,
                                                        backends=[BACKEND]))
-    if BACKEND not in agent.backends:
+    if BACKEND not in made.backends:
         raise RuntimeError(f"NIXL has no {BACKEND} backend here (plugins: "
-                           f"{', '.join(agent.get_plugin_list()) or 'none'})")
-    return agent
+                           f"{', '.join(made.get_plugin_list()) or 'none'})")
+    return made
 
 
-def _region(array: np.ndarray) -> tuple[int, int, int]:
+def region(array: np.ndarray) -> tuple[int, int, int]:
     """(address, length, device) of ``array`` in host memory."""
     return array.ctypes.data, array.nbytes, 0
+
+
+def await_notifications(agent: Any, count: int, timeout: float) -> None:
+    """Make progress (yielding the CPU between polls) until ``count`` transfers have
+    notified ``agent`` of their end."""
+    got, deadline = 0, time.monotonic() + timeout
+    while got < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count - got} of {count} READs did not end in {timeout:g} s")
+        got += sum(map(len, agent.get_new_notifs().values()))
+        os.sched_yield()
+
+
+def run_transfer(agent: Any, handle: Any, what: str, timeout: float) -> None:
+    """Start ``handle`` and poll it (yielding the CPU) until it ends; RuntimeError unless
+    it is done within ``timeout``."""
+    state, deadline = agent.transfer(handle), time.monotonic() + timeout
+    while state == "PROC" and time.monotonic() < deadline:
+        os.sched_yield()
+        state = agent.check_xfer_state(handle)
+    handle.release()
+    if state != "DONE":
+        raise RuntimeError(f"the NIXL READ of {what} ended {state}")
 
 
 class Registration:
@@ -78,7 +101,7 @@ class Registration:
         """Register ``array`` instead of the one held before."""
         if array is not self.array:
             self.release()
-            self._descs = self.agent.register_memory([(*_region(array), "")], "DRAM")
+            self._descs = self.agent.register_memory([(*region(array), "")], "DRAM")
             self.array = array
 
     def release(self) -> None:
@@ -95,22 +118,17 @@ class Source(BaseSource):
     passive = False
 
     def __init__(self, link: dict) -> None:
-        self.agent = _agent("source")
+        self.agent = agent("source")
         self.payloads = Payloads()
         self.registered = Registration(self.agent)
 
     def offer(self, nbytes: int) -> tuple[bytes, tuple[int, int, int]]:
         """This agent's metadata and the payload's region."""
         self.registered.hold(self.payloads.get(nbytes))
-        return self.agent.get_agent_metadata(), _region(self.registered.array)
+        return self.agent.get_agent_metadata(), region(self.registered.array)
 
     def serve(self, nbytes: int, count: int, step: int) -> None:
-        got, deadline = 0, time.monotonic() + TIMEOUT
-        while got < count:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{count - got} of {count} READs did not end in {TIMEOUT:g} s")
-            got += sum(map(len, self.agent.get_new_notifs().values()))
-            os.sched_yield()
+        await_notifications(self.agent, count, TIMEOUT)
 
     def close(self) -> None:
         self.registered.release()
@@ -121,7 +139,7 @@ class Sink(BaseSink):
 
     def __init__(self, link: dict) -> None:
         super().__init__()
-        self.agent = _agent("sink")
+        self.agent = agent("sink")
         self.buffer = np.empty(0, np.uint8)
         self.registered = Registration(self.agent)
         self.offered: Any = None
@@ -138,18 +156,12 @@ class Sink(BaseSink):
         if self.buffer.nbytes != nbytes:
             self.buffer = np.ones(nbytes, np.uint8)  # written, so mapped before the timing
             self.registered.hold(self.buffer)
-            self.local = self.agent.get_xfer_descs([_region(self.buffer)], "DRAM")
+            self.local = self.agent.get_xfer_descs([region(self.buffer)], "DRAM")
 
     def fetch_one(self, nbytes: int, step: int) -> np.ndarray:
         handle = self.agent.initialize_xfer("READ", self.local, self.remote, self.peer,
                                             str(step).encode())
-        state, deadline = self.agent.transfer(handle), time.monotonic() + TIMEOUT
-        while state == "PROC" and time.monotonic() < deadline:
-            os.sched_yield()
-            state = self.agent.check_xfer_state(handle)
-        handle.release()
-        if state != "DONE":
-            raise RuntimeError(f"the NIXL READ of step {step} ended {state}")
+        run_transfer(self.agent, handle, f"step {step}", TIMEOUT)
         return self.buffer
 
     def close(self) -> None:
