@@ -7,8 +7,6 @@ setup and liveness, RDMA verbs for the tensors).
 """
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import importlib
 import logging
 import secrets
@@ -21,9 +19,9 @@ from prometheus_client import CollectorRegistry
 
 from . import arguments as check
 from . import batches
-from .batches import RecvEntry, SendEntry
+from .batch_calls import BatchCalls
+from .batches import SendEntry
 from .cluster import ClusterSpec, TaskName, parse_task
-from .devices import HOST, Device, get_device
 from .errors import (AbortedError, FailedPreconditionError, InvalidArgumentError, TensorverbsError, from_code,
                      public)
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
@@ -32,17 +30,15 @@ from .metrics.recvs import RecvMetrics
 from .metrics.stats_collector import StatsCollector
 from .one_sided import OneSided
 from .one_sided.calls import OneSidedCalls
-from .out import Out
 from .rendezvous.completion import SendHandle, Sends
 from .rendezvous.deadlines import Deadlines
-from .rendezvous.future import RecvFuture
-from .rendezvous.key import RendezvousKey, TaskKeys
+from .rendezvous.key import TaskKeys
 from .rendezvous.lanes import Lanes
 from .rendezvous.local import LocalTable
 from .rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from .rendezvous.sending import Sending
 from .resolvers.base import ClusterResolver
-from .results import ResultFuture, Results
+from .results import Results
 from .rpc.auth import JobToken
 from .rpc.loop import EventLoopThread
 from .rpc.peers import Peers
@@ -69,7 +65,7 @@ COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_recei
             "remote_writes", "remote_bytes_read", "remote_bytes_written")
 
 
-class Server(OneSidedCalls):
+class Server(BatchCalls, OneSidedCalls):
     """A task of ``cluster`` running ``protocol``; also a context manager that stops it.
 
     Every method raises TensorverbsError only; an argument of a wrong type or value is
@@ -269,6 +265,20 @@ class Server(OneSidedCalls):
         self._sends.flush(check.optional_seconds(timeout, "timeout"))
 
     @public
+    def send_many(self, entries: Iterable[SendEntry | tuple[Any, ...]]) -> list[SendHandle]:
+        """Send many tensors in one call: each entry a :class:`tensorverbs.SendEntry`
+        (name, value, to, step_id) or a tuple of them; their handles in entry order (see
+        :meth:`send`). An entry that cannot be sent raises its error naming it; the entries
+        before it were sent."""
+        handles = []
+        for i, entry in enumerate(batches.entries(entries, SendEntry)):
+            try:
+                handles.append(self.send(entry.name, entry.value, entry.to, entry.step_id))
+            except TensorverbsError as exc:
+                raise from_code(int(exc.code), f"entry {i} ({entry.name!r} to {entry.to}): {exc.message}") from None
+        return handles
+
+    @public
     def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,
                  one_sided: bool = False) -> Any:
         """An uninitialised array in the memory this server's protocol sends from directly:
@@ -294,170 +304,6 @@ class Server(OneSidedCalls):
         else:
             array = self._rendezvous.allocate(shape, np_dtype)
         return as_torch(array) if torch else array
-
-    @public
-    def recv_async(self, name: str, source: str, step_id: int = 0,
-                   timeout: float | None = None, device: str | None = None,
-                   out: Any = None, *, dtype: Any = None,
-                   tensor_type: str | None = None) -> concurrent.futures.Future[Any]:
-        """Start receiving tensor ``name`` sent by ``source`` to this task at ``step_id``.
-
-        The future yields a numpy array or a torch tensor sharing the received memory
-        (``tensor_type``: the server's unless given, "torch" with a torch ``dtype``), or a
-        tensor on ``device`` ("cuda:0", or the "cpu:proxy" stand-in) copied there from a
-        host proxy buffer. ``dtype`` (numpy's or torch's) casts the tensor on receipt, in
-        one pass. A tensor of a dtype torch lacks (strings) fails a torch recv with
-        InvalidArgumentError and is kept for the next recv of it. The future can be
-        awaited in asyncio (``await fut``); cancelling the awaiting task cancels the recv. A dead tensor (sent
-        with ``is_dead=True``) yields a :class:`tensorverbs.DeadTensor`: test it with
-        :func:`tensorverbs.is_dead`. The future raises DeadlineExceededError after
-        ``timeout`` seconds, AbortedError when the step is aborted, UnavailableError when
-        ``source`` cannot be reached or dies.
-
-        With ``out`` (a numpy array, torch tensor or any tensor speaking DLPack, C-contiguous
-        and writable, on the host or a device) the tensor is written into ``out`` in place
-        and the future yields ``out`` itself (``dtype`` is not taken then). A tensor of
-        another dtype or shape than ``out`` raises InvalidArgumentError and is kept for the
-        next recv of it. If the recv fails, ``out`` may have been written in part.
-        """
-        results = self._results(out, dtype, tensor_type)
-        key = self._recv_key(name, source)
-        fut = self._rendezvous.recv_async(key, check.integer(step_id, "step_id"),
-                                          check.optional_seconds(timeout, "timeout"), *self._into(device, out))
-        return fut if results is None else ResultFuture(fut, results, self._rt.lanes, str(key.src))
-
-    @public
-    def recv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None,
-             device: str | None = None, out: Any = None, *, dtype: Any = None,
-             tensor_type: str | None = None) -> Any:
-        """Receive tensor ``name`` from ``source`` (blocking); see :meth:`recv_async`."""
-        if self._results(out, dtype, tensor_type) is None:
-            return self._rendezvous.recv(self._recv_key(name, source), check.integer(step_id, "step_id"),
-                                         check.optional_seconds(timeout, "timeout"), *self._into(device, out))
-        fut = self.recv_async(name, source, step_id, timeout, device, out, dtype=dtype, tensor_type=tensor_type)
-        try:
-            return fut.result()
-        except BaseException:  # a signal handler's exception gives the recv up, its tensor kept
-            if not fut.cancel():
-                assert isinstance(fut, RecvFuture)
-                fut.give_back()
-            raise
-
-    @public
-    async def arecv(self, name: str, source: str, step_id: int = 0, timeout: float | None = None,
-                    device: str | None = None, out: Any = None, *, dtype: Any = None,
-                    tensor_type: str | None = None) -> Any:
-        """Receive tensor ``name`` from ``source`` in asyncio, without blocking the event
-        loop; see :meth:`recv_async`. Cancelling the awaiting task gives the recv up: the
-        tensor (even one that arrived just then) is kept for the next recv of it."""
-        fut = self.recv_async(name, source, step_id, timeout, device, out, dtype=dtype, tensor_type=tensor_type)
-        assert isinstance(fut, RecvFuture)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if not fut.cancel():
-                fut.give_back()
-            raise
-
-    @public
-    def recv_many(self, entries: Iterable[RecvEntry | tuple[Any, ...]], timeout: float | None = None, *,
-                  return_exceptions: bool = False, device: str | None = None, dtype: Any = None,
-                  tensor_type: str | None = None) -> list[Any]:
-        """Receive many tensors in one call: each entry a :class:`tensorverbs.RecvEntry`
-        (name, source, step_id, out) or a tuple of them; ``timeout`` and the keywords hold
-        for every entry (see :meth:`recv_async`). Once every entry has settled, the results
-        in entry order. With ``return_exceptions`` a failed entry holds its
-        TensorverbsError; otherwise the first failed entry's error is raised, naming all
-        that failed, its ``results`` holding what each entry ended with. Interrupted, every
-        tensor is kept for the next recv of it."""
-        return_exceptions = check.flag(return_exceptions, "return_exceptions")
-        batch = batches.entries(entries, RecvEntry)
-        if device is None and all(e.out is None for e in batch) and self._results(None, dtype, tensor_type) is None:
-            self._check_running()
-            seconds = check.optional_seconds(timeout, "timeout")
-            made = batches.each(batch, lambda e: (*self._keys.recv(e.name, e.source),
-                                                  check.integer(e.step_id, "step_id")))
-            # at once, where the protocol can
-            results = self._rendezvous.recv_many([(key, step) for key, _, step in made], seconds)
-            if results is not None:
-                if local := sum(local for _, local, _ in made):
-                    self._rt.counters.add("local_recvs", local)
-                return batches.Outcomes(batch, results).settle(return_exceptions)
-        futures = self._start_batch(batch, timeout, device, dtype, tensor_type)
-        return batches.wait(batch, futures).settle(return_exceptions)
-
-    @public
-    def recv_many_async(self, entries: Iterable[RecvEntry | tuple[Any, ...]], timeout: float | None = None, *,
-                        device: str | None = None, dtype: Any = None,
-                        tensor_type: str | None = None) -> list[concurrent.futures.Future[Any]]:
-        """Start the recvs of :meth:`recv_many`: their futures, in entry order."""
-        return self._start_many(entries, timeout, device, dtype, tensor_type)[1]
-
-    @public
-    async def arecv_many(self, entries: Iterable[RecvEntry | tuple[Any, ...]], timeout: float | None = None, *,
-                         return_exceptions: bool = False, device: str | None = None, dtype: Any = None,
-                         tensor_type: str | None = None) -> list[Any]:
-        """:meth:`recv_many` in asyncio, without blocking the event loop; cancelling the
-        awaiting task gives every recv up, each tensor kept for the next recv of it."""
-        return_exceptions = check.flag(return_exceptions, "return_exceptions")
-        batch, futures = self._start_many(entries, timeout, device, dtype, tensor_type)
-        return (await batches.await_all(batch, futures)).settle(return_exceptions)
-
-    @public
-    def send_many(self, entries: Iterable[SendEntry | tuple[Any, ...]]) -> list[SendHandle]:
-        """Send many tensors in one call: each entry a :class:`tensorverbs.SendEntry`
-        (name, value, to, step_id) or a tuple of them; their handles in entry order (see
-        :meth:`send`). An entry that cannot be sent raises its error naming it; the entries
-        before it were sent."""
-        handles = []
-        for i, entry in enumerate(batches.entries(entries, SendEntry)):
-            try:
-                handles.append(self.send(entry.name, entry.value, entry.to, entry.step_id))
-            except TensorverbsError as exc:
-                raise from_code(int(exc.code), f"entry {i} ({entry.name!r} to {entry.to}): {exc.message}") from None
-        return handles
-
-    def _start_many(self, entries: Iterable[Any], timeout: float | None, device: str | None, dtype: Any,
-                    tensor_type: str | None) -> tuple[list[RecvEntry], list[Any]]:
-        batch = batches.entries(entries, RecvEntry)
-        return batch, self._start_batch(batch, timeout, device, dtype, tensor_type)
-
-    def _start_batch(self, batch: list[RecvEntry], timeout: float | None, device: str | None, dtype: Any,
-                     tensor_type: str | None) -> list[Any]:
-        timeout = check.optional_seconds(timeout, "timeout")
-        return batches.start(batch, lambda e: self.recv_async(
-            e.name, e.source, e.step_id, timeout, device, e.out, dtype=dtype, tensor_type=tensor_type))
-
-    def _results(self, out: Any, dtype: Any, tensor_type: str | None) -> Results | None:
-        """How a recv's result is made (None: the received array as it is)."""
-        if dtype is None and tensor_type is None and (out is not None or self.tensor_type == "numpy"):
-            return None
-        results = Results(check.optional_text(tensor_type, "tensor_type"), dtype, self.tensor_type)
-        if out is not None:
-            if results.casts:
-                raise InvalidArgumentError("dtype= is not taken with out=: the tensor must have out's dtype")
-            return None
-        return None if results.identity else results
-
-    def _into(self, device: str | None, out: Any) -> tuple[Device, Out | None]:
-        """(the device a recv delivers to, its ``out``); ``out`` lands on the host and is
-        copied to its device by :class:`Out`. The host learns that this task sees the
-        device."""
-        if out is not None:
-            into = Out(out, device)
-            self._rt.shared.note(into.device)
-            return HOST, into
-        target = get_device(device)
-        self._rt.shared.note(target)
-        return target, None
-
-    def _recv_key(self, name: str, source: str) -> RendezvousKey:
-        """The key of a recv of ``name`` from ``source`` here (a local recv is counted)."""
-        self._check_running()
-        key, local = self._keys.recv(name, source)
-        if local:
-            self._rt.counters.add("local_recvs")
-        return key
 
     @public
     def abort_step(self, step_id: int, reason: str = "") -> None:
