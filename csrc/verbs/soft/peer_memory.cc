@@ -1,5 +1,7 @@
 #include "verbs/soft/peer_memory.h"
 
+#include <iterator>
+
 namespace tensorverbs::verbs::soft {
 
 std::shared_ptr<SharedSegment> PeerMemory::segment(std::uint32_t id) {
@@ -8,10 +10,17 @@ std::shared_ptr<SharedSegment> PeerMemory::segment(std::uint32_t id) {
   return it == segments_.end() ? nullptr : it->second;
 }
 
-bool PeerMemory::should_request(std::uint32_t id) {
+bool PeerMemory::should_request(std::uint32_t id, const void* asker) {
   std::lock_guard lock(mu_);
-  if (segments_.count(id) != 0) return false;
-  return requested_.insert(id).second;
+  if (segments_.count(id) != 0 || requested_.size() >= kMaxRequested) return false;
+  return requested_.emplace(id, asker).second;
+}
+
+void PeerMemory::forget_requests_of(const void* asker) {
+  std::lock_guard lock(mu_);
+  for (auto it = requested_.begin(); it != requested_.end();) {
+    it = it->second == asker ? requested_.erase(it) : std::next(it);
+  }
 }
 
 Status PeerMemory::add_segment(std::uint32_t id, UniqueFd fd) {

@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/status.h"
 #include "verbs/soft/doorbell.h"
@@ -28,8 +27,13 @@ class PeerMemory {
 
   // The mapping of segment `id`, or nullptr when it is not mapped yet.
   std::shared_ptr<SharedSegment> segment(std::uint32_t id);
-  // Whether the segment should be asked for now (true once per segment, until it comes).
-  bool should_request(std::uint32_t id);
+  // Whether `asker` (a queue pair) should ask for the segment now: true once per segment,
+  // until it comes, while fewer than kMaxRequested are asked for (each answer carries a
+  // descriptor, and the stream holds only so many ahead of the frames that use them).
+  bool should_request(std::uint32_t id, const void* asker);
+  static constexpr std::size_t kMaxRequested = 32;
+  // `asker` is gone: what it asked for will not come (others may ask again).
+  void forget_requests_of(const void* asker);
   // Maps segment `id` from the descriptor the peer sent.
   Status add_segment(std::uint32_t id, UniqueFd fd);
   // The peer has no segment `id` (it may ask again later).
@@ -40,7 +44,7 @@ class PeerMemory {
   std::unique_ptr<PeerDoorbell> doorbell_;
   std::mutex mu_;
   std::unordered_map<std::uint32_t, std::shared_ptr<SharedSegment>> segments_;
-  std::unordered_set<std::uint32_t> requested_;
+  std::unordered_map<std::uint32_t, const void*> requested_;  // id -> who asked
 };
 
 }  // namespace tensorverbs::verbs::soft

@@ -277,6 +277,7 @@ void SoftQueuePair::teardown_locked() {
     stream_.reset();
   }
   peer_ring_.reset();
+  if (peer_) peer_->forget_requests_of(this);  // their answers would come on this stream
   peer_.reset();
   rx_ = RxFrame{};
   held_.clear();

@@ -130,6 +130,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // requester (soft_queue_pair_requester.cc)
   bool execute_locked(SendOp& op);
   bool execute_shm_locked(SendOp& op, std::uint8_t* local, bool* used);
+  // Asks the peer for segment `id` (once, until it comes) unless it is mapped already.
+  void ask_for_segment_locked(std::uint32_t id);
+  // Asks for the segment `wr` reaches: an operation that takes the stream behind others
+  // still readies the shared-memory path for the next ones.
+  void ask_ahead_locked(const SendWr& wr);
   void stream_request_locked(SendOp& op, FrameOp code, const std::uint8_t* payload,
                              std::uint32_t length);
   bool publish_event_locked(SendOp& op);

@@ -97,6 +97,8 @@ bool SoftQueuePair::execute_locked(SendOp& op) {
     bool used = false;
     const bool finished = execute_shm_locked(op, local, &used);
     if (used) return finished;
+  } else if (peer_ && wr.sge.length > 0) {  // behind the stream, to stay in order
+    ask_ahead_locked(wr);
   }
   if (is_read) {
     op.sink = local;
@@ -105,6 +107,27 @@ bool SoftQueuePair::execute_locked(SendOp& op) {
     stream_request_locked(op, FrameOp::kWrite, local, wr.sge.length);
   }
   return true;
+}
+
+void SoftQueuePair::ask_for_segment_locked(std::uint32_t id) {
+  if (!peer_->should_request(id, this)) return;
+  FrameHeader h;
+  h.op = FrameOp::kSegReq;
+  h.rkey = id;
+  send_frame_locked(h);
+}
+
+void SoftQueuePair::ask_ahead_locked(const SendWr& wr) {
+  const bool is_read = wr.opcode == WrOpcode::kRdmaRead;
+  KeyTableView::Pinned pinned;
+  if (!peer_->table()
+           .pin(wr.rkey, Through{peer_pd_, peer_qp_num_}, wr.remote_addr, wr.sge.length,
+                is_read ? std::uint32_t{kRemoteRead} : std::uint32_t{kRemoteWrite}, &pinned)
+           .ok()) {
+    return;  // the stream's answer tells what is wrong
+  }
+  KeyTableView::unpin(pinned);
+  if (pinned.segment_id != 0) ask_for_segment_locked(pinned.segment_id);
 }
 
 // The shared-memory path; *used is false when the operation must take the stream.
@@ -127,12 +150,7 @@ bool SoftQueuePair::execute_shm_locked(SendOp& op, std::uint8_t* local, bool* us
     if (pinned.segment_id != 0) segment = peer_->segment(pinned.segment_id);
     if (!segment) {
       KeyTableView::unpin(pinned);
-      if (pinned.segment_id != 0 && peer_->should_request(pinned.segment_id)) {
-        FrameHeader h;
-        h.op = FrameOp::kSegReq;
-        h.rkey = pinned.segment_id;
-        send_frame_locked(h);
-      }
+      if (pinned.segment_id != 0) ask_for_segment_locked(pinned.segment_id);
       return true;  // *used stays false: through the stream this time
     }
     if (pinned.segment_offset > segment->length() ||

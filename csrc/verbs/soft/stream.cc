@@ -12,7 +12,9 @@ namespace {
 
 constexpr std::size_t kRxBuffer = 256 << 10;
 constexpr std::size_t kMaxIov = 64;
-constexpr std::size_t kMaxHeldFds = 16;
+// descriptors held ahead of the frames that use them: the answers to the segments a queue
+// pair asks for (PeerMemory::kMaxRequested at most in flight), and no more
+constexpr std::size_t kMaxHeldFds = 64;
 
 }  // namespace
 

@@ -17,9 +17,9 @@ checks the bytes of its first, middle and last tensor each round.
 
 A third way, ``reads``: the trainer holds the parameters in memory for one-sided access
 (``allocate(..., one_sided=True)``) and registered them once (``register``); each round
-every receiver reads every tensor into its own copy of the weights (``read(buffer,
-out=...)``), all receivers at once, and the round is timed from the first receiver's
-first read to the last one's last, on the host's monotonic clock.
+every receiver reads every tensor into its own copy of the weights in one call
+(``read_many`` of (buffer, out) pairs), all receivers at once, and the round is timed from
+the first receiver's start to the last one's end, on the host's monotonic clock.
 
 Where NIXL is installed (``pip install --no-deps nixl-cu12``), a fourth way, ``nixl
 reads``: the same reads by NIXL's READ (:mod:`.sync_nixl`: one transfer of every tensor),
@@ -155,11 +155,10 @@ class SyncReceiver:
         self.nixl = NixlReader(f"infer{self.index}", self.weights, offer)
 
     def read(self) -> tuple[float, float]:
-        """Read every tensor into the weights, one ``read`` each; (start, end) on the
-        host's monotonic clock. Checks the first, middle and last."""
+        """Read every tensor into the weights in one call; (start, end) on the host's
+        monotonic clock. Checks the first, middle and last."""
         start = time.perf_counter()
-        for buffer, weight in zip(self.remote, self.weights):
-            self.server.read(buffer, weight, timeout=TIMEOUT)
+        self.server.read_many(list(zip(self.remote, self.weights)), timeout=TIMEOUT)
         return start, self._checked(time.perf_counter())
 
     def nixl_read(self, step: int) -> tuple[float, float]:
