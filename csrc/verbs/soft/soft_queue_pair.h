@@ -130,6 +130,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // requester (soft_queue_pair_requester.cc)
   bool execute_locked(SendOp& op);
   bool execute_shm_locked(SendOp& op, std::uint8_t* local, bool* used);
+  // Pins the peer's memory `wr` reaches, with the access its opcode needs.
+  Status pin_remote_locked(const SendWr& wr, KeyTableView::Pinned* pinned);
   // Asks the peer for segment `id` (once, until it comes) unless it is mapped already.
   void ask_for_segment_locked(std::uint32_t id);
   // Asks for the segment `wr` reaches: an operation that takes the stream behind others

@@ -117,15 +117,15 @@ void SoftQueuePair::ask_for_segment_locked(std::uint32_t id) {
   send_frame_locked(h);
 }
 
-void SoftQueuePair::ask_ahead_locked(const SendWr& wr) {
+Status SoftQueuePair::pin_remote_locked(const SendWr& wr, KeyTableView::Pinned* pinned) {
   const bool is_read = wr.opcode == WrOpcode::kRdmaRead;
+  return peer_->table().pin(wr.rkey, Through{peer_pd_, peer_qp_num_}, wr.remote_addr, wr.sge.length,
+                            is_read ? std::uint32_t{kRemoteRead} : std::uint32_t{kRemoteWrite}, pinned);
+}
+
+void SoftQueuePair::ask_ahead_locked(const SendWr& wr) {
   KeyTableView::Pinned pinned;
-  if (!peer_->table()
-           .pin(wr.rkey, Through{peer_pd_, peer_qp_num_}, wr.remote_addr, wr.sge.length,
-                is_read ? std::uint32_t{kRemoteRead} : std::uint32_t{kRemoteWrite}, &pinned)
-           .ok()) {
-    return;  // the stream's answer tells what is wrong
-  }
+  if (!pin_remote_locked(wr, &pinned).ok()) return;  // the stream's answer tells what is wrong
   KeyTableView::unpin(pinned);
   if (pinned.segment_id != 0) ask_for_segment_locked(pinned.segment_id);
 }
@@ -137,10 +137,7 @@ bool SoftQueuePair::execute_shm_locked(SendOp& op, std::uint8_t* local, bool* us
   const std::uint32_t length = wr.sge.length;
   if (length > 0) {
     KeyTableView::Pinned pinned;
-    Status ok = peer_->table().pin(wr.rkey, Through{peer_pd_, peer_qp_num_}, wr.remote_addr,
-                                   length,
-                                   is_read ? std::uint32_t{kRemoteRead} : std::uint32_t{kRemoteWrite},
-                                   &pinned);
+    Status ok = pin_remote_locked(wr, &pinned);
     if (!ok.ok()) {
       *used = true;
       finish_locked(op, WcStatus::kRemAccessErr, ok.message());
