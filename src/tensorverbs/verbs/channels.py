@@ -153,12 +153,15 @@ class VerbsChannels:
         except Exception as exc:
             if self.core.ready(pid):  # the peer set it up meanwhile: the held recvs went there
                 return
-            # where it is is unsure, as when its health watch fails the channel (which this
-            # may precede): a task that joined at run time is then gone, and its id free
-            self._unsure.add(peer)
-            self.core.fail_channel(pid, int(Code.UNAVAILABLE),
-                                   f"{peer} is unavailable: its verbs channel broke and setting it up "
-                                   f"again failed ({exc})")
+            self._lose(peer, pid, f"its verbs channel broke and setting it up again failed ({exc})")
+
+    def _lose(self, peer: TaskName, pid: int, why: str) -> None:
+        """``peer``'s channel failed and none replaces it (its health watch ended, or setting
+        it up again failed, whichever comes first): its recvs fail with ``why``, and where
+        it is is unsure (a task that joined at run time is then gone, its id free)."""
+        self._unsure.add(peer)
+        self.rt.peers.lost(peer)
+        self.core.fail_channel(pid, int(Code.UNAVAILABLE), f"{peer} is unavailable: {why}")
 
     # -- liveness -------------------------------------------------------------------------
     def _watch(self, peer: TaskName, incarnation: int) -> None:
@@ -193,9 +196,7 @@ class VerbsChannels:
                 why = f"watching it failed ({type(exc).__name__}: {exc})"
             if self._incarnations.get(peer) != incarnation or peer not in self.ids:
                 return  # the channel is another incarnation's now, or the peer left
-            self._unsure.add(peer)
-            self.rt.peers.lost(peer)
-            self.core.fail_channel(self.ids[peer], int(Code.UNAVAILABLE), f"{peer} is unavailable: {why}")
+            self._lose(peer, self.ids[peer], why)
         self._watches[key] = asyncio.ensure_future(watch())
 
     async def _stream_health(self, peer: TaskName, incarnation: int,
