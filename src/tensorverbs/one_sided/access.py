@@ -88,8 +88,9 @@ class _Wait:
     """How long an access may still wait: until ``deadline`` (monotonic seconds, None for
     ever) unless ``cancel`` is set first."""
 
-    def __init__(self, deadline: float | None, cancel: threading.Event | None) -> None:
-        self.deadline, self.cancel = deadline, cancel
+    def __init__(self, timeout: float | None, cancel: threading.Event | None) -> None:
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.cancel = cancel
 
     def next_slice(self, what: str) -> tuple[int, TensorverbsError | None]:
         """(ms to wait next, at most WAIT_SLICE_MS), or why the access ends now."""
@@ -124,23 +125,21 @@ class RemoteAccess:
         None), the entries of one owner posted on its queue pair together and waited for
         together; an error leaves the others' ``into`` unspecified. ``cancel``, once set,
         gives the access up (CancelledError), as a timeout does."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        until = _Wait(timeout, cancel)
         groups: dict[tuple[str, int], list[_Item]] = {}
         for buffer, into, offset, index in entries:
             groups.setdefault((buffer.task, buffer.incarnation), []).append(_Item(index, buffer, into, offset))
         for batch in groups.values():
-            self._access(batch, _core.WR_RDMA_READ, deadline, cancel)
+            self._access(batch, _core.WR_RDMA_READ, until)
 
     def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None,
               cancel: threading.Event | None = None) -> None:
         """Write ``data`` (a C-contiguous host array) into ``buffer`` at ``offset``."""
         if not buffer.writable:
             raise FailedPreconditionError(f"{buffer} was registered read-only")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self._access([_Item(None, buffer, data, offset)], _core.WR_RDMA_WRITE, deadline, cancel)
+        self._access([_Item(None, buffer, data, offset)], _core.WR_RDMA_WRITE, _Wait(timeout, cancel))
 
-    def _access(self, items: list["_Item"], opcode: int, deadline: float | None,
-                cancel: threading.Event | None) -> None:
+    def _access(self, items: list["_Item"], opcode: int, until: _Wait) -> None:
         """``items`` (of one owner) moved on its queue pair."""
         items = [item for item in items if item.nbytes]
         if not items:
@@ -148,18 +147,18 @@ class RemoteAccess:
         with self._lock:
             self._in_flight += 1
         try:
-            link = self._link(items[0].buffer, deadline)
+            link = self._link(items[0].buffer, until.deadline)
             while True:
                 with link.lock:
                     if not link.broken:
-                        self._run(link, items, opcode, _Wait(deadline, cancel))
+                        self._run(link, items, opcode, until)
                         return
-                link = self._link(items[0].buffer, deadline)  # another access failed it meanwhile
+                link = self._link(items[0].buffer, until.deadline)  # another access failed it meanwhile
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    def _run(self, link: _Link, items: list["_Item"], opcode: int, until: "_Wait") -> None:
+    def _run(self, link: _Link, items: list["_Item"], opcode: int, until: _Wait) -> None:
         """The access, on ``link`` (its lock held): small items through a staging area
         (the link's own buffer, or pooled memory for a batch), large ones straight from or
         into the caller's memory."""
@@ -190,7 +189,7 @@ class RemoteAccess:
                 item.flat[:] = cast(np.ndarray, item.staged)
 
     def _post(self, link: _Link, items: list["_Item"], opcode: int, regions: list[Any],
-              until: "_Wait") -> None:
+              until: _Wait) -> None:
         wrs: list[_core.SendWR] = []
         for i, item in enumerate(items):
             for start in range(0, item.nbytes, CHUNK_BYTES):
@@ -205,7 +204,7 @@ class RemoteAccess:
             self._complete(link, items, regions, len(batch), until)
 
     def _complete(self, link: _Link, items: list["_Item"], regions: list[Any], count: int,
-                  until: "_Wait") -> None:
+                  until: _Wait) -> None:
         """Wait for ``count`` completions; a failure, a timeout, a cancel or an interrupt
         breaks the link (its requests flushed first) and raises."""
         failure: TensorverbsError | None = None
