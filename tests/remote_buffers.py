@@ -1,4 +1,4 @@
-"""What the tasks of tests/test_remote_buffer.py run in their own processes
+"""What the tasks of tests/test_remote_buffer*.py run in their own processes
 (``TaskProcess.run("remote_buffers:<function>", ...)``): each function takes the task's
 Server first. Registered tensors are kept here, as an application would keep them."""
 from __future__ import annotations
