@@ -36,19 +36,14 @@ Status RdmaMessageBuffer::send(RdmaMessage& message, std::vector<verbs::SendWr>*
                                std::uint64_t* sequence) {
   *sequence = sent_ + queue_.size() + 1;
   const bool now = connected_ && queue_.empty() && sent_ - peer_taken_ < slots_;
-  std::uint8_t* slot = tx_->data() + (sent_ % slots_) * kSlotBytes;
-  std::string waiting;
-  if (!now) {
-    waiting.resize(kSlotBytes);
-    slot = reinterpret_cast<std::uint8_t*>(waiting.data());
-  }
+  // a message that must wait is encoded aside and queued as the bytes it takes
+  std::uint8_t* slot = now ? tx_->data() + (sent_ % slots_) * kSlotBytes : scratch_.data();
   const EncodeResult encoded = encode_into(message, slot);
   if (!encoded.error.empty()) return Status(Code::kInternal, encoded.error);
   if (now) {
     post(encoded.size, out);
   } else {
-    waiting.resize(encoded.size);
-    queue_.push_back(std::move(waiting));
+    queue_.emplace_back(reinterpret_cast<const char*>(slot), encoded.size);
   }
   return Status();
 }

@@ -61,7 +61,7 @@ class RdmaMessageBuffer {
  private:
   RdmaMessageBuffer(std::unique_ptr<verbs::MemoryRegion> tx, std::unique_ptr<verbs::MemoryRegion> rx,
                     std::uint32_t slots)
-      : tx_(std::move(tx)), rx_(std::move(rx)), slots_(slots) {}
+      : tx_(std::move(tx)), rx_(std::move(rx)), slots_(slots), scratch_(kSlotBytes) {}
   void post(std::size_t length, std::vector<verbs::SendWr>* out);
   void drain(std::vector<verbs::SendWr>* out);
 
@@ -76,6 +76,7 @@ class RdmaMessageBuffer {
   std::uint64_t taken_ = 0;       // of those, handled here
   std::uint64_t told_ = 0;        // the taken count last sent to the peer
   std::deque<std::string> queue_;  // encoded messages waiting for a credit
+  std::vector<std::uint8_t> scratch_;  // where a message that waits is encoded
 };
 
 }  // namespace tensorverbs

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -46,7 +47,9 @@ _NUMERIC: dict[np.dtype, int] = {
     np.dtype(ml_dtypes.float8_e4m3b11fnuz): tensor_pb2.DT_FLOAT8_E4M3B11FNUZ,
     np.dtype(ml_dtypes.float8_e5m2fnuz): tensor_pb2.DT_FLOAT8_E5M2FNUZ,
 }
-_BY_ENUM: dict[int, np.dtype] = {v: k for k, v in _NUMERIC.items()}
+#: the numpy dtype of each numeric DataType, whose received bytes are the array itself
+NUMERIC_BY_ENUM: Mapping[int, np.dtype] = MappingProxyType({v: k for k, v in _NUMERIC.items()})
+_BY_ENUM: dict[int, np.dtype] = dict(NUMERIC_BY_ENUM)
 _BY_ENUM[DT_STRING] = np.dtype(object)
 _BY_ENUM[DT_VARIANT] = VARIANT_DTYPE
 

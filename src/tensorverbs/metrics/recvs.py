@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -49,15 +49,21 @@ class RecvMetrics(Collector):
 
     def observe(self, peer: str, nbytes: int, seconds: float) -> None:
         """Count a tensor of ``nbytes`` received from ``peer`` by a recv that took ``seconds``."""
-        at = (peer, bisect.bisect_left(SIZE_BOUNDS, nbytes))
+        self.observe_all([(peer, nbytes)], seconds)
+
+    def observe_all(self, tensors: Iterable[tuple[str, int]], seconds: float) -> None:
+        """Count each of ``tensors`` (peer, nbytes), received by recvs that took ``seconds``
+        (a batch's), under the lock once."""
         bucket = bisect.bisect_left(DURATION_BUCKETS, seconds)
         with self._lock:
-            observed = self._observed.get(at)
-            if observed is None:
-                observed = self._observed[at] = _Observed()
-            observed.bytes += nbytes
-            observed.seconds += seconds
-            observed.buckets[bucket] += 1
+            for peer, nbytes in tensors:
+                at = (peer, bisect.bisect_left(SIZE_BOUNDS, nbytes))
+                observed = self._observed.get(at)
+                if observed is None:
+                    observed = self._observed[at] = _Observed()
+                observed.bytes += nbytes
+                observed.seconds += seconds
+                observed.buckets[bucket] += 1
 
     def collect(self) -> Iterator[Metric]:
         received = CounterMetricFamily("tensorverbs_peer_bytes_received", "Bytes received from each peer",
