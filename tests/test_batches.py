@@ -100,6 +100,47 @@ def test_send_many_hands_back_one_handle_per_entry(pair, step):
     assert all(h.exception(timeout=0) is None for h in handles)
 
 
+def test_send_many_sends_every_kind_of_entry_in_one_call(pair, step):
+    strings = np.array([b"ab", b"", b"cde"], dtype=object)
+    parts = [pattern(16, step), pattern(4 << 10, step + 1)]
+    handles = pair.worker.send_many([
+        ("h0", pattern(SIZES[1], step), pair.PS, step),
+        ("strings", strings, pair.PS, step),
+        ("group", tv.TensorList(parts), pair.PS, step),
+        ("h1", pattern(SIZES[0], step + 1), pair.PS, step + 1),
+    ])
+    assert len(handles) == 4
+    assert pair.ps.recv_pattern("h0", pair.WORKER, step, SIZES[1], step, timeout=60)
+    assert list(pair.ps.recv("strings", pair.WORKER, step, 60)) == list(strings)
+    assert all(same(got, want) for got, want in zip(pair.ps.recv("group", pair.WORKER, step, 60), parts))
+    assert pair.ps.recv_pattern("h1", pair.WORKER, step + 1, SIZES[0], step + 1, timeout=60)
+    pair.worker.flush(timeout=60)
+    assert all(h.exception(timeout=0) is None for h in handles)
+
+
+#: added to a test's step: a step of its own to abort
+ABORTED = 1 << 40
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    # refused before it is offered (a task not in the cluster) ...
+    (lambda pair, step: ("bad", np.ones(2), "/job:nobody/task:0", step), tv.InvalidArgumentError,
+     r"entry 2 \('bad' to /job:nobody/task:0\)"),
+    # ... or by the table (its step was aborted)
+    (lambda pair, step: ("bad", np.ones(2), pair.PS, ABORTED + step), tv.AbortedError,
+     r"entry 2 \('bad' to /job:ps/replica:0/task:0\)"),
+])
+def test_send_many_offers_the_entries_before_a_bad_one_and_none_after(pair, step, bad, error, match):
+    pair.worker.abort_step(ABORTED + step)
+    good = [(f"g{i}", pattern(16, step + i), pair.PS, step) for i in range(2)]
+    after = [("after", pattern(16, step), pair.PS, step)]
+    with pytest.raises(error, match=match):
+        pair.worker.send_many([*good, bad(pair, step), *after])
+    assert all(pair.ps.recv_pattern(f"g{i}", pair.WORKER, step, 16, step + i, timeout=60) for i in range(2))
+    pair.worker.flush(timeout=60)  # no handle is left waiting, the entries never offered included
+    assert pair.worker.pending()[0] == 0  # and "after" is not in the table
+
+
 @pytest.mark.parametrize("entries, match", [
     ("ab", "a batch is a sequence of RecvEntrys"),
     ([("a", "/job:ps/task:0"), ("b",)], r"entry 1 of the batch is not a RecvEntry"),

@@ -154,6 +154,36 @@ class Rendezvous {
     check(status);
   }
 
+  // Offers each entry in order, the GIL released once: (-1, 0, "") once all are, else the
+  // index, code and message of the first the table refused (the later ones are not offered).
+  std::tuple<std::int64_t, int, std::string> send_many(
+      const std::vector<std::int64_t>& steps, const std::vector<std::int32_t>& dsts,
+      std::vector<std::string> names, const std::vector<std::int32_t>& dtypes,
+      std::vector<std::vector<std::int64_t>> shapes, const std::vector<bool>& deads,
+      const nb::list& datas, std::vector<std::shared_ptr<SendTicket>> tickets) {
+    const std::size_t n = names.size();
+    if (steps.size() != n || dsts.size() != n || dtypes.size() != n || shapes.size() != n ||
+        deads.size() != n || datas.size() != n || tickets.size() != n) {
+      throw nb::value_error("send_many: the entries' fields differ in length");
+    }
+    std::vector<TensorValue> values;
+    values.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      values.push_back(to_value(dtypes[i], std::move(shapes[i]), deads[i], datas[i]));
+      values.back().ticket = std::move(tickets[i]);
+    }
+    std::int64_t failed = -1;
+    Status status;
+    {
+      nb::gil_scoped_release release;
+      for (std::size_t i = 0; i < n && failed < 0; ++i) {
+        status = rv_->send(steps[i], dsts[i], std::move(names[i]), std::move(values[i]));
+        if (!status.ok()) failed = static_cast<std::int64_t>(i);
+      }
+    }
+    return {failed, static_cast<int>(status.code()), status.message()};
+  }
+
   std::vector<std::pair<int, std::string>> broadcast(
       std::int64_t step, std::vector<std::int32_t> dsts, std::string name, std::int32_t dtype,
       std::vector<std::int64_t> shape, bool is_dead, nb::handle data,
@@ -334,6 +364,11 @@ void bind_rendezvous(nb::module_& m) {
            "is_dead"_a, "data"_a, "ticket"_a.none() = nb::none(),
            "Offer a tensor: `data` exports its bytes (buffer protocol); `ticket` (a "
            "SendTicket) is told when the receiver has it.")
+      .def("send_many", &Rendezvous::send_many, "steps"_a, "dsts"_a, "names"_a, "dtypes"_a,
+           "shapes"_a, "deads"_a, "datas"_a, "tickets"_a,
+           "Offer many tensors in order, the GIL released once, each as `send` would: (-1, "
+           "0, '') once all are, else (index, code, message) of the first refused, the later "
+           "ones not offered.")
       .def("broadcast", &Rendezvous::broadcast, "step"_a, "dsts"_a, "name"_a, "dtype"_a, "shape"_a,
            "is_dead"_a, "data"_a, "tickets"_a,
            "Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes "

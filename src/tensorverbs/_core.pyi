@@ -113,6 +113,11 @@ class Rendezvous:
         Offer a tensor: `data` exports its bytes (buffer protocol); `ticket` (a SendTicket) is told when the receiver has it.
         """
 
+    def send_many(self, steps: Sequence[int], dsts: Sequence[int], names: Sequence[str], dtypes: Sequence[int], shapes: Sequence[Sequence[int]], deads: Sequence[bool], datas: list, tickets: Sequence[SendTicket]) -> tuple[int, int, str]:
+        """
+        Offer many tensors in order, the GIL released once, each as `send` would: (-1, 0, '') once all are, else (index, code, message) of the first refused, the later ones not offered.
+        """
+
     def broadcast(self, step: int, dsts: Sequence[int], name: str, dtype: int, shape: Sequence[int], is_dead: bool, data: object, tickets: Sequence[SendTicket]) -> list[tuple[int, str]]:
         """
         Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes registered once for all: (code, message) of each send, in order.

@@ -22,7 +22,7 @@ from . import batches
 from .batch_calls import BatchCalls
 from .batches import SendEntry
 from .cluster import ClusterSpec, TaskName, parse_task
-from .errors import (AbortedError, FailedPreconditionError, InvalidArgumentError, TensorverbsError, from_code,
+from .errors import (AbortedError, FailedPreconditionError, InvalidArgumentError, from_code,
                      public)
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
 from .metrics.endpoint import MetricsEndpoint, check_port, port_from_env
@@ -36,7 +36,7 @@ from .rendezvous.key import TaskKeys
 from .rendezvous.lanes import Lanes
 from .rendezvous.local import LocalTable
 from .rendezvous.remote import ProtocolOptions, RemoteRendezvous
-from .rendezvous.sending import Sending
+from .rendezvous.sending import EntryFailed, Sending
 from .resolvers.base import ClusterResolver
 from .results import Results
 from .rpc.auth import JobToken
@@ -270,13 +270,13 @@ class Server(BatchCalls, OneSidedCalls):
         (name, value, to, step_id) or a tuple of them; their handles in entry order (see
         :meth:`send`). An entry that cannot be sent raises its error naming it; the entries
         before it were sent."""
-        handles = []
-        for i, entry in enumerate(batches.entries(entries, SendEntry)):
-            try:
-                handles.append(self.send(entry.name, entry.value, entry.to, entry.step_id))
-            except TensorverbsError as exc:
-                raise from_code(int(exc.code), f"entry {i} ({entry.name!r} to {entry.to}): {exc.message}") from None
-        return handles
+        self._check_running()
+        batch = batches.entries(entries, SendEntry)
+        try:
+            return self._sending.send_many(batch)
+        except EntryFailed as failed:
+            entry, exc = batch[failed.index], failed.error
+            raise from_code(int(exc.code), f"entry {failed.index} ({entry.name!r} to {entry.to}): {exc.message}") from None
 
     @public
     def allocate(self, shape: tuple[int, ...] | int, dtype: Any = np.float32, *,

@@ -104,6 +104,16 @@ class RemoteRendezvous(abc.ABC):
         """Offer ``value``, a tensor of this task (AbortedError if the step is aborted)."""
         self.rt.table.send(step_id, key, value)
 
+    def send_many(self, offers: Sequence[tuple[int, RendezvousKey, Value]]) -> tuple[int, TensorverbsError] | None:
+        """Offer each ``(step_id, key, value)`` in order, as :meth:`send`: None once all are,
+        else the index and error of the first that could not be (the later ones are not)."""
+        for i, (step_id, key, value) in enumerate(offers):
+            try:
+                self.send(step_id, key, value)
+            except TensorverbsError as exc:
+                return i, exc
+        return None
+
     def recv_many(self, calls: Sequence[tuple[RendezvousKey, int]], timeout: float | None) -> list[Any] | None:
         """Many recvs of host arrays, ``(key, step)`` each, in one call: each one's array or
         TensorverbsError, in order; None when the protocol has no such call (then each

@@ -48,6 +48,57 @@ class Sending:
         self._rt.counters.add("sends")
         return SendHandle(ticket.completion)
 
+    def send_many(self, batch: Sequence[Any]) -> list[SendHandle]:
+        """Offer each entry (name, value, to, step_id) in order, as :meth:`send`; their
+        handles. An entry that cannot be offered raises :class:`EntryFailed` (its index and
+        error), the entries before it offered. A run of host tensors each for one task goes
+        to the protocol in one call."""
+        handles: list[SendHandle] = []
+        run: list[tuple[int, RendezvousKey, Value]] = []
+        for i, entry in enumerate(batch):
+            try:
+                offer = self._host_offer(entry)
+                if offer is None:  # by handle, a TensorList or a broadcast: its own send
+                    self._offer_run(run, i)
+                    handles.append(self.send(entry.name, entry.value, entry.to, entry.step_id, False))
+                else:
+                    run.append(offer)
+                    handles.append(SendHandle(offer[2].ticket.completion))
+            except TensorverbsError as exc:
+                self._offer_run(run, i)  # the entries before it
+                raise EntryFailed(i, exc) from None
+        self._offer_run(run, len(batch))
+        return handles
+
+    def _host_offer(self, entry: Any) -> tuple[int, RendezvousKey, Value] | None:
+        """(step, key, value with its ticket) of an entry sending a host tensor to one
+        task, which its protocol can offer with others; None for any other entry."""
+        value, to = entry.value, entry.to
+        if isinstance(value, TensorList) or not isinstance(to, (str, TaskName)):
+            return None
+        device = device_of(value)
+        if device is not HOST:
+            return None
+        key = self._keys.send(entry.name, str(to))
+        step = check.integer(entry.step_id, "step_id")
+        array = _prepared(host_array(value, device)[0])
+        return step, key, Value(array, False, self._open(key, step))
+
+    def _offer_run(self, run: list[tuple[int, RendezvousKey, Value]], end: int) -> None:
+        """Offer ``run``, the entries before index ``end``, and empty it; the tickets of the
+        entries not offered fail with the error, raised as :class:`EntryFailed`."""
+        if not run:
+            return
+        offers = list(run)
+        run.clear()
+        failed = self._rendezvous.send_many(offers)
+        offered = len(offers) if failed is None else failed[0]
+        self._rt.counters.add("sends", offered)
+        if failed is not None:
+            for _, _, value in offers[offered:]:
+                value.ticket.fail(int(failed[1].code), failed[1].message)
+            raise EntryFailed(end - len(offers) + offered, failed[1])
+
     def _broadcast(self, name: str, value: Any, to: Sequence[str], step_id: int,
                    is_dead: bool) -> SendHandle:
         keys = [self._keys.send(name, task) for task in check.sequence(to, "to", "a task or a list of tasks")]
@@ -87,6 +138,14 @@ class Sending:
             if copied:
                 self._rt.counters.add("proxy_copies")
             self._rendezvous.send(step, key, Value(_prepared(array), is_dead, ticket))
+
+
+class EntryFailed(Exception):
+    """Entry ``index`` of a batch of sends could not be offered: ``error`` says why."""
+
+    def __init__(self, index: int, error: TensorverbsError) -> None:
+        super().__init__(index, error)
+        self.index, self.error = index, error
 
 
 def _prepared(array: Any) -> Any:

@@ -46,6 +46,14 @@ def _timeout(timeout: float | None) -> float:
     return -1.0 if timeout is None else max(0.0, float(timeout))
 
 
+def _wire(array: np.ndarray) -> tuple[int, Any]:
+    """The DataType of a prepared array and the bytes the core sends of it (a TensorProto
+    for strings)."""
+    if array.dtype == object:
+        return DT_STRING, encode_proto(array)
+    return dtype_enum(array.dtype), array
+
+
 def _array(dtype: int, shape: tuple, payload: Any) -> np.ndarray:
     """The array a recv's answer from the core holds (a descriptor's bytes for DT_VARIANT)."""
     if dtype == DT_STRING:
@@ -147,11 +155,22 @@ class VerbsRendezvous(RemoteRendezvous):
 
     # -- this task's tensors ----------------------------------------------------------------
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
-        array = value.array
-        dtype: int = DT_STRING if array.dtype == object else dtype_enum(array.dtype)
-        data = encode_proto(array) if dtype == DT_STRING else array
-        self.core.send(step_id, self.ids[key.dst], key.name, dtype, array.shape, value.is_dead, data,
+        dtype, data = _wire(value.array)
+        self.core.send(step_id, self.ids[key.dst], key.name, dtype, value.array.shape, value.is_dead, data,
                        value.ticket)
+
+    def send_many(self, offers: Sequence[tuple[int, RendezvousKey, Value]]) -> tuple[int, TensorverbsError] | None:
+        """The offers in one call to the core, the GIL released once."""
+        try:
+            dsts = [self.ids[key.dst] for _, key, _ in offers]
+        except TensorverbsError:  # a receiver left: the offers before it go, its error names it
+            return super().send_many(offers)
+        wires = [_wire(value.array) for _, _, value in offers]
+        at, code, message = self.core.send_many(
+            [step for step, _, _ in offers], dsts, [key.name for _, key, _ in offers], [dtype for dtype, _ in wires],
+            [value.array.shape for _, _, value in offers], [value.is_dead for _, _, value in offers],
+            [data for _, data in wires], [value.ticket for _, _, value in offers])
+        return None if at < 0 else (at, from_code(code, self.ids.named(message)))
 
     def broadcast(self, step_id: int, keys: Sequence[RendezvousKey], value: Value,
                   tickets: Sequence[Any]) -> None:

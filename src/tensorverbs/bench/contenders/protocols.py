@@ -33,16 +33,16 @@ def _server(link: dict, task: int, protocol: str):
 
 
 class Source(BaseSource):
-    """The sending task: sends the payload of each step."""
+    """The sending task: sends the payload of each step (all in one call)."""
 
     def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
         self.server = _server(link, 0, protocol)
         self.payloads = Payloads()
 
     def serve(self, nbytes: int, count: int, step: int) -> None:
+        """The payload under each step, offered in one ``send_many``."""
         array = self.payloads.get(nbytes)
-        for i in range(count):
-            self.server.send("t", array, to=SINK, step_id=step + i)
+        self.server.send_many([("t", array, SINK, step + i) for i in range(count)])
 
     def close(self) -> None:
         self.server.stop()
