@@ -45,7 +45,8 @@ nb::dict to_dict(const BuildInfo& info) {
 nb::bytes encode_message(std::uint8_t type, std::uint64_t request_index, std::string name,
                          std::int64_t step_id, std::uint64_t remote_addr, std::uint32_t rkey,
                          std::optional<MetaTuple> meta, std::int32_t error_code,
-                         std::string error_message, std::uint32_t acked, const nb::bytes& payload) {
+                         std::string error_message, std::uint32_t acked, const nb::bytes& payload,
+                         std::vector<std::tuple<std::uint32_t, std::int64_t, std::string>> requests) {
   RdmaMessage message{static_cast<MessageType>(type),
                       request_index,
                       std::move(name),
@@ -62,6 +63,9 @@ nb::bytes encode_message(std::uint8_t type, std::uint64_t request_index, std::st
   message.acked = acked;
   message.payload = static_cast<const std::uint8_t*>(payload.data());
   message.payload_size = payload.size();
+  for (auto& [index, step, request_name] : requests) {
+    message.requests.push_back(RequestEntry{index, step, std::move(request_name)});
+  }
   std::array<std::uint8_t, kSlotBytes> slot{};
   const EncodeResult encoded = encode_into(message, slot.data());
   if (!encoded.error.empty()) throw nb::value_error(encoded.error.c_str());
@@ -96,6 +100,11 @@ nb::dict decode_message(const nb::bytes& data) {
   out["error_message"] = message.error_message;
   out["acked"] = message.acked;
   out["payload"] = nb::bytes(message.payload, message.payload_size);
+  nb::list requests;
+  for (const RequestEntry& request : message.requests) {
+    requests.append(nb::make_tuple(request.index, request.step_id, request.name));
+  }
+  out["requests"] = requests;
   return out;
 }
 
@@ -112,8 +121,10 @@ NB_MODULE(_core, m) {
   m.def("encode_message", &encode_message, "type"_a, "request_index"_a, "name"_a = "",
         "step_id"_a = 0, "remote_addr"_a = 0, "rkey"_a = 0, "meta"_a = nb::none(),
         "error_code"_a = 0, "error_message"_a = "", "acked"_a = 0, "payload"_a = nb::bytes("", 0),
-        "The bytes of one control message (meta: (dtype, shape, is_dead, nbytes)); "
-        "ValueError if it cannot be encoded. For tests.");
+        "requests"_a = std::vector<std::tuple<std::uint32_t, std::int64_t, std::string>>(),
+        "The bytes of one control message (meta: (dtype, shape, is_dead, nbytes); requests: "
+        "TENSOR_REQUESTS' (index, step_id, name) each); ValueError if it cannot be encoded. "
+        "For tests.");
   nb::enum_<MessageType>(m, "MessageType", "The control messages' types.", nb::is_arithmetic())
       .value("META_DATA_RESPONSE", MessageType::kMetaDataResponse)
       .value("TENSOR_RE_REQUEST", MessageType::kTensorReRequest)
@@ -121,7 +132,8 @@ NB_MODULE(_core, m) {
       .value("ERROR_STATUS", MessageType::kErrorStatus)
       .value("RELEASE", MessageType::kRelease)
       .value("CANCEL", MessageType::kCancel)
-      .value("TENSOR_INLINE", MessageType::kTensorInline);
+      .value("TENSOR_INLINE", MessageType::kTensorInline)
+      .value("TENSOR_REQUESTS", MessageType::kTensorRequests);
   m.attr("SLOT_BYTES") = kSlotBytes;
   m.attr("HEADER_BYTES") = kHeaderBytes;
   m.attr("MAX_TAIL_BYTES") = kMaxTailBytes;

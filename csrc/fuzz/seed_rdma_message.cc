@@ -15,7 +15,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s DIRECTORY\n", argv[0]);
     return 2;
   }
+  RdmaMessage requests{MessageType::kTensorRequests, 0, "", 0, 0, 0, std::nullopt, 0, ""};
+  requests.requests = {{0, 7, "w1"}, {kMaxRequestIndex, -1, std::string(kNameBytes, 'n')}};
   const std::vector<RdmaMessage> seeds = {
+      requests,
       {MessageType::kMetaDataResponse, 1, "", 7, 0xC0FFEE, 0, TensorMeta{1, {2, 3}, false, 24}, 0,
        ""},
       {MessageType::kMetaDataResponse, 2, "", 7, 0, 0, TensorMeta{7, {4}, true, 1000}, 0, ""},

@@ -11,6 +11,7 @@ void ProtocolCounters::message(MessageType type) {
     case MessageType::kRelease: add(releases); break;
     case MessageType::kCancel: add(cancels); break;
     case MessageType::kTensorInline: add(inline_tensors); break;
+    case MessageType::kTensorRequests: add(request_batches); break;
   }
 }
 
@@ -23,6 +24,7 @@ std::vector<std::pair<std::string, std::uint64_t>> ProtocolCounters::snapshot() 
           {"releases", v(releases)},
           {"cancels", v(cancels)},
           {"inline_tensors", v(inline_tensors)},
+          {"request_batches", v(request_batches)},
           {"rdma_writes", v(rdma_writes)},
           {"rdma_reads", v(rdma_reads)},
           {"bytes_written", v(bytes_written)},

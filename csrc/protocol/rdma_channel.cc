@@ -109,9 +109,11 @@ Status RdmaChannel::send_early_locked() {
   std::vector<verbs::SendWr> wrs;
   for (auto& [message, response] : early_) {
     std::uint64_t sequence = 0;
-    Status status = buffer_->send(message, &wrs, &sequence);
+    bool batched = false;
+    Status status = buffer_->send(message, &wrs, &sequence, &batched);
     if (!status.ok()) return status;
     owner_.counters().message(message.type);
+    if (batched) owner_.counters().message(MessageType::kTensorRequests);
     if (response) inline_.emplace_back(sequence, std::move(response));
   }
   early_.clear();
@@ -191,9 +193,11 @@ void RdmaChannel::send(RdmaMessage message) {
       early_.emplace_back(std::move(message), nullptr);
       return;
     }
-    status = buffer_->send(message, &wrs, &sequence);
+    bool batched = false;
+    status = buffer_->send(message, &wrs, &sequence, &batched);
     if (status.ok()) {
       owner_.counters().message(message.type);
+      if (batched) owner_.counters().message(MessageType::kTensorRequests);
       status = post_locked(wrs);
     }
   }
@@ -439,6 +443,14 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
     switch (message.type) {
       case MessageType::kTensorRequest:
         owner_.on_tensor_request(shared_from_this(), message);
+        break;
+      case MessageType::kTensorRequests:  // each as if it had come alone
+        for (const RequestEntry& entry : message.requests) {
+          const RdmaMessage request{MessageType::kTensorRequest, entry.index, entry.name,
+                                    entry.step_id, 0, 0, std::nullopt, 0, ""};
+          owner_.counters().message(request.type);
+          owner_.on_tensor_request(shared_from_this(), request);
+        }
         break;
       case MessageType::kTensorReRequest:
       case MessageType::kRelease:

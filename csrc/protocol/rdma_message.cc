@@ -31,12 +31,12 @@ constexpr std::size_t kEnd = kAcked + 4;
 }  // namespace offset
 static_assert(offset::kEnd == kHeaderBytes);
 
-constexpr std::uint8_t kMessageTypes = 7;
+constexpr std::uint8_t kMessageTypes = 8;
 
 std::string type_name(std::uint8_t type) {
   constexpr const char* kNames[kMessageTypes] = {
       "META_DATA_RESPONSE", "TENSOR_RE_REQUEST", "TENSOR_REQUEST", "ERROR_STATUS",
-      "RELEASE",            "CANCEL",            "TENSOR_INLINE"};
+      "RELEASE",            "CANCEL",            "TENSOR_INLINE",  "TENSOR_REQUESTS"};
   return type < kMessageTypes ? kNames[type] : "type-" + std::to_string(type);
 }
 
@@ -66,6 +66,74 @@ std::string error_status_bytes(std::int32_t code, const std::string& text) {
   return ErrorStatus{code, std::string(utf8::cut(text, budget)) + "..."}.serialize();
 }
 
+// The tail of a TENSOR_REQUESTS message, or why its requests cannot travel.
+std::string requests_tail(const std::vector<RequestEntry>& requests, std::string* error) {
+  if (requests.empty()) {
+    *error = "TENSOR_REQUESTS without requests";
+    return "";
+  }
+  std::string tail;
+  for (const RequestEntry& request : requests) {
+    if (request.name.empty() || request.name.size() > kNameBytes ||
+        !utf8::is_valid(request.name)) {
+      *error = "a request's tensor name is empty, longer than " + std::to_string(kNameBytes) +
+               " bytes or not UTF-8";
+      return "";
+    }
+    if (request.index > kMaxRequestIndex) {
+      *error = "request index " + hex(request.index) + " is out of range";
+      return "";
+    }
+    std::uint8_t fixed[14];
+    little_endian::store(fixed, request.index);
+    little_endian::store(fixed + 4, request.step_id);
+    little_endian::store(fixed + 12, static_cast<std::uint16_t>(request.name.size()));
+    tail.append(reinterpret_cast<const char*>(fixed), sizeof fixed);
+    tail += request.name;
+  }
+  if (tail.size() > kMaxTailBytes) {
+    *error = "a TENSOR_REQUESTS tail of " + std::to_string(tail.size()) + " bytes does not fit a message";
+  }
+  return tail;
+}
+
+// The requests of a TENSOR_REQUESTS tail, or why the bytes are not some.
+std::optional<std::vector<RequestEntry>> parse_requests(const std::uint8_t* tail, std::size_t size,
+                                                        std::string* why) {
+  std::vector<RequestEntry> requests;
+  std::size_t at = 0;
+  while (at < size) {
+    if (size - at < 14) {
+      *why = "a request cut short after " + std::to_string(requests.size()) + " requests";
+      return std::nullopt;
+    }
+    RequestEntry request;
+    request.index = little_endian::load<std::uint32_t>(tail + at);
+    request.step_id = little_endian::load<std::int64_t>(tail + at + 4);
+    const auto name_size = little_endian::load<std::uint16_t>(tail + at + 12);
+    at += 14;
+    if (request.index > kMaxRequestIndex) {
+      *why = "request index " + hex(request.index) + " is out of range";
+      return std::nullopt;
+    }
+    if (name_size == 0 || name_size > kNameBytes || name_size > size - at) {
+      *why = "a request's name_size of " + std::to_string(name_size) + " with " +
+             std::to_string(size - at) + " bytes left";
+      return std::nullopt;
+    }
+    request.name.assign(reinterpret_cast<const char*>(tail + at), name_size);
+    at += name_size;
+    if (!utf8::is_valid(request.name)) {
+      *why = "a request's tensor name is not UTF-8";
+      return std::nullopt;
+    }
+    requests.push_back(std::move(request));
+  }
+  if (requests.empty()) *why = "no requests";
+  if (requests.empty()) return std::nullopt;
+  return requests;
+}
+
 DecodeResult failure(std::string message, std::optional<std::uint64_t> request_index = {},
                      std::optional<MessageType> type = {}) {
   return DecodeResult{std::nullopt, MessageError{std::move(message), request_index, type}};
@@ -79,7 +147,8 @@ bool RdmaMessage::operator==(const RdmaMessage& other) const {
          meta == other.meta && error_code == other.error_code &&
          error_message == other.error_message && acked == other.acked &&
          payload_size == other.payload_size &&
-         (payload_size == 0 || std::equal(payload, payload + payload_size, other.payload));
+         (payload_size == 0 || std::equal(payload, payload + payload_size, other.payload)) &&
+         requests == other.requests;
 }
 
 EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot) {
@@ -107,6 +176,12 @@ EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot) {
     }
     tail = message.payload;
     tail_size = message.payload_size;
+  } else if (message.type == MessageType::kTensorRequests) {
+    std::string why;
+    error = requests_tail(message.requests, &why);
+    if (!why.empty()) return {0, why};
+    tail = reinterpret_cast<const std::uint8_t*>(error.data());
+    tail_size = error.size();
   }
   namespace le = little_endian;
   std::fill(slot, slot + kHeaderBytes, std::uint8_t{0});
@@ -158,7 +233,9 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   const auto acked = le::load<std::uint32_t>(data + offset::kAcked);
 
   const auto type = static_cast<MessageType>(raw_type);
-  const bool known = raw_type < kMessageTypes && index <= kMaxRequestIndex;
+  // a TENSOR_REQUESTS message names no one request
+  const bool known = raw_type < kMessageTypes && index <= kMaxRequestIndex &&
+                     type != MessageType::kTensorRequests;
   const auto bad = [&](const std::string& why) {
     return failure("bad " + type_name(raw_type) + " message: " + why,
                    known ? std::optional<std::uint64_t>(index) : std::nullopt,
@@ -208,7 +285,18 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   }
   ErrorStatus status;
   const std::uint8_t* payload = nullptr;
-  if (type == MessageType::kTensorInline) {
+  std::vector<RequestEntry> requests;
+  if (type == MessageType::kTensorRequests) {
+    if (!name.empty() || step_id != 0 || index != 0 || remote_addr != 0 || rkey != 0 || meta) {
+      return bad("fields beside the requests");
+    }
+    if (tail_size > kMaxTailBytes) return bad("a tail of " + std::to_string(tail_size) + " bytes");
+    std::string why;
+    std::optional<std::vector<RequestEntry>> parsed =
+        parse_requests(data + kHeaderBytes, tail_size, &why);
+    if (!parsed) return bad(why);
+    requests = std::move(*parsed);
+  } else if (type == MessageType::kTensorInline) {
     if (tail_size != meta->nbytes) {
       return bad("an inline payload of " + std::to_string(tail_size) + " bytes for a tensor of " +
                  std::to_string(meta->nbytes));
@@ -230,6 +318,7 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   message.acked = acked;
   message.payload = payload;
   message.payload_size = payload ? tail_size : 0;
+  message.requests = std::move(requests);
   return DecodeResult{std::move(message), MessageError{}};
 }
 

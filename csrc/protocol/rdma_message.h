@@ -5,7 +5,10 @@
 //   type u8 | name_size u16 | name 512 B | step_id i64 | request_index u64 |
 //   remote_addr/checksum u64 | rkey u32 | is_dead u8 | data_type i32 |
 //   tensor_shape (rank u8 + 32 x i64) | tensor_bytes u64 | tail_size u32 | acked u32 |
-//   tail of tail_size bytes: ERROR_STATUS an ErrorStatus proto, TENSOR_INLINE the tensor
+//   tail of tail_size bytes: ERROR_STATUS an ErrorStatus proto, TENSOR_INLINE the tensor,
+//   TENSOR_REQUESTS its requests back to back, each
+//     request_index u32 | step_id i64 | name_size u16 | name (name_size bytes)
+//   (the header's other fields zero: the requests carry no meta-data and no landing)
 //
 // `acked` counts the peer's messages the sender has taken (mod 2^32): the credits of the
 // peer's message slots ride on every message.
@@ -15,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "protocol/tensor_meta.h"
 
@@ -32,8 +36,10 @@ inline constexpr std::int32_t kMaxErrorCode = 16;  // gRPC's largest status code
 
 // Numbered as TensorFlow's RdmaMessageType, plus RELEASE (receiver -> sender: ends a
 // read-mode transfer, as the paper's buffer release), CANCEL (receiver -> sender: withdraws
-// a request whose caller gave up) and TENSOR_INLINE (sender -> receiver: a small tensor
-// carried in the message itself).
+// a request whose caller gave up), TENSOR_INLINE (sender -> receiver: a small tensor
+// carried in the message itself) and TENSOR_REQUESTS (receiver -> sender: several
+// TENSOR_REQUESTs without meta-data or landing in one message, in order: the requests that
+// waited for a message slot together).
 enum class MessageType : std::uint8_t {
   kMetaDataResponse = 0,
   kTensorReRequest = 1,
@@ -42,7 +48,22 @@ enum class MessageType : std::uint8_t {
   kRelease = 4,
   kCancel = 5,
   kTensorInline = 6,
+  kTensorRequests = 7,
 };
+
+// One request of a TENSOR_REQUESTS message.
+struct RequestEntry {
+  std::uint32_t index = 0;
+  std::int64_t step_id = 0;
+  std::string name;  // UTF-8, 1 to kNameBytes bytes
+
+  bool operator==(const RequestEntry& other) const {
+    return index == other.index && step_id == other.step_id && name == other.name;
+  }
+};
+
+// The bytes a request with `name` takes in a TENSOR_REQUESTS message.
+inline std::size_t request_entry_bytes(const std::string& name) { return 14 + name.size(); }
 
 struct RdmaMessage {
   MessageType type = MessageType::kTensorRequest;
@@ -59,6 +80,8 @@ struct RdmaMessage {
   // them, decoding points into the decoded bytes.
   const std::uint8_t* payload = nullptr;
   std::size_t payload_size = 0;
+  // TENSOR_REQUESTS: its requests, in order (at most kMaxTailBytes of them encoded)
+  std::vector<RequestEntry> requests{};
 
   bool operator==(const RdmaMessage& other) const;
 };
@@ -84,8 +107,9 @@ struct EncodeResult {
 
 // Writes `message` at the start of `slot`, which has room for kSlotBytes. An error message
 // too long for the slot is cut at a character boundary, "..." added. Fails for a name
-// longer than kNameBytes, a rank above kMaxRank, text that is not UTF-8, or an inline
-// payload that is not meta->nbytes bytes or does not fit.
+// longer than kNameBytes, a rank above kMaxRank, text that is not UTF-8, an inline
+// payload that is not meta->nbytes bytes or does not fit, or TENSOR_REQUESTS without
+// requests, with an empty name or an index above kMaxRequestIndex, or that do not fit.
 EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot);
 
 // Parses and validates one message; on malformed bytes, the error says why and, when the

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/little_endian.h"
+#include "protocol/utf8.h"
 #include "protocol/work_id.h"
 
 namespace tensorverbs {
@@ -33,9 +34,16 @@ void RdmaMessageBuffer::connect(std::uint64_t remote_addr, std::uint32_t remote_
 }
 
 Status RdmaMessageBuffer::send(RdmaMessage& message, std::vector<verbs::SendWr>* out,
-                               std::uint64_t* sequence) {
-  *sequence = sent_ + queue_.size() + 1;
+                               std::uint64_t* sequence, bool* batched) {
   const bool now = connected_ && queue_.empty() && sent_ - peer_taken_ < slots_;
+  bool started = false;
+  if (!now && gather(message, &started)) {
+    *sequence = sent_ + queue_.size();
+    if (batched) *batched = started;
+    return Status();
+  }
+  if (batched) *batched = false;
+  *sequence = sent_ + queue_.size() + 1;
   // a message that must wait is encoded aside and queued as the bytes it takes
   std::uint8_t* slot = now ? tx_->data() + (sent_ % slots_) * kSlotBytes : scratch_.data();
   const EncodeResult encoded = encode_into(message, slot);
@@ -43,9 +51,30 @@ Status RdmaMessageBuffer::send(RdmaMessage& message, std::vector<verbs::SendWr>*
   if (now) {
     post(encoded.size, out);
   } else {
-    queue_.emplace_back(reinterpret_cast<const char*>(slot), encoded.size);
+    queue_.push_back(Waiting{std::string(reinterpret_cast<const char*>(slot), encoded.size), {}, 0});
   }
   return Status();
+}
+
+bool RdmaMessageBuffer::gather(const RdmaMessage& message, bool* started) {
+  const bool bare = message.type == MessageType::kTensorRequest && message.remote_addr == 0 &&
+                    message.rkey == 0 && (!message.meta || message.meta->nbytes <= kMaxTailBytes);
+  // (meta-data that says the tensor comes inline changes nothing in the peer's answer)
+  if (!bare || message.name.empty() || message.name.size() > kNameBytes ||
+      message.request_index > kMaxRequestIndex || !utf8::is_valid(message.name)) {
+    return false;
+  }
+  const std::size_t bytes = request_entry_bytes(message.name);
+  if (queue_.empty() || !queue_.back().requests || queue_.back().tail + bytes > kMaxTailBytes) {
+    RdmaMessage requests{MessageType::kTensorRequests, 0, "", 0, 0, 0, std::nullopt, 0, ""};
+    queue_.push_back(Waiting{"", std::move(requests), 0});
+    *started = true;
+  }
+  Waiting& last = queue_.back();
+  last.requests->requests.push_back(RequestEntry{static_cast<std::uint32_t>(message.request_index),
+                                                 message.step_id, message.name});
+  last.tail += bytes;
+  return true;
 }
 
 void RdmaMessageBuffer::post(std::size_t length, std::vector<verbs::SendWr>* out) {
@@ -67,9 +96,15 @@ void RdmaMessageBuffer::post(std::size_t length, std::vector<verbs::SendWr>* out
 
 void RdmaMessageBuffer::drain(std::vector<verbs::SendWr>* out) {
   while (connected_ && !queue_.empty() && sent_ - peer_taken_ < slots_) {
-    const std::string& next = queue_.front();
-    std::memcpy(tx_->data() + (sent_ % slots_) * kSlotBytes, next.data(), next.size());
-    post(next.size(), out);
+    Waiting& next = queue_.front();
+    std::uint8_t* slot = tx_->data() + (sent_ % slots_) * kSlotBytes;
+    std::size_t size = next.bytes.size();
+    if (next.requests) {  // its requests were checked as they joined: it encodes
+      size = encode_into(*next.requests, slot).size;
+    } else {
+      std::memcpy(slot, next.bytes.data(), size);
+    }
+    post(size, out);
     queue_.pop_front();
   }
 }

@@ -6,13 +6,17 @@
 // taken (`acked`), so the credits ride on the traffic going the other way; when nothing
 // goes back, an explicit ACK (an 8-byte write of that count into the word after the
 // peer's slots, immediate kImmAck) returns them. At most `slots` messages are in flight
-// per direction; later ones wait, in order. Not thread-safe: the channel locks it.
+// per direction; later ones wait, in order. TENSOR_REQUESTs without meta-data or landing
+// that wait one after another travel together, as one TENSOR_REQUESTS message: a request
+// joins the last message waiting if that is one and it has room (never one with messages
+// queued behind it, so nothing overtakes). Not thread-safe: the channel locks it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,9 +42,12 @@ class RdmaMessageBuffer {
 
   // -- sending -----------------------------------------------------------------------------
   // Encodes `message` (its `acked` set here) into the next slot and appends its write to
-  // `out`, or queues it until a credit frees up. Fails only for a message that cannot be
-  // encoded (a bug); `sequence` gets its number (1, 2, ...).
-  Status send(RdmaMessage& message, std::vector<verbs::SendWr>* out, std::uint64_t* sequence);
+  // `out`, or queues it until a credit frees up (a request that may, in the TENSOR_REQUESTS
+  // message waiting last). Fails only for a message that cannot be encoded (a bug);
+  // `sequence` gets the number of the message it travels in (1, 2, ...); `batched` (if
+  // given) whether that message is a TENSOR_REQUESTS it started.
+  Status send(RdmaMessage& message, std::vector<verbs::SendWr>* out, std::uint64_t* sequence,
+              bool* batched = nullptr);
   // The peer has taken `count` (mod 2^32) of our messages: frees their slots and appends
   // the writes of queued messages that now fit. Returns the number taken so far.
   std::uint64_t credit(std::uint32_t count, std::vector<verbs::SendWr>* out);
@@ -62,8 +69,17 @@ class RdmaMessageBuffer {
   RdmaMessageBuffer(std::unique_ptr<verbs::MemoryRegion> tx, std::unique_ptr<verbs::MemoryRegion> rx,
                     std::uint32_t slots)
       : tx_(std::move(tx)), rx_(std::move(rx)), slots_(slots), scratch_(kSlotBytes) {}
+  // A message waiting for a credit: its encoded bytes, or TENSOR_REQUESTS being gathered.
+  struct Waiting {
+    std::string bytes;
+    std::optional<RdmaMessage> requests;
+    std::size_t tail = 0;  // the bytes the requests take
+  };
+
   void post(std::size_t length, std::vector<verbs::SendWr>* out);
   void drain(std::vector<verbs::SendWr>* out);
+  // Whether `message` joined (or started) the TENSOR_REQUESTS waiting last.
+  bool gather(const RdmaMessage& message, bool* started);
 
   std::unique_ptr<verbs::MemoryRegion> tx_, rx_;
   const std::uint32_t slots_;
@@ -75,7 +91,7 @@ class RdmaMessageBuffer {
   std::uint64_t received_ = 0;    // messages arrived so far
   std::uint64_t taken_ = 0;       // of those, handled here
   std::uint64_t told_ = 0;        // the taken count last sent to the peer
-  std::deque<std::string> queue_;  // encoded messages waiting for a credit
+  std::deque<Waiting> queue_;  // messages waiting for a credit, in order
   std::vector<std::uint8_t> scratch_;  // where a message that waits is encoded
 };
 

@@ -169,8 +169,8 @@ TEST(RdmaMessage, RejectsUnattributableMessages) {
   expect_error(bytes, "bad type-200 message: request index 0xfffffffe is out of range",
                std::nullopt, std::nullopt);
   le::store<std::uint64_t>(&bytes[kIndexAt], 7);
-  bytes[0] = 7;
-  expect_error(bytes, "bad type-7 message: unknown type", std::nullopt, std::nullopt);
+  bytes[0] = 8;
+  expect_error(bytes, "bad type-8 message: unknown type", std::nullopt, std::nullopt);
 }
 
 TEST(RdmaMessage, RejectsBadNames) {

@@ -31,12 +31,10 @@ class BatchCalls(RecvCalls):
         if device is None and all(e.out is None for e in batch) and self._results(None, dtype, tensor_type) is None:
             self._check_running()
             seconds = check.optional_seconds(timeout, "timeout")
-            made = batches.each(batch, lambda e: (*self._keys.recv(e.name, e.source),
-                                                  check.integer(e.step_id, "step_id")))
-            # at once, where the protocol can
-            results = self._rendezvous.recv_many([(key, step) for key, _, step in made], seconds)
+            keys, steps, local = batches.keys(batch, self._keys)
+            results = self._rendezvous.recv_many(keys, steps, seconds)  # at once, where the protocol can
             if results is not None:
-                if local := sum(local for _, local, _ in made):
+                if local:
                     self._rt.counters.add("local_recvs", local)
                 return batches.Outcomes(batch, results).settle(return_exceptions)
         futures = self._start_batch(batch, timeout, device, dtype, tensor_type)

@@ -15,10 +15,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
+from . import arguments as check
 from .errors import InvalidArgumentError, TensorverbsError, from_code
 from .rendezvous.future import RecvFuture
+from .rendezvous.key import RendezvousKey
+
+if TYPE_CHECKING:
+    from .rendezvous.key import TaskKeys
 
 T = TypeVar("T")
 
@@ -77,6 +82,21 @@ def each(batch: Sequence[RecvEntry], fn: Callable[[RecvEntry], T],
             undo(made)
             raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
     return made
+
+
+def keys(batch: Sequence[RecvEntry], task_keys: "TaskKeys") -> tuple[list[RendezvousKey], list[int], int]:
+    """The key and step of each entry's recv, and how many are local recvs; a bad argument
+    raises its error naming the entry (see :func:`each`)."""
+    keys, steps, local = [], [], 0
+    for i, entry in enumerate(batch):
+        try:
+            key, here = task_keys.recv(entry.name, entry.source)
+            steps.append(check.integer(entry.step_id, "step_id"))
+        except TensorverbsError as exc:
+            raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
+        keys.append(key)
+        local += here
+    return keys, steps, local
 
 
 def start(batch: Sequence[RecvEntry], start_one: Callable[[RecvEntry], concurrent.futures.Future[Any]]

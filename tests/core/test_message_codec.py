@@ -1,7 +1,7 @@
 """The native control-message codec (tensorverbs._core): the seeds' fixed layout, a round
 trip of every message type, error texts cut to fit a slot, and a verdict on any bytes:
 the message, or an error with its reason, attributed to a request when the request index
-and the type were readable."""
+and the type were readable (never for TENSOR_REQUESTS, which names several)."""
 from __future__ import annotations
 
 import math
@@ -37,7 +37,9 @@ FIELDS = [("name_size", 1, "<H"), ("name", 3, f"{NAME_BYTES}s"), ("step_id", 515
 #: the fields of a message after its type and request index, as _core.encode_message takes
 #: them and decode_message gives them back (meta: (dtype, shape as a list, is_dead, nbytes))
 DEFAULTS = {"name": "", "step_id": 0, "remote_addr": 0, "rkey": 0, "meta": None, "error_code": 0,
-            "error_message": "", "acked": 0, "payload": b""}
+            "error_message": "", "acked": 0, "payload": b"", "requests": []}
+#: a TENSOR_REQUESTS request's fixed fields: request_index, step_id, name_size
+REQUEST = struct.Struct("<IqH")
 
 
 def message(mtype: int, request_index: int, **fields: Any) -> dict[str, Any]:
@@ -89,9 +91,27 @@ error_texts = (st.text(TEXT, max_size=40)
                            st.text(TEXT, min_size=1, max_size=6), st.integers(0, 1000)))
 
 
+def requests_tail(requests: list[tuple[int, int, str]]) -> bytes:
+    """The tail of a TENSOR_REQUESTS message of ``requests`` (index, step_id, name)."""
+    return b"".join(REQUEST.pack(i, step, len(name.encode())) + name.encode() for i, step, name in requests)
+
+
+@st.composite
+def request_lists(draw):
+    """A TENSOR_REQUESTS message's requests: at least one, as many as fit."""
+    entry = st.tuples(st.integers(0, _core.MAX_REQUEST_INDEX), st.integers(-(1 << 63), (1 << 63) - 1),
+                      names.filter(bool))
+    requests = draw(st.lists(entry, min_size=1, max_size=40))
+    while len(requests_tail(requests)) > _core.MAX_TAIL_BYTES:
+        requests.pop()
+    return requests
+
+
 @st.composite
 def messages(draw):
     mtype = draw(st.sampled_from(sorted(TYPES)))
+    if mtype == MessageType.TENSOR_REQUESTS:  # nothing in the header beside the requests
+        return message(mtype, 0, acked=draw(st.integers(0, (1 << 32) - 1)), requests=draw(request_lists()))
     payload = b""
     if mtype == MessageType.TENSOR_INLINE:
         big = st.binary(min_size=_core.MAX_TAIL_BYTES - 8, max_size=_core.MAX_TAIL_BYTES)
@@ -127,7 +147,7 @@ def test_constants_are_the_seeds_layout():
     assert (_core.IMM_MESSAGE, _core.IMM_ACK, _core.MAX_REQUEST_INDEX) == (0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD)
     assert {name: int(t) for name, t in MessageType.__members__.items()} == {
         "META_DATA_RESPONSE": 0, "TENSOR_RE_REQUEST": 1, "TENSOR_REQUEST": 2, "ERROR_STATUS": 3,
-        "RELEASE": 4, "CANCEL": 5, "TENSOR_INLINE": 6}
+        "RELEASE": 4, "CANCEL": 5, "TENSOR_INLINE": 6, "TENSOR_REQUESTS": 7}
 
 
 def test_every_field_sits_at_its_offset():
@@ -164,6 +184,8 @@ def test_every_message_is_the_seeds_struct(msg):
     if msg["type"] == MessageType.ERROR_STATUS:
         error = pb.ErrorStatus(code=msg["error_code"], message=msg["error_message"])
         assert tail == error.SerializeToString()
+    elif msg["type"] == MessageType.TENSOR_REQUESTS:
+        assert tail == requests_tail(msg["requests"])
     else:
         assert tail == msg["payload"]
 
@@ -183,6 +205,8 @@ def test_each_type_round_trips(mtype):
         msg.update(error_code=int(Code.ABORTED), error_message="stopped")
     if mtype == MessageType.TENSOR_INLINE:
         msg["payload"] = bytes(range(8))
+    if mtype == MessageType.TENSOR_REQUESTS:
+        msg = message(mtype, 0, acked=2, requests=[(9, 4, "t"), (3, -1, "u")])
     assert decode(encode(msg)) == msg
 
 
@@ -216,7 +240,8 @@ def test_long_error_texts_are_cut_to_fit(text, code):
     message(MessageType.TENSOR_INLINE, 1, meta=(4, [3], False, 3), payload=b"ab"),
     message(MessageType.TENSOR_INLINE, 1, meta=(4, [_core.SLOT_BYTES], False, _core.SLOT_BYTES),
             payload=bytes(_core.SLOT_BYTES)),
-], ids=["name", "rank", "payload-size", "payload-too-big"])
+    message(MessageType.TENSOR_REQUESTS, 0, requests=[(1, 0, "t")] * (_core.MAX_TAIL_BYTES // 15 + 1)),
+], ids=["name", "rank", "payload-size", "payload-too-big", "requests"])
 def test_unencodable_messages_are_refused(msg):
     with pytest.raises(ValueError, match="does not fit"):
         encode(msg)
@@ -236,7 +261,8 @@ def check_verdict(data: bytes) -> None:
     assert got, "an error without a reason"
     verdict = _core.decode_message(data)
     index = struct.unpack("<Q", data[INDEX])[0] if len(data) >= HEADER.size else None
-    if index is not None and data[0] in TYPES and index <= _core.MAX_REQUEST_INDEX:
+    if (index is not None and data[0] in TYPES and index <= _core.MAX_REQUEST_INDEX
+            and data[0] != MessageType.TENSOR_REQUESTS):
         assert (verdict["request_index"], verdict["type"]) == (index, data[0])
     else:
         assert (verdict["request_index"], verdict["type"]) == (None, None)

@@ -114,10 +114,11 @@ class RemoteRendezvous(abc.ABC):
                 return i, exc
         return None
 
-    def recv_many(self, calls: Sequence[tuple[RendezvousKey, int]], timeout: float | None) -> list[Any] | None:
-        """Many recvs of host arrays, ``(key, step)`` each, in one call: each one's array or
-        TensorverbsError, in order; None when the protocol has no such call (then each
-        recv goes its own way)."""
+    def recv_many(self, keys: Sequence[RendezvousKey], steps: Sequence[int], timeout: float | None
+                  ) -> list[Any] | None:
+        """Many recvs of host arrays, of ``keys[i]`` at ``steps[i]``, in one call: each one's
+        array or TensorverbsError, in order; None when the protocol has no such call (then
+        each recv goes its own way)."""
         return None
 
     def broadcast(self, step_id: int, keys: Sequence[RendezvousKey], value: Value,

@@ -230,31 +230,31 @@ class VerbsRendezvous(RemoteRendezvous):
             self.delivery.observe(key.src, memoryview(payload).nbytes, started)
         return self.delivery.result(value, key.src, device, out)
 
-    def recv_many(self, calls: Sequence[tuple[RendezvousKey, int]], timeout: float | None) -> list[Any] | None:
-        """The core's recvs of every call at once, waited for with the GIL released once;
+    def recv_many(self, keys: Sequence[RendezvousKey], steps: Sequence[int], timeout: float | None
+                  ) -> list[Any] | None:
+        """The core's recvs of every key at once, waited for with the GIL released once;
         None unless every channel is up already."""
         ready: dict["TaskName", int | None] = {}
         srcs = []
-        for key, _ in calls:
+        for key in keys:
             src = ready[key.src] if key.src in ready else ready.setdefault(key.src, self._direct(key))
             if src is None:
                 return None
             srcs.append(src)
         started = time.monotonic()
-        answers = self.core.recv_many([step for _, step in calls], srcs, [key.name for key, _ in calls],
-                                      _timeout(timeout))
+        answers = self.core.recv_many(steps, srcs, [key.name for key in keys], _timeout(timeout))
         seconds = time.monotonic() - started
-        results, arrived = [], []
-        for (key, step), src, answer in zip(calls, srcs, answers):
+        results, arrived, peers = [], [], {src: str(task) for task, src in ready.items()}
+        for key, step, src, answer in zip(keys, steps, srcs, answers):
             code, _, dtype, shape, is_dead, payload = answer
             plain = NUMERIC_BY_ENUM.get(dtype) if not (code or is_dead) and src != self.task_id else None
             if plain is None:
                 results.append(self._answer(key, step, src, answer, started))
                 continue
             # a numeric host tensor from a peer, as _answer makes it, without its calls
-            array = np.frombuffer(payload, plain).reshape(shape)
+            array = np.ndarray(shape, plain, payload)
             results.append(array)
-            arrived.append((str(key.src), array.nbytes))
+            arrived.append((peers[src], array.nbytes))
         self.rt.recvs.observe_all(arrived, seconds)
         return results
 
