@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import tensorverbs as tv
-from one_sided_pairs import ONE_SIDED_VARIANTS, WAIT, pair_of, register
+from one_sided_pairs import ONE_SIDED_VARIANTS, WAIT, register
+from variants import pair_of
 from tensorverbs.local_cluster import pattern, same
 
 

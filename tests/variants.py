@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import tensorverbs as tv
 from tensorverbs.local_cluster import TaskProcess, cluster_spec
@@ -46,6 +47,15 @@ def start_pair(protocol: str, env: dict[str, str], **server_kwargs) -> Pair:
         ps.stop()
         raise
     return Pair(ps, worker, protocol, env, cluster)
+
+
+def pair_of(variant: str) -> Iterator[Pair]:
+    """A module fixture's pair on ``variant``: yielded, then stopped."""
+    protocol, env = VARIANTS[variant]
+    p = start_pair(protocol, env)
+    yield p
+    p.worker.stop()
+    p.ps.stop()
 
 #: the variants of suites about the Python surface (results, asyncio, batches): each
 #: protocol and provider once; the soft provider's TCP path and read mode differ only below

@@ -13,7 +13,7 @@ import pytest
 
 from tensorverbs.local_cluster import pattern, same
 
-from variants import VARIANTS, start_pair
+from variants import VARIANTS, pair_of
 
 VERBS = [v for v, (protocol, _) in VARIANTS.items() if protocol == "grpc+verbs"]
 COUNT = 300
@@ -25,11 +25,7 @@ COUNTED = ("tensor_requests", "request_batches")
 
 @pytest.fixture(scope="module", params=VERBS)
 def vpair(request):
-    protocol, env = VARIANTS[request.param]
-    p = start_pair(protocol, env)
-    yield p
-    p.worker.stop()
-    p.ps.stop()
+    yield from pair_of(request.param)
 
 
 def _counts(stats: dict) -> dict:

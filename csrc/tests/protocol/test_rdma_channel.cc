@@ -11,7 +11,7 @@
 #include "protocol/channel_description.h"
 #include "protocol/rdma_channel.h"
 #include "protocol/rdma_message_buffer.h"
-#include "verbs/soft/soft_provider.h"
+#include "soft_context.h"
 
 namespace tensorverbs {
 namespace {
@@ -31,15 +31,12 @@ class Owner : public ChannelOwner {
 class RdmaChannelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    verbs::VerbsConfig config;
-    config.provider = "soft";
-    auto context = verbs::soft_provider().open(config, "127.0.0.1");
-    ASSERT_TRUE(context.ok()) << context.status().message();
-    context_ = context.take();
-    auto pd = context_->alloc_pd();
+    SoftContext soft = open_soft_context();
+    ASSERT_TRUE(soft.pd);
+    context_ = soft.context;
+    pd_ = soft.pd;
     auto cq = context_->create_cq(256);
-    ASSERT_TRUE(pd.ok() && cq.ok());
-    pd_ = pd.take();
+    ASSERT_TRUE(cq.ok());
     cq_ = cq.take();
   }
 

@@ -9,22 +9,14 @@
 #include <vector>
 
 #include "protocol/registered_pool.h"
-#include "verbs/soft/soft_provider.h"
+#include "soft_context.h"
 
 namespace tensorverbs {
 namespace {
 
 constexpr std::size_t kBlock = 1 << 20;
 
-std::shared_ptr<verbs::ProtectionDomain> soft_pd() {
-  verbs::VerbsConfig config;
-  config.provider = "soft";
-  auto context = verbs::soft_provider().open(config, "127.0.0.1");
-  EXPECT_TRUE(context.ok()) << context.status().message();
-  auto pd = context.value()->alloc_pd();
-  EXPECT_TRUE(pd.ok()) << pd.status().message();
-  return pd.take();
-}
+std::shared_ptr<verbs::ProtectionDomain> soft_pd() { return open_soft_context().pd; }
 
 std::shared_ptr<RegisteredPool> make_pool(std::size_t limit) {
   return std::make_shared<RegisteredPool>(soft_pd(), kBlock, limit);

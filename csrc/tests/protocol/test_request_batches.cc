@@ -15,7 +15,7 @@
 #include "core/little_endian.h"
 #include "protocol/rdma_message.h"
 #include "protocol/rdma_message_buffer.h"
-#include "verbs/soft/soft_provider.h"
+#include "soft_context.h"
 
 namespace tensorverbs {
 namespace {
@@ -121,15 +121,9 @@ TEST(TensorRequests, BadBytesFailTheChannelNotARequest) {
 class GatheringBuffer : public ::testing::Test {
  protected:
   void SetUp() override {
-    verbs::VerbsConfig config;
-    config.provider = "soft";
-    auto context = verbs::soft_provider().open(config, "127.0.0.1");
-    ASSERT_TRUE(context.ok()) << context.status().message();
-    context_ = context.take();
-    auto pd = context_->alloc_pd();
-    ASSERT_TRUE(pd.ok());
-    pd_ = pd.take();
-    auto buffer = RdmaMessageBuffer::create(*pd_, 2);
+    soft_ = open_soft_context();
+    ASSERT_TRUE(soft_.pd);
+    auto buffer = RdmaMessageBuffer::create(*soft_.pd, 2);
     ASSERT_TRUE(buffer.ok());
     buffer_ = buffer.take();
     buffer_->connect(0x10000, 7);
@@ -163,8 +157,7 @@ class GatheringBuffer : public ::testing::Test {
                        0, ""};
   }
 
-  std::shared_ptr<verbs::Context> context_;
-  std::shared_ptr<verbs::ProtectionDomain> pd_;
+  SoftContext soft_;
   std::unique_ptr<RdmaMessageBuffer> buffer_;
   std::vector<verbs::SendWr> wrs_;
 };
