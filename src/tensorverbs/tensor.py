@@ -50,6 +50,8 @@ _NUMERIC: dict[np.dtype, int] = {
 #: the numpy dtype of each numeric DataType, whose received bytes are the array itself
 NUMERIC_BY_ENUM: Mapping[int, np.dtype] = MappingProxyType({v: k for k, v in _NUMERIC.items()})
 _BY_ENUM: dict[int, np.dtype] = dict(NUMERIC_BY_ENUM)
+#: the dtypes whose C-contiguous arrays a send takes as they are (native byte order)
+_PREPARED = frozenset(NUMERIC_BY_ENUM.values())
 _BY_ENUM[DT_STRING] = np.dtype(object)
 _BY_ENUM[DT_VARIANT] = VARIANT_DTYPE
 
@@ -59,6 +61,8 @@ MAX_RANK = 32
 
 def dtype_enum(dtype: np.dtype) -> int:
     """TensorFlow's DataType number of a numpy dtype (object/S/U arrays are DT_STRING)."""
+    if isinstance(dtype, np.dtype) and (enum := _NUMERIC.get(dtype)) is not None:
+        return enum
     dtype = np.dtype(dtype)
     if dtype.kind in "OSU":
         return DT_STRING
@@ -125,6 +129,8 @@ class TensorMeta:
 def prepare(value: Any) -> np.ndarray:
     """The array a send puts in the table: C-contiguous, of a supported dtype; strings as an
     object array of bytes."""
+    if type(value) is np.ndarray and value.dtype in _PREPARED and value.flags.c_contiguous:
+        return value  # as it is (most sends)
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as exc:  # ragged sequences and the like

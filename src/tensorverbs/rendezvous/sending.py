@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+import numpy as np
+
 from .. import arguments as check
 from ..cluster import TaskName
 from ..devices import HOST, Device, device_of, host_array
@@ -74,15 +76,15 @@ class Sending:
         """(step, key, value with its ticket) of an entry sending a host tensor to one
         task, which its protocol can offer with others; None for any other entry."""
         value, to = entry.value, entry.to
-        if isinstance(value, TensorList) or not isinstance(to, (str, TaskName)):
+        if not isinstance(to, (str, TaskName)):
             return None
-        device = device_of(value)
-        if device is not HOST:
-            return None
+        if type(value) is not np.ndarray:  # (a numpy array is on the host, as it is)
+            if isinstance(value, TensorList) or (device := device_of(value)) is not HOST:
+                return None
+            value = host_array(value, device)[0]
         key = self._keys.send(entry.name, str(to))
         step = check.integer(entry.step_id, "step_id")
-        array = _prepared(host_array(value, device)[0])
-        return step, key, Value(array, False, self._open(key, step))
+        return step, key, Value(_prepared(value), False, self._open(key, step))
 
     def _offer_run(self, run: list[tuple[int, RendezvousKey, Value]], end: int) -> None:
         """Offer ``run``, the entries before index ``end``, and empty it; the tickets of the

@@ -161,15 +161,26 @@ class VerbsRendezvous(RemoteRendezvous):
 
     def send_many(self, offers: Sequence[tuple[int, RendezvousKey, Value]]) -> tuple[int, TensorverbsError] | None:
         """The offers in one call to the core, the GIL released once."""
-        try:
-            dsts = [self.ids[key.dst] for _, key, _ in offers]
-        except TensorverbsError:  # a receiver left: the offers before it go, its error names it
-            return super().send_many(offers)
-        wires = [_wire(value.array) for _, _, value in offers]
-        at, code, message = self.core.send_many(
-            [step for step, _, _ in offers], dsts, [key.name for _, key, _ in offers], [dtype for dtype, _ in wires],
-            [value.array.shape for _, _, value in offers], [value.is_dead for _, _, value in offers],
-            [data for _, data in wires], [value.ticket for _, _, value in offers])
+        ids: dict["TaskName", int] = {}
+        steps, dsts, names, dtypes, shapes, deads, datas, tickets = ([] for _ in range(8))
+        for step, key, value in offers:
+            dst = ids.get(key.dst)
+            if dst is None:
+                try:
+                    dst = ids[key.dst] = self.ids[key.dst]
+                except TensorverbsError:  # a receiver left: the offers before it go, its error names it
+                    return super().send_many(offers)
+            array = value.array
+            dtype, data = _wire(array)
+            steps.append(step)
+            dsts.append(dst)
+            names.append(key.name)
+            dtypes.append(dtype)
+            shapes.append(array.shape)
+            deads.append(value.is_dead)
+            datas.append(data)
+            tickets.append(value.ticket)
+        at, code, message = self.core.send_many(steps, dsts, names, dtypes, shapes, deads, datas, tickets)
         return None if at < 0 else (at, from_code(code, self.ids.named(message)))
 
     def broadcast(self, step_id: int, keys: Sequence[RendezvousKey], value: Value,
