@@ -128,12 +128,14 @@ def test_ctrl_c_interrupts_a_batch_which_keeps_every_tensor(tasks, step, record_
     assert worker.call("recv_pattern", "b1", PS, step, NBYTES, step + 1, "uint8", 30), "b1 lost or wrong"
 
 
-@pytest.mark.parametrize("at", ["set_result", "_cancel_if_cancelled"])
+@pytest.mark.parametrize("at", ["set_result", "_deliver"])
 def test_ctrl_c_while_a_waiting_thread_settles_its_future_loses_nothing(tasks, step, variant, at):
     """The main thread waiting for a future's result settles it itself when the answer
-    comes (grpc+verbs): a signal's exception raised in that Python code, before the future
-    is settled (set_result) or in its first done-callback, reaches the caller; the future
-    still gives the tensor and the caller's done-callback still runs."""
+    comes (grpc+verbs): a signal's exception raised in that Python code, as the tensor is
+    delivered (_deliver) or before the future is settled (set_result), reaches the caller;
+    the future still gives the tensor and the caller's done-callback still runs. (The
+    future has no done-callback of its own before the caller's: a cancel reaches the
+    transfer through RecvFuture.on_cancel.)"""
     if VARIANTS[variant][0] != "grpc+verbs":
         pytest.skip("on grpc the event loop settles the future")
     ps, worker = tasks

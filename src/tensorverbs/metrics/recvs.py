@@ -49,7 +49,9 @@ class RecvMetrics(Collector):
 
     def observe(self, peer: str, nbytes: int, seconds: float) -> None:
         """Count a tensor of ``nbytes`` received from ``peer`` by a recv that took ``seconds``."""
-        self.observe_all([(peer, nbytes)], seconds)
+        bucket = bisect.bisect_left(DURATION_BUCKETS, seconds)
+        with self._lock:
+            self._add(peer, nbytes, seconds, bucket)
 
     def observe_all(self, tensors: Iterable[tuple[str, int]], seconds: float) -> None:
         """Count each of ``tensors`` (peer, nbytes), received by recvs that took ``seconds``
@@ -57,13 +59,16 @@ class RecvMetrics(Collector):
         bucket = bisect.bisect_left(DURATION_BUCKETS, seconds)
         with self._lock:
             for peer, nbytes in tensors:
-                at = (peer, bisect.bisect_left(SIZE_BOUNDS, nbytes))
-                observed = self._observed.get(at)
-                if observed is None:
-                    observed = self._observed[at] = _Observed()
-                observed.bytes += nbytes
-                observed.seconds += seconds
-                observed.buckets[bucket] += 1
+                self._add(peer, nbytes, seconds, bucket)
+
+    def _add(self, peer: str, nbytes: int, seconds: float, bucket: int) -> None:
+        at = (peer, bisect.bisect_left(SIZE_BOUNDS, nbytes))
+        observed = self._observed.get(at)
+        if observed is None:
+            observed = self._observed[at] = _Observed()
+        observed.bytes += nbytes
+        observed.seconds += seconds
+        observed.buckets[bucket] += 1
 
     def collect(self) -> Iterator[Metric]:
         received = CounterMetricFamily("tensorverbs_peer_bytes_received", "Bytes received from each peer",

@@ -42,8 +42,8 @@ class RecvFuture(concurrent.futures.Future[Any]):
         super().__init__()
         self._lanes, self._peer = lanes, peer
         self._return: Callable[[], object] | None = None
-        self._returning = threading.Lock()
         self._native: Callable[[float], int] | None = None
+        self._on_cancel: Callable[[], object] | None = None
 
     def __await__(self) -> Generator[Any, None, Any]:
         """``await fut`` in a coroutine: the recv's result, without blocking the event loop.
@@ -68,10 +68,24 @@ class RecvFuture(concurrent.futures.Future[Any]):
         elsewhere: wait on this future)."""
         self._native = wait
 
+    def on_cancel(self, fn: Callable[[], object]) -> None:
+        """Call ``fn`` (quick, never raising) when this future is cancelled; at once if it
+        is already."""
+        self._on_cancel = fn
+        if self.cancelled():
+            fn()
+
+    def cancel(self) -> bool:
+        if not super().cancel():
+            return False
+        if self._on_cancel is not None:
+            self._on_cancel()
+        return True
+
     def returnable(self, give_back: Callable[[], object]) -> None:
         """Tell how to hand the tensor this future was settled with back to the next recv
         of its key and step (tensorverbs' own: set by the rendezvous that settled it)."""
-        with self._returning:
+        with self._condition:
             self._return = give_back
 
     def give_back(self) -> bool:
@@ -79,7 +93,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
         had never been received (its caller drops the result); once. False if there is
         none to hand back (not settled with a tensor, handed back already, or a tensor
         passed by handle)."""
-        with self._returning:
+        with self._condition:
             give_back, self._return = self._return, None
         if give_back is None or not self.done() or self.cancelled() or super().exception() is not None:
             return False

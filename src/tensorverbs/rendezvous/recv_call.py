@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable
@@ -13,7 +12,7 @@ from typing import Any, Hashable
 from ..devices import HOST, Device
 from ..errors import DeadlineExceededError, TensorverbsError
 from ..out import Out
-from .future import RecvFuture, add_internal_callback
+from .future import RecvFuture
 from .key import RendezvousKey
 
 
@@ -75,12 +74,3 @@ class PendingRecv(abc.ABC):
     def deadline_error(self, call: RecvCall, timeout: float) -> TensorverbsError:
         """The error a recv gets when its deadline passes at this point of the transfer."""
         return DeadlineExceededError(f"{call.what} timed out after {timeout:g} s")
-
-    def cancel_with(self, fut: concurrent.futures.Future) -> None:
-        """Cancel this transfer when its caller cancels ``fut``."""
-        add_internal_callback(fut, functools.partial(_cancel_if_cancelled, self))
-
-
-def _cancel_if_cancelled(op: PendingRecv, fut: concurrent.futures.Future) -> None:
-    if fut.cancelled():
-        op.cancel()

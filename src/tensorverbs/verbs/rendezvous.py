@@ -62,7 +62,7 @@ def _array(dtype: int, shape: tuple, payload: Any) -> np.ndarray:
         return payload  # this task's own tensor, received locally
     if dtype == DT_VARIANT:
         return np.frombuffer(payload, VARIANT_DTYPE)
-    return np.frombuffer(payload, numpy_dtype(dtype)).reshape(shape)
+    return np.ndarray(shape, numpy_dtype(dtype), payload)
 
 
 class _CoreRecv(PendingRecv):
@@ -298,7 +298,7 @@ class VerbsRendezvous(RemoteRendezvous):
                                       call.out and call.out.destination)
         call.future.settled_by(handle.wait)
         op = _CoreRecv(handle)
-        op.cancel_with(call.future)
+        call.future.on_cancel(op.cancel)
         return op
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
@@ -323,8 +323,6 @@ class VerbsRendezvous(RemoteRendezvous):
         thread; False if it was cancelled already or its ``out`` refuses the tensor (which
         then goes back to the core for the next recv). A tensor for a device is handed to
         the peer's lane, which copies it there and settles the future."""
-        if fut.done():
-            return False
         if code:
             return settle(fut, from_code(code, self.ids.named(message)))
         try:
@@ -349,7 +347,7 @@ class VerbsRendezvous(RemoteRendezvous):
         """Settle ``call`` with ``value``, the core's answer (``dtype``, ``shape``,
         ``payload``), which its future can give back to the core (the core counts a tensor
         from a peer in stats() as it arrives; a local recv is neither counted nor observed)."""
-        nbytes = memoryview(payload).nbytes if src != self.task_id else None
+        nbytes = value.array.nbytes if src != self.task_id else None
         returned = payload if call.out is None else None  # into out: the landing's copy
         return self.delivery.settle(call, value, observe=nbytes, give_back=functools.partial(
             self._give_back, call.step_id, src, call.key.name, dtype, shape, returned))
