@@ -142,3 +142,21 @@ def test_a_future_waited_for_by_many_threads_settles_once_for_all(cluster, step)
     assert all(result is mine for result in results), outcomes
     with pytest.raises(tv.DeadlineExceededError):  # it was not kept for another recv
         worker.recv("many", PS0, step, timeout=0.5)
+
+
+def test_cancelling_a_future_withdraws_its_request_from_the_sender(cluster, step):
+    """A recv cancelled while its request waits at the sender is withdrawn there (not left
+    to wait for a tensor nobody takes); the tensor sent later goes to the next recv."""
+    ps, _, worker = cluster
+    _send(ps, "warm", step, np.ones(2))  # the channel is up: the recv goes straight to the core
+    worker.recv("warm", PS0, step, timeout=WAIT)
+    fut = worker.recv_async("withdrawn", PS0, step, timeout=4 * WAIT)  # outlives the wait below
+    ps.call("wait_waiters", 1)  # the request waits in the sender's table
+    assert fut.cancel()
+    deadline = time.monotonic() + WAIT
+    while ps.call("pending")[1]:  # a condition, polled
+        assert time.monotonic() < deadline, f"the request still waits at the sender after {WAIT:g} s"
+        time.sleep(0.005)
+    value = np.arange(5, dtype=np.int32)
+    _send(ps, "withdrawn", step, value)
+    assert np.array_equal(worker.recv("withdrawn", PS0, step, timeout=WAIT), value)

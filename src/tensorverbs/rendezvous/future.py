@@ -17,6 +17,7 @@ import functools
 import logging
 import threading
 import time
+from concurrent.futures import _base
 from typing import Any, Callable, Generator
 
 from ..errors import CancelledError, DeadlineExceededError
@@ -29,6 +30,8 @@ _SIGNAL_SLICE = 0.02
 _THREAD_SLICE = 1.0
 
 _log = logging.getLogger("concurrent.futures")
+#: the states of a cancelled future
+_CANCELLED = (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 
 
 class RecvFuture(concurrent.futures.Future[Any]):
@@ -72,7 +75,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
         """Call ``fn`` (quick, never raising) when this future is cancelled; at once if it
         is already."""
         self._on_cancel = fn
-        if self.cancelled():
+        if self._state in _CANCELLED:  # (read without the lock: cancel() calls fn after setting it)
             fn()
 
     def cancel(self) -> bool:
