@@ -151,35 +151,44 @@ bool RdmaMessage::operator==(const RdmaMessage& other) const {
          requests == other.requests;
 }
 
-EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot) {
+std::string encode_error(const RdmaMessage& message) {
   if (message.name.size() > kNameBytes) {
-    return {0, "tensor name of " + std::to_string(message.name.size()) +
-                   " bytes does not fit a message"};
+    return "tensor name of " + std::to_string(message.name.size()) + " bytes does not fit a message";
   }
-  if (!utf8::is_valid(message.name)) return {0, "tensor name is not UTF-8"};
+  if (!utf8::is_valid(message.name)) return "tensor name is not UTF-8";
   const TensorMeta* meta = message.meta ? &*message.meta : nullptr;
   if (meta && meta->shape.size() > kMaxRank) {
-    return {0, "tensor of rank " + std::to_string(meta->shape.size()) + " does not fit a message"};
+    return "tensor of rank " + std::to_string(meta->shape.size()) + " does not fit a message";
   }
+  if (message.type == MessageType::kErrorStatus && !utf8::is_valid(message.error_message)) {
+    return "error message is not UTF-8";
+  }
+  if (message.type == MessageType::kTensorInline &&
+      (!meta || message.payload_size != meta->nbytes || message.payload_size > kMaxTailBytes)) {
+    return "an inline payload of " + std::to_string(message.payload_size) +
+           " bytes does not fit this message";
+  }
+  std::string why;
+  if (message.type == MessageType::kTensorRequests) requests_tail(message.requests, &why);
+  return why;
+}
+
+EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot) {
+  if (std::string why = encode_error(message); !why.empty()) return {0, why};
+  const TensorMeta* meta = message.meta ? &*message.meta : nullptr;
   std::string error;
   const std::uint8_t* tail = nullptr;
   std::size_t tail_size = 0;
   if (message.type == MessageType::kErrorStatus) {
-    if (!utf8::is_valid(message.error_message)) return {0, "error message is not UTF-8"};
     error = error_status_bytes(message.error_code, message.error_message);
     tail = reinterpret_cast<const std::uint8_t*>(error.data());
     tail_size = error.size();
   } else if (message.type == MessageType::kTensorInline) {
-    if (!meta || message.payload_size != meta->nbytes || message.payload_size > kMaxTailBytes) {
-      return {0, "an inline payload of " + std::to_string(message.payload_size) +
-                     " bytes does not fit this message"};
-    }
     tail = message.payload;
     tail_size = message.payload_size;
   } else if (message.type == MessageType::kTensorRequests) {
     std::string why;
     error = requests_tail(message.requests, &why);
-    if (!why.empty()) return {0, why};
     tail = reinterpret_cast<const std::uint8_t*>(error.data());
     tail_size = error.size();
   }

@@ -111,6 +111,8 @@ struct EncodeResult {
 // payload that is not meta->nbytes bytes or does not fit, or TENSOR_REQUESTS without
 // requests, with an empty name or an index above kMaxRequestIndex, or that do not fit.
 EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot);
+// Why encode_into() would refuse `message`; empty if it would not.
+std::string encode_error(const RdmaMessage& message);
 
 // Parses and validates one message; on malformed bytes, the error says why and, when the
 // request index and type were readable, which request it is. Any bytes are safe.

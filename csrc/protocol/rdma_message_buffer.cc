@@ -44,7 +44,14 @@ Status RdmaMessageBuffer::send(RdmaMessage& message, std::vector<verbs::SendWr>*
   }
   if (batched) *batched = false;
   *sequence = sent_ + queue_.size() + 1;
-  // a message that must wait is encoded aside and queued as the bytes it takes
+  if (!now && message.type == MessageType::kTensorInline) {
+    // its payload stays with the response that sent it until the peer has taken it: encoded
+    // into its slot when one is free, not copied aside first
+    if (std::string why = encode_error(message); !why.empty()) return Status(Code::kInternal, why);
+    queue_.push_back(Waiting{"", message, 0});
+    return Status();
+  }
+  // another message that must wait is encoded aside and queued as the bytes it takes
   std::uint8_t* slot = now ? tx_->data() + (sent_ % slots_) * kSlotBytes : scratch_.data();
   const EncodeResult encoded = encode_into(message, slot);
   if (!encoded.error.empty()) return Status(Code::kInternal, encoded.error);
@@ -65,13 +72,15 @@ bool RdmaMessageBuffer::gather(const RdmaMessage& message, bool* started) {
     return false;
   }
   const std::size_t bytes = request_entry_bytes(message.name);
-  if (queue_.empty() || !queue_.back().requests || queue_.back().tail + bytes > kMaxTailBytes) {
+  if (queue_.empty() || !queue_.back().message ||
+      queue_.back().message->type != MessageType::kTensorRequests ||
+      queue_.back().tail + bytes > kMaxTailBytes) {
     RdmaMessage requests{MessageType::kTensorRequests, 0, "", 0, 0, 0, std::nullopt, 0, ""};
     queue_.push_back(Waiting{"", std::move(requests), 0});
     *started = true;
   }
   Waiting& last = queue_.back();
-  last.requests->requests.push_back(RequestEntry{static_cast<std::uint32_t>(message.request_index),
+  last.message->requests.push_back(RequestEntry{static_cast<std::uint32_t>(message.request_index),
                                                  message.step_id, message.name});
   last.tail += bytes;
   return true;
@@ -99,8 +108,8 @@ void RdmaMessageBuffer::drain(std::vector<verbs::SendWr>* out) {
     Waiting& next = queue_.front();
     std::uint8_t* slot = tx_->data() + (sent_ % slots_) * kSlotBytes;
     std::size_t size = next.bytes.size();
-    if (next.requests) {  // its requests were checked as they joined: it encodes
-      size = encode_into(*next.requests, slot).size;
+    if (next.message) {  // checked as it was queued (each request as it joined): it encodes
+      size = encode_into(*next.message, slot).size;
     } else {
       std::memcpy(slot, next.bytes.data(), size);
     }

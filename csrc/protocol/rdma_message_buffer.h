@@ -43,7 +43,9 @@ class RdmaMessageBuffer {
   // -- sending -----------------------------------------------------------------------------
   // Encodes `message` (its `acked` set here) into the next slot and appends its write to
   // `out`, or queues it until a credit frees up (a request that may, in the TENSOR_REQUESTS
-  // message waiting last). Fails only for a message that cannot be encoded (a bug);
+  // message waiting last; a TENSOR_INLINE as it is, its payload read when it is encoded:
+  // the caller keeps it until the peer has taken the message). Fails only for a message
+  // that cannot be encoded (a bug);
   // `sequence` gets the number of the message it travels in (1, 2, ...); `batched` (if
   // given) whether that message is a TENSOR_REQUESTS it started.
   Status send(RdmaMessage& message, std::vector<verbs::SendWr>* out, std::uint64_t* sequence,
@@ -69,11 +71,12 @@ class RdmaMessageBuffer {
   RdmaMessageBuffer(std::unique_ptr<verbs::MemoryRegion> tx, std::unique_ptr<verbs::MemoryRegion> rx,
                     std::uint32_t slots)
       : tx_(std::move(tx)), rx_(std::move(rx)), slots_(slots), scratch_(kSlotBytes) {}
-  // A message waiting for a credit: its encoded bytes, or TENSOR_REQUESTS being gathered.
+  // A message waiting for a credit: its encoded bytes, or the message itself: TENSOR_REQUESTS
+  // being gathered, or a TENSOR_INLINE (its payload held by its response meanwhile).
   struct Waiting {
     std::string bytes;
-    std::optional<RdmaMessage> requests;
-    std::size_t tail = 0;  // the bytes the requests take
+    std::optional<RdmaMessage> message;
+    std::size_t tail = 0;  // TENSOR_REQUESTS: the bytes its requests take
   };
 
   void post(std::size_t length, std::vector<verbs::SendWr>* out);

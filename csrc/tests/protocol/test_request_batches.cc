@@ -2,7 +2,8 @@
 // Its codec (a round trip; what it refuses to encode; any bytes decode to the requests or
 // an error that names no request, so that the channel fails), and the message buffer that
 // gathers them: only requests without meta-data for a landing, only into the message
-// waiting last (nothing overtakes), in order, as many as fit.
+// waiting last (nothing overtakes), in order, as many as fit. Beside them, a TENSOR_INLINE
+// that waits: its payload is read as its slot frees, not copied aside.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,11 +37,6 @@ Bytes encode(const RdmaMessage& message) {
   const EncodeResult result = encode_into(message, slot.data());
   EXPECT_EQ(result.error, "");
   return Bytes(slot.begin(), slot.begin() + static_cast<std::ptrdiff_t>(result.size));
-}
-
-std::string encode_error(const RdmaMessage& message) {
-  std::array<std::uint8_t, kSlotBytes> slot{};
-  return encode_into(message, slot.data()).error;
 }
 
 // The error decoding `bytes` gives: it names no request.
@@ -217,6 +213,28 @@ TEST_F(GatheringBuffer, AFullMessageStartsTheNext) {
   for (const RequestEntry& entry : got[0].requests) tail += request_entry_bytes(entry.name);
   EXPECT_LE(tail, kMaxTailBytes);
   EXPECT_GT(tail + request_entry_bytes(got[1].requests[0].name), kMaxTailBytes);
+}
+
+TEST_F(GatheringBuffer, AnInlineTensorThatWaitsIsReadWhenItsSlotFrees) {
+  send(request(0));
+  send(request(1));
+  posted();
+  std::vector<std::uint8_t> payload(4096, 1);
+  RdmaMessage answer{MessageType::kTensorInline, 7, "w", 3, 0, 0, TensorMeta{4, {4096}, false, 4096},
+                     0, ""};
+  answer.payload = payload.data();
+  answer.payload_size = payload.size();
+  EXPECT_EQ(send(answer), std::make_pair(std::uint64_t{3}, false));
+  answer.payload_size = 5;  // what cannot be encoded is refused as it is queued
+  std::uint64_t sequence = 0;
+  EXPECT_EQ(buffer_->send(answer, &wrs_, &sequence).code(), Code::kInternal);
+  payload.assign(payload.size(), 2);  // its sender's memory, read as the slot frees
+  buffer_->credit(1, &wrs_);
+  const std::vector<RdmaMessage> got = posted();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].type, MessageType::kTensorInline);
+  ASSERT_EQ(got[0].payload_size, 4096u);
+  EXPECT_EQ(Bytes(got[0].payload, got[0].payload + 4096), Bytes(4096, 2));
 }
 
 }  // namespace
