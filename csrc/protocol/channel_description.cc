@@ -10,7 +10,8 @@ namespace tensorverbs {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x48435654;  // "TVCH"
-constexpr std::uint8_t kVersion = 1;
+// 2: the peer may send TENSOR_REQUESTS, which a peer of version 1 cannot read
+constexpr std::uint8_t kVersion = 2;
 constexpr std::size_t kMaxProvider = 32;
 constexpr std::size_t kMaxEndpoint = 4096;
 

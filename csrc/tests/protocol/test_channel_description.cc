@@ -47,7 +47,9 @@ TEST(ChannelDescription, RejectsWhatIsNotOne) {
   EXPECT_NE(refused(bytes.substr(0, bytes.size() - 1)), "");  // truncated
   EXPECT_NE(refused(bytes + "x"), "");                         // trailing bytes
   std::string wrong = bytes;
-  wrong[4] = 2;  // version
+  wrong[4] = 1;  // the version before TENSOR_REQUESTS
+  EXPECT_NE(refused(wrong), "");
+  wrong[4] = 3;
   EXPECT_NE(refused(wrong), "");
   ChannelDescription d = sample();
   d.endpoint = std::string(5000, 'e');
