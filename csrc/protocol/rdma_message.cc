@@ -1,6 +1,7 @@
 #include "protocol/rdma_message.h"
 
 #include <algorithm>
+#include <array>
 #include <string_view>
 #include <utility>
 
@@ -233,9 +234,9 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   const std::uint8_t is_dead = data[offset::kIsDead];
   const auto dtype = le::load<std::int32_t>(data + offset::kDataType);
   const std::uint8_t rank = data[offset::kRank];
-  std::vector<std::int64_t> dims(kMaxRank);
+  std::array<std::int64_t, kMaxRank> all_dims;  // (on the stack: one decode per message)
   for (std::size_t i = 0; i < kMaxRank; ++i) {
-    dims[i] = le::load<std::int64_t>(data + offset::kDims + 8 * i);
+    all_dims[i] = le::load<std::int64_t>(data + offset::kDims + 8 * i);
   }
   const auto nbytes = le::load<std::uint64_t>(data + offset::kTensorBytes);
   const auto tail_size = le::load<std::uint32_t>(data + offset::kTailSize);
@@ -264,10 +265,10 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   if (is_dead > 1 || rank > kMaxRank) {
     return bad("is_dead=" + std::to_string(is_dead) + ", rank=" + std::to_string(rank));
   }
-  if (std::any_of(dims.begin() + rank, dims.end(), [](std::int64_t d) { return d != 0; })) {
+  if (std::any_of(all_dims.begin() + rank, all_dims.end(), [](std::int64_t d) { return d != 0; })) {
     return bad("dimensions beyond the rank");
   }
-  dims.resize(rank);
+  std::vector<std::int64_t> dims(all_dims.begin(), all_dims.begin() + rank);
   std::optional<TensorMeta> meta;
   if (dtype != 0) {
     if (!find_data_type(dtype)) return bad("unknown data_type " + std::to_string(dtype));
