@@ -128,11 +128,11 @@ def test_ctrl_c_interrupts_a_batch_which_keeps_every_tensor(tasks, step, record_
     assert worker.call("recv_pattern", "b1", PS, step, NBYTES, step + 1, "uint8", 30), "b1 lost or wrong"
 
 
-@pytest.mark.parametrize("at", ["set_result", "_deliver"])
+@pytest.mark.parametrize("at", ["set_result", "settle_host"])
 def test_ctrl_c_while_a_waiting_thread_settles_its_future_loses_nothing(tasks, step, variant, at):
     """The main thread waiting for a future's result settles it itself when the answer
     comes (grpc+verbs): a signal's exception raised in that Python code, as the tensor is
-    delivered (_deliver) or before the future is settled (set_result), reaches the caller;
+    delivered (Delivery.settle_host) or before the future is settled (set_result), reaches the caller;
     the future still gives the tensor and the caller's done-callback still runs. (The
     future has no done-callback of its own before the caller's: a cancel reaches the
     transfer through RecvFuture.on_cancel.)"""

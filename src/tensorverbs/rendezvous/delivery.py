@@ -126,6 +126,19 @@ class Delivery:
         return settle(fut, None, result)
 
 
+    def settle_host(self, call: RecvCall, array: Any, observe: int | None,
+                    give_back: Callable[[], object]) -> bool:
+        """:meth:`settle` of a numeric host array (not dead) for a recv on the host without
+        ``out``, whose result is the array itself: no refusal, lane or copy to consider."""
+        fut = call.future
+        if fut.done():
+            return False
+        if observe is not None:
+            self.observe(call.key.src, observe, call.started)
+        fut.returnable(give_back)
+        return settle(fut, None, array)
+
+
 def _hand_back_landing(value: Value, give_back: Callable[[Value], object]) -> None:
     """Give back a tensor in ``out``'s landing (``value``) as a copy: its caller may reuse ``out``."""
     give_back(Value(value.array.copy(), value.is_dead, value.ticket))

@@ -325,6 +325,12 @@ class VerbsRendezvous(RemoteRendezvous):
         the peer's lane, which copies it there and settles the future."""
         if code:
             return settle(fut, from_code(code, self.ids.named(message)))
+        plain = NUMERIC_BY_ENUM.get(dtype) if not is_dead and call.out is None and call.device is HOST else None
+        if plain is not None and not isinstance(payload, np.ndarray):  # (an array: this task's own)
+            array = np.ndarray(shape, plain, payload)
+            return self.delivery.settle_host(
+                call, array, array.nbytes if src != self.task_id else None,
+                functools.partial(self.core.give_back, call.step_id, src, call.key.name, dtype, shape, False, payload))
         try:
             value = Value(_array(dtype, shape, payload), is_dead)
         except Exception as exc:  # a malformed TensorProto
