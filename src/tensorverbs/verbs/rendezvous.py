@@ -54,6 +54,13 @@ def _wire(array: np.ndarray) -> tuple[int, Any]:
     return dtype_enum(array.dtype), array
 
 
+def _plain_array(dtype: int, shape: tuple, is_dead: bool, payload: Any) -> np.ndarray | None:
+    """The array of a numeric, live tensor the core answered with in its own bytes (the
+    result as it is); None for any other answer (see :func:`_array`)."""
+    plain = None if is_dead or isinstance(payload, np.ndarray) else NUMERIC_BY_ENUM.get(dtype)
+    return None if plain is None else np.ndarray(shape, plain, payload)
+
+
 def _array(dtype: int, shape: tuple, payload: Any) -> np.ndarray:
     """The array a recv's answer from the core holds (a descriptor's bytes for DT_VARIANT)."""
     if dtype == DT_STRING:
@@ -258,13 +265,11 @@ class VerbsRendezvous(RemoteRendezvous):
         results, arrived, peers = [], [], {src: str(task) for task, src in ready.items()}
         for key, step, src, answer in zip(keys, steps, srcs, answers):
             code, _, dtype, shape, is_dead, payload = answer
-            plain = NUMERIC_BY_ENUM.get(dtype) if not (code or is_dead) and src != self.task_id else None
-            if plain is None:
+            array = None if code or src == self.task_id else _plain_array(dtype, shape, is_dead, payload)
+            if array is None:
                 results.append(self._answer(key, step, src, answer, started))
                 continue
-            # a numeric host tensor from a peer, as _answer makes it, without its calls
-            array = np.ndarray(shape, plain, payload)
-            results.append(array)
+            results.append(array)  # as _answer makes it, without its calls
             arrived.append((peers[src], array.nbytes))
         self.rt.recvs.observe_all(arrived, seconds)
         return results
@@ -325,9 +330,8 @@ class VerbsRendezvous(RemoteRendezvous):
         the peer's lane, which copies it there and settles the future."""
         if code:
             return settle(fut, from_code(code, self.ids.named(message)))
-        plain = NUMERIC_BY_ENUM.get(dtype) if not is_dead and call.out is None and call.device is HOST else None
-        if plain is not None and not isinstance(payload, np.ndarray):  # (an array: this task's own)
-            array = np.ndarray(shape, plain, payload)
+        array = _plain_array(dtype, shape, is_dead, payload) if call.out is None and call.device is HOST else None
+        if array is not None:
             return self.delivery.settle_host(
                 call, array, array.nbytes if src != self.task_id else None,
                 functools.partial(self.core.give_back, call.step_id, src, call.key.name, dtype, shape, False, payload))
