@@ -152,7 +152,11 @@ bool RdmaMessage::operator==(const RdmaMessage& other) const {
          requests == other.requests;
 }
 
-std::string encode_error(const RdmaMessage& message) {
+namespace {
+
+// What encode_error() says of `message` but for a TENSOR_REQUESTS tail (which encoding builds
+// once, saying why it cannot).
+std::string header_error(const RdmaMessage& message) {
   if (message.name.size() > kNameBytes) {
     return "tensor name of " + std::to_string(message.name.size()) + " bytes does not fit a message";
   }
@@ -169,13 +173,21 @@ std::string encode_error(const RdmaMessage& message) {
     return "an inline payload of " + std::to_string(message.payload_size) +
            " bytes does not fit this message";
   }
-  std::string why;
-  if (message.type == MessageType::kTensorRequests) requests_tail(message.requests, &why);
+  return "";
+}
+
+}  // namespace
+
+std::string encode_error(const RdmaMessage& message) {
+  std::string why = header_error(message);
+  if (why.empty() && message.type == MessageType::kTensorRequests) {
+    requests_tail(message.requests, &why);
+  }
   return why;
 }
 
 EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot) {
-  if (std::string why = encode_error(message); !why.empty()) return {0, why};
+  if (std::string why = header_error(message); !why.empty()) return {0, why};
   const TensorMeta* meta = message.meta ? &*message.meta : nullptr;
   std::string error;
   const std::uint8_t* tail = nullptr;
@@ -190,6 +202,7 @@ EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot) {
   } else if (message.type == MessageType::kTensorRequests) {
     std::string why;
     error = requests_tail(message.requests, &why);
+    if (!why.empty()) return {0, why};
     tail = reinterpret_cast<const std::uint8_t*>(error.data());
     tail_size = error.size();
   }
