@@ -25,7 +25,8 @@ GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_
           "message_buffer_bytes": "tensorverbs_message_buffer_bytes",
           "registered_buffers": "tensorverbs_registered_buffers",
           "remote_accesses_in_flight": "tensorverbs_remote_accesses_in_flight",
-          "setups_awaiting_join": "tensorverbs_setups_awaiting_join"}
+          "setups_awaiting_join": "tensorverbs_setups_awaiting_join",
+          "channel_setups": "tensorverbs_channel_setups"}
 
 
 def _exchange(metered, step: int) -> None:

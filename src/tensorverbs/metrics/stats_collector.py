@@ -16,6 +16,7 @@ GAUGES = {
     "registered_buffers": "tensorverbs_registered_buffers",
     "remote_accesses_in_flight": "tensorverbs_remote_accesses_in_flight",
     "setups_awaiting_join": "tensorverbs_setups_awaiting_join",
+    "channel_setups": "tensorverbs_channel_setups",
 }
 
 

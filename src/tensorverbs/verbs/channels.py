@@ -74,6 +74,10 @@ class VerbsChannels:
         """Whether ``peer``'s latest channel failed and none replaced it."""
         return peer in self._unsure and not self.core.ready(self.ids[peer])
 
+    def setting_up(self) -> int:
+        """How many set-ups are under way (on any thread)."""
+        return sum(not setup.done() for setup in list(self._setups.values()))
+
     def learned(self, peer: TaskName) -> None:
         """``peer``'s address was (learned) again."""
         self._unsure.discard(peer)
@@ -89,13 +93,33 @@ class VerbsChannels:
 
     # -- this side starts ---------------------------------------------------------------
     async def connect(self, peer: TaskName) -> None:
-        """Until the channel to ``peer`` is connected, setting it up if needed (on the loop)."""
-        if self.core.ready(self.ids[peer]):
-            return
-        setup = self._setups.get(peer)
-        if setup is None or setup.done():
-            setup = self._setups[peer] = shared_task(self._setup(peer))
-        await asyncio.shield(setup)
+        """Until the channel to ``peer`` is connected, setting it up if needed (on the loop).
+        A set-up that :meth:`moved` gave up is followed by one at the peer's new address;
+        one that failed ends the wait, unless the peer set the channel up meanwhile."""
+        pid = self.ids[peer]
+        while not self.core.ready(pid):
+            setup = self._setups.get(peer)
+            if setup is None or setup.done():
+                setup = self._setups[peer] = shared_task(self._setup(peer))
+            try:
+                await asyncio.shield(setup)
+            except asyncio.CancelledError:
+                if not setup.cancelled():
+                    raise  # this wait was cancelled, not the set-up
+                if self._setups.get(peer) is setup and not self.core.ready(pid):
+                    raise UnavailableError(f"setting up the verbs channel to {peer} was given up") from None
+            except Exception:
+                if self._setups.get(peer) is setup and not self.core.ready(pid):
+                    raise
+
+    async def moved(self, peer: TaskName) -> None:
+        """``peer`` is at another address now (on the loop): a set-up under way at its old
+        one is given up, and those who waited for it wait for one at the new address; the
+        gRPC channel to the old one closes (any call from now on dials the new)."""
+        setup = self._setups.pop(peer, None)
+        if setup is not None:
+            setup.cancel()
+        await self.rt.peers.forget(peer)
 
     async def _setup(self, peer: TaskName) -> None:
         peers, pid = self.rt.peers, self.ids[peer]

@@ -10,6 +10,7 @@ recv whose channel is not up yet first sets it up on the event loop.
 """
 from __future__ import annotations
 
+import asyncio
 import atexit
 import concurrent.futures
 import functools
@@ -126,6 +127,7 @@ class VerbsRendezvous(RemoteRendezvous):
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self.rt.counters.source(self.core.stats)
         self.rt.counters.gauge("setups_awaiting_join", lambda: self.ids.waiting)
+        self.rt.counters.gauge("channel_setups", self.channels.setting_up)
 
     def setup_handler(self):
         """GetRemoteAddress is answered by the channels' set-up."""
@@ -158,7 +160,7 @@ class VerbsRendezvous(RemoteRendezvous):
     def moved(self, task: "TaskName") -> None:
         """The channel to ``task``'s old address fails; the next recv sets one up at its new."""
         self.core.fail_channel(self.ids[task], int(Code.UNAVAILABLE), f"{task} moved")
-        super().moved(task)
+        self.rt.loop.submit(self.channels.moved(task))  # before any set-up asked for later
 
     # -- this task's tensors ----------------------------------------------------------------
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
@@ -314,6 +316,10 @@ class VerbsRendezvous(RemoteRendezvous):
     async def _connect_then_start(self, call: RecvCall, op: _Connecting) -> None:
         try:
             await self.channels.connect(call.key.src)
+        except asyncio.CancelledError:
+            if not op.cancelled:  # the loop stops
+                call.fail(UnavailableError(f"{call.what}: the server stopped while it set up the verbs channel"))
+            raise
         except Exception as exc:
             call.fail(as_error(exc, f"{call.what}: setting up the verbs channel"))
             return
