@@ -177,14 +177,14 @@ void BatchRecv::wait() {
   all_in_.wait(lock, [this] { return left_ == 0; });
 }
 
-FutureRecv::FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nb::object future,
+FutureRecv::FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nb::object call,
                        nb::object settle)
     : rendezvous_(std::move(rendezvous)), key_(std::move(key)),
-      future_(future.release().ptr()), settle_(settle.release().ptr()) {}
+      call_(call.release().ptr()), settle_(settle.release().ptr()) {}
 
 FutureRecv::~FutureRecv() {
   PyRefDeleter release;
-  release(future_);
+  release(call_);
   release(settle_);
 }
 
@@ -228,7 +228,7 @@ FutureRecv::Waited FutureRecv::wait_here(double seconds) {
   } catch (nb::python_error&) {
     // what a signal's handler raised as this thread settled (Ctrl-C): the caller gets it,
     // and the answer, unless the future has it already, goes to the settler
-    if (!nb::cast<bool>(nb::handle(future_).attr("done")())) {
+    if (!nb::cast<bool>(nb::handle(call_).attr("done")())) {
       settler().post(shared_from_this(), std::move(result));
     }
     throw;
@@ -250,7 +250,7 @@ void FutureRecv::settle(RecvResult& result) {
 
 void FutureRecv::settle_here(RecvResult& result) {
   nb::tuple args = to_python(result);
-  nb::object returned = nb::handle(settle_)(nb::handle(future_), *args);
+  nb::object returned = nb::handle(settle_)(nb::handle(call_), *args);
   if (!nb::cast<bool>(returned) && result.status.ok()) {
     // cancelled just as it arrived, or refused: the next recv gets it
     if (auto rendezvous = rendezvous_.lock()) {

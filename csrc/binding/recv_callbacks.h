@@ -86,11 +86,13 @@ class BatchRecv : public std::enable_shared_from_this<BatchRecv> {
 
 class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_this<FutureRecv> {
  public:
-  // `settle(future, code, message, dtype, shape, is_dead, payload)` is called with the
-  // answer (in the settler thread, with the GIL); it returns False when the future was
+  // `settle(call, code, message, dtype, shape, is_dead, payload)` is called with the
+  // answer (in the settler thread, with the GIL); it returns False when the recv was
   // cancelled already or the tensor is refused (recv into out of another shape or dtype),
-  // and then a tensor goes back to `rendezvous` for the next recv.
-  FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nanobind::object future,
+  // and then a tensor goes back to `rendezvous` for the next recv. `call.done()` tells
+  // whether the recv's future is settled. (One settle for every recv and the recv's own
+  // `call`: no object made per recv to bind them.)
+  FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nanobind::object call,
              nanobind::object settle);
   ~FutureRecv() override;
   void complete(RecvResult result) override;
@@ -114,7 +116,7 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
 
   std::weak_ptr<RdmaRendezvous> rendezvous_;
   StepKey key_;
-  PyObject* future_;
+  PyObject* call_;
   PyObject* settle_;
   std::mutex mu_;
   std::condition_variable arrived_;

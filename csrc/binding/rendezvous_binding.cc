@@ -87,6 +87,7 @@ struct RecvHandle {
     nb::gil_scoped_release release;
     recv->give_up(Status(static_cast<Code>(code), message));
   }
+  void cancel() { give_up(static_cast<int>(Code::kCancelled), "the recv was cancelled"); }
   int wait(double seconds) {
     auto waited = FutureRecv::Waited::kElsewhere;
     if (auto settling = future.lock()) waited = settling->wait_here(seconds);
@@ -249,9 +250,9 @@ class Rendezvous {
   }
 
   RecvHandle recv_async(std::int64_t step, std::int32_t src, std::string name, double timeout,
-                        nb::object future, nb::object settle, const nb::object& destination) {
+                        nb::object call, nb::object settle, const nb::object& destination) {
     StepKey key{step, RendezvousKey{src, rv_->task(), name}};
-    auto callback = std::make_shared<FutureRecv>(rv_, std::move(key), std::move(future), std::move(settle));
+    auto callback = std::make_shared<FutureRecv>(rv_, std::move(key), std::move(call), std::move(settle));
     std::optional<RecvDestination> into = to_destination(destination, callback);
     std::weak_ptr<FutureRecv> settling = callback;
     nb::gil_scoped_release release;
@@ -334,6 +335,8 @@ void bind_rendezvous(nb::module_& m) {
       .def("give_up", &RecvHandle::give_up, "code"_a, "message"_a,
            "Stop waiting: the recv's caller gets (code, message); a tensor that arrives "
            "anyway is kept for the next recv of its key and step.")
+      .def("cancel", &RecvHandle::cancel,
+           "give_up(CANCELLED, \"the recv was cancelled\"): its caller cancelled it.")
       .def("wait", &RecvHandle::wait, "seconds"_a,
            "Wait up to `seconds` for the answer and settle the recv's future in this thread: "
            "0 not yet, 1 settled here, 2 settled by the settler thread or another waiter "
@@ -383,10 +386,11 @@ void bind_rendezvous(nb::module_& m) {
            "A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), "
            "lands in it where it can (payload then views it).")
       .def("recv_async", &Rendezvous::recv_async, "step"_a, "src"_a, "name"_a, "timeout"_a,
-           "future"_a, "settle"_a, "destination"_a = nb::none(),
-           "Start a recv; settle(future, code, message, dtype, shape, is_dead, payload) is "
-           "called with its answer (returning False if the future was cancelled or the tensor "
-           "is refused: it goes to the next recv). `destination` as for recv.")
+           "call"_a, "settle"_a, "destination"_a = nb::none(),
+           "Start a recv; settle(call, code, message, dtype, shape, is_dead, payload) is "
+           "called with its answer (returning False if the recv was cancelled or the tensor "
+           "is refused: it goes to the next recv); call.done() tells whether the recv's "
+           "future is settled. `destination` as for recv.")
       .def("give_back", &Rendezvous::give_back, "step"_a, "src"_a, "name"_a, "dtype"_a,
            "shape"_a, "is_dead"_a, "payload"_a,
            "Hand a received tensor its caller refused to the next recv of its key and step.")

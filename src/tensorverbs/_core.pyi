@@ -79,6 +79,9 @@ class RecvHandle:
         Stop waiting: the recv's caller gets (code, message); a tensor that arrives anyway is kept for the next recv of its key and step.
         """
 
+    def cancel(self) -> None:
+        """give_up(CANCELLED, "the recv was cancelled"): its caller cancelled it."""
+
     def wait(self, seconds: float) -> int:
         """
         Wait up to `seconds` for the answer and settle the recv's future in this thread: 0 not yet, 1 settled here, 2 settled by the settler thread or another waiter (wait on the future).
@@ -135,9 +138,9 @@ class Rendezvous:
         Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), lands in it where it can (payload then views it).
         """
 
-    def recv_async(self, step: int, src: int, name: str, timeout: float, future: object, settle: object, destination: object | None = None) -> RecvHandle:
+    def recv_async(self, step: int, src: int, name: str, timeout: float, call: object, settle: object, destination: object | None = None) -> RecvHandle:
         """
-        Start a recv; settle(future, code, message, dtype, shape, is_dead, payload) is called with its answer (returning False if the future was cancelled or the tensor is refused: it goes to the next recv). `destination` as for recv.
+        Start a recv; settle(call, code, message, dtype, shape, is_dead, payload) is called with its answer (returning False if the recv was cancelled or the tensor is refused: it goes to the next recv); call.done() tells whether the recv's future is settled. `destination` as for recv.
         """
 
     def give_back(self, step: int, src: int, name: str, dtype: int, shape: Sequence[int], is_dead: bool, payload: object) -> None:

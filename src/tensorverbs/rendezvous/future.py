@@ -12,13 +12,14 @@ future is settled, e.g. at the recv's deadline. A sleep of at most a slice bound
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import logging
 import threading
 import time
 from concurrent.futures import _base
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Protocol
 
 from ..errors import CancelledError, DeadlineExceededError
 from .completion import wait_in_slices
@@ -34,6 +35,43 @@ _log = logging.getLogger("concurrent.futures")
 _CANCELLED = (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 
 
+class NativeWait(Protocol):
+    """What waits for a recv's answer and settles its future in the waiting thread."""
+
+    def wait(self, seconds: float) -> int: ...
+
+
+class Cancellable(Protocol):
+    """A recv in flight that its future's cancel gives up."""
+
+    def cancel(self) -> None: ...
+
+
+class _Condition(threading.Condition):
+    """A :class:`threading.Condition` over an RLock whose lock methods are the class's, not
+    five methods bound to each instance: a future in flight is three objects for the
+    garbage collector to track instead of eight (thousands of recvs are in flight at once)."""
+
+    def __init__(self) -> None:  # the base's fields but the bound methods
+        self._lock = threading.RLock()
+        self._waiters: collections.deque[Any] = collections.deque()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def _release_save(self) -> Any:
+        return self._lock._release_save()  # type: ignore[attr-defined]
+
+    def _acquire_restore(self, state: Any) -> None:
+        self._lock._acquire_restore(state)  # type: ignore[attr-defined]
+
+    def _is_owned(self) -> bool:
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+
+
 class RecvFuture(concurrent.futures.Future[Any]):
     """A :class:`concurrent.futures.Future` of a recv from ``peer``. :meth:`result` and
     :meth:`exception` raise CancelledError once it is cancelled and DeadlineExceededError
@@ -42,11 +80,17 @@ class RecvFuture(concurrent.futures.Future[Any]):
     settles it; one added once it is done runs at once, in the caller's thread."""
 
     def __init__(self, lanes: Lanes | None = None, peer: str = "") -> None:
-        super().__init__()
+        # the base class's fields, its condition the lean one
+        self._condition = _Condition()
+        self._state = _base.PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[concurrent.futures.Future[Any]], object]] = []
         self._lanes, self._peer = lanes, peer
         self._return: Callable[[], object] | None = None
-        self._native: Callable[[float], int] | None = None
-        self._on_cancel: Callable[[], object] | None = None
+        self._native: NativeWait | None = None
+        self._on_cancel: Cancellable | None = None
 
     def __await__(self) -> Generator[Any, None, Any]:
         """``await fut`` in a coroutine: the recv's result, without blocking the event loop.
@@ -64,25 +108,25 @@ class RecvFuture(concurrent.futures.Future[Any]):
             self.cancel()  # the awaiting task was cancelled: the recv with it
             raise
 
-    def settled_by(self, wait: Callable[[float], int]) -> None:
+    def settled_by(self, native: NativeWait) -> None:
         """Let a thread that waits for the result settle this future itself, woken directly
         by the answer (no hand-off through the thread that settles it otherwise):
-        ``wait(seconds)`` waits so and returns 0 (not yet), 1 (settled) or 2 (settled
-        elsewhere: wait on this future)."""
-        self._native = wait
+        ``native.wait(seconds)`` waits so and returns 0 (not yet), 1 (settled) or 2
+        (settled elsewhere: wait on this future)."""
+        self._native = native
 
-    def on_cancel(self, fn: Callable[[], object]) -> None:
-        """Call ``fn`` (quick, never raising) when this future is cancelled; at once if it
-        is already."""
-        self._on_cancel = fn
-        if self._state in _CANCELLED:  # (read without the lock: cancel() calls fn after setting it)
-            fn()
+    def on_cancel(self, recv: Cancellable) -> None:
+        """Call ``recv.cancel()`` (quick, never raising) when this future is cancelled; at
+        once if it is already."""
+        self._on_cancel = recv
+        if self._state in _CANCELLED:  # (read without the lock: cancel() calls it after setting it)
+            recv.cancel()
 
     def cancel(self) -> bool:
         if not super().cancel():
             return False
         if self._on_cancel is not None:
-            self._on_cancel()
+            self._on_cancel.cancel()
         return True
 
     def returnable(self, give_back: Callable[[], object]) -> None:
@@ -108,7 +152,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
         the thread settling this future (Ctrl-C), then raise the first such exception (the
         base class would skip the callbacks after it)."""
         interrupted: BaseException | None = None
-        for callback in self._done_callbacks:  # type: ignore[attr-defined]
+        for callback in self._done_callbacks:
             try:
                 callback(self)
             except Exception:
@@ -153,7 +197,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
         native = self._native
         if native is not None:
             started = time.monotonic()
-            if native(seconds) == 0 or self.done():
+            if native.wait(seconds) == 0 or self.done():
                 return self.done()
             # settled elsewhere, or here onto a lane (a copy to a device): the future's own
             # wait from here on

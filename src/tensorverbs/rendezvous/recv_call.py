@@ -45,6 +45,8 @@ class RecvCall:
     future: RecvFuture = field(default_factory=RecvFuture)
     started: float = field(default_factory=time.monotonic)
     out: Out | None = None
+    #: the peer's number in the protocol's native core, once a recv there serves it
+    peer_id: int = -1
 
     @property
     def what(self) -> str:
@@ -62,6 +64,10 @@ class RecvCall:
 
     def fail(self, error: TensorverbsError) -> bool:
         return settle(self.future, error)
+
+    def done(self) -> bool:
+        """Whether its future is settled."""
+        return self.future.done()
 
 
 class PendingRecv(abc.ABC):

@@ -73,23 +73,13 @@ def _array(dtype: int, shape: tuple, payload: Any) -> np.ndarray:
     return np.ndarray(shape, numpy_dtype(dtype), payload)
 
 
-class _CoreRecv(PendingRecv):
-    """A recv the core serves: cancelling it gives it up there."""
-
-    def __init__(self, handle: "_core.RecvHandle") -> None:
-        self.handle = handle
-
-    def cancel(self) -> None:
-        self.handle.give_up(int(Code.CANCELLED), "the recv was cancelled")
-
-
 class _Connecting(PendingRecv):
     """A recv waiting for its channel to be set up, then for the core."""
 
     def __init__(self, peer: str) -> None:
         self.peer = peer
         self.task: concurrent.futures.Future | None = None
-        self.core: _CoreRecv | None = None
+        self.core: _core.RecvHandle | None = None  # (its cancel gives the core's recv up)
         self.cancelled = False
 
     def cancel(self) -> None:
@@ -117,6 +107,7 @@ class VerbsRendezvous(RemoteRendezvous):
         self._joining = threading.Lock()
         self.core: _core.Rendezvous  # once started
         self.channels: VerbsChannels
+        self._settle_core = self._settle  # bound once: the core calls it for every recv_async
 
     def start(self) -> None:
         cfg, bind = self.options.rdma_config, self.options.bind
@@ -298,15 +289,14 @@ class VerbsRendezvous(RemoteRendezvous):
         self._start(call, src, _timeout(timeout))
         return call.future
 
-    def _start(self, call: RecvCall, src: int, timeout: float) -> _CoreRecv:
+    def _start(self, call: RecvCall, src: int, timeout: float) -> "_core.RecvHandle":
         """Start the core's recv settling ``call``; cancelling its future gives it up."""
-        handle = self.core.recv_async(call.step_id, src, call.key.name, timeout, call.future,
-                                      functools.partial(self._settle, call, src),
+        call.peer_id = src
+        handle = self.core.recv_async(call.step_id, src, call.key.name, timeout, call, self._settle_core,
                                       call.out and call.out.destination)
-        call.future.settled_by(handle.wait)
-        op = _CoreRecv(handle)
-        call.future.on_cancel(op.cancel)
-        return op
+        call.future.settled_by(handle)
+        call.future.on_cancel(handle)
+        return handle
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
         op = _Connecting(str(call.key.src))
@@ -328,12 +318,13 @@ class VerbsRendezvous(RemoteRendezvous):
         # a cancel from now on gives the core's recv up (also one that came meanwhile)
         op.core = self._start(call, self.ids[call.key.src], _timeout(call.time_left()))
 
-    def _settle(self, call: RecvCall, src: int, fut: concurrent.futures.Future, code: int,
-                message: str, dtype: int, shape: tuple, is_dead: bool, payload: Any) -> bool:
-        """Settle ``call`` (its future ``fut``) with the core's answer, in the core's settler
-        thread; False if it was cancelled already or its ``out`` refuses the tensor (which
-        then goes back to the core for the next recv). A tensor for a device is handed to
-        the peer's lane, which copies it there and settles the future."""
+    def _settle(self, call: RecvCall, code: int, message: str, dtype: int, shape: tuple, is_dead: bool,
+                payload: Any) -> bool:
+        """Settle ``call`` with the core's answer, in the core's settler thread (or one that
+        waits for it); False if it was cancelled already or its ``out`` refuses the tensor
+        (which then goes back to the core for the next recv). A tensor for a device is
+        handed to the peer's lane, which copies it there and settles the future."""
+        fut, src = call.future, call.peer_id
         if code:
             return settle(fut, from_code(code, self.ids.named(message)))
         array = _plain_array(dtype, shape, is_dead, payload) if call.out is None and call.device is HOST else None
