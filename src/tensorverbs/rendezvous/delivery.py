@@ -13,7 +13,6 @@ proxy copies counted.
 """
 from __future__ import annotations
 
-import functools
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -119,23 +118,23 @@ class Delivery:
             return True
         if give_back is not None and not is_descriptor(value.array):
             if call.out is None:
-                fut.returnable(functools.partial(give_back, value))
+                fut.returnable(give_back, value)
             else:  # out's landing holds it now: the future keeps no buffer of the transport
-                fut.returnable(functools.partial(
-                    _hand_back_landing, Value(call.out.landing, value.is_dead, value.ticket), give_back))
+                fut.returnable(_hand_back_landing, Value(call.out.landing, value.is_dead, value.ticket), give_back)
         return settle(fut, None, result)
 
 
     def settle_host(self, call: RecvCall, array: Any, observe: int | None,
-                    give_back: Callable[[], object]) -> bool:
+                    give_back: Callable[..., object], *args: Any) -> bool:
         """:meth:`settle` of a numeric host array (not dead) for a recv on the host without
-        ``out``, whose result is the array itself: no refusal, lane or copy to consider."""
+        ``out``, whose result is the array itself: no refusal, lane or copy to consider;
+        ``give_back(*args)`` hands it back."""
         fut = call.future
         if fut.done():
             return False
         if observe is not None:
             self.observe(call.key.src, observe, call.started)
-        fut.returnable(give_back)
+        fut.returnable(give_back, *args)
         return settle(fut, None, array)
 
 

@@ -71,6 +71,10 @@ class _Condition(threading.Condition):
     def _is_owned(self) -> bool:
         return bool(self._lock._is_owned())  # type: ignore[attr-defined]
 
+    def notify_all(self) -> None:
+        if self._waiters:  # (most futures are settled before anyone waits on their condition)
+            super().notify_all()
+
 
 class RecvFuture(concurrent.futures.Future[Any]):
     """A :class:`concurrent.futures.Future` of a recv from ``peer``. :meth:`result` and
@@ -88,7 +92,8 @@ class RecvFuture(concurrent.futures.Future[Any]):
         self._waiters: list[Any] = []
         self._done_callbacks: list[Callable[[concurrent.futures.Future[Any]], object]] = []
         self._lanes, self._peer = lanes, peer
-        self._return: Callable[[], object] | None = None
+        self._return: Callable[..., object] | None = None
+        self._return_args: tuple[Any, ...] = ()
         self._native: NativeWait | None = None
         self._on_cancel: Cancellable | None = None
 
@@ -129,11 +134,13 @@ class RecvFuture(concurrent.futures.Future[Any]):
             self._on_cancel.cancel()
         return True
 
-    def returnable(self, give_back: Callable[[], object]) -> None:
+    def returnable(self, give_back: Callable[..., object], *args: Any) -> None:
         """Tell how to hand the tensor this future was settled with back to the next recv
-        of its key and step (tensorverbs' own: set by the rendezvous that settled it)."""
+        of its key and step, ``give_back(*args)`` (tensorverbs' own: set by the rendezvous
+        that settled it; no object binds them, one for every future would be one more for
+        the garbage collector to track)."""
         with self._condition:
-            self._return = give_back
+            self._return, self._return_args = give_back, args
 
     def give_back(self) -> bool:
         """Hand the tensor this future holds to the next recv of its key and step, as if it
@@ -144,7 +151,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
             give_back, self._return = self._return, None
         if give_back is None or not self.done() or self.cancelled() or super().exception() is not None:
             return False
-        give_back()
+        give_back(*self._return_args)
         return True
 
     def _invoke_callbacks(self) -> None:

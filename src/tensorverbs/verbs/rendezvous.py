@@ -116,6 +116,7 @@ class VerbsRendezvous(RemoteRendezvous):
             cfg.rendezvous == "read",
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes, recover=True)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
+        self._core_give_back = self.core.give_back  # bound once: futures keep it
         self.rt.counters.source(self.core.stats)
         self.rt.counters.gauge("setups_awaiting_join", lambda: self.ids.waiting)
         self.rt.counters.gauge("channel_setups", self.channels.setting_up)
@@ -329,9 +330,9 @@ class VerbsRendezvous(RemoteRendezvous):
             return settle(fut, from_code(code, self.ids.named(message)))
         array = _plain_array(dtype, shape, is_dead, payload) if call.out is None and call.device is HOST else None
         if array is not None:
-            return self.delivery.settle_host(
-                call, array, array.nbytes if src != self.task_id else None,
-                functools.partial(self.core.give_back, call.step_id, src, call.key.name, dtype, shape, False, payload))
+            return self.delivery.settle_host(call, array, array.nbytes if src != self.task_id else None,
+                                             self._core_give_back, call.step_id, src, call.key.name, dtype,
+                                             shape, False, payload)
         try:
             value = Value(_array(dtype, shape, payload), is_dead)
         except Exception as exc:  # a malformed TensorProto
