@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::uint64_t kWakeCookie = 1;
 constexpr std::uint64_t kDoorbellCookie = 2;
-constexpr int kSocketPollEvery = 16;  // spin iterations between epoll_wait(0) calls
+constexpr int kSocketPollEvery = 16;  // spin turns between checks of sockets without data
 
 }  // namespace
 
@@ -106,9 +106,15 @@ void Progress::wait(Waiter& waiter, Clock::time_point deadline) {
 
 void Progress::drive(Waiter& waiter, Clock::time_point deadline) {
   Clock::time_point spin_end = Clock::now() + kSpinTime;
-  for (int iteration = 0;; ++iteration) {
+  for (int turn = 0;; ++turn) {
+    // sockets that carry data on every turn: a turn yields the processor (spin_pause), which
+    // on a busy machine takes longer than the system call (checking them on every 16th turn
+    // made a 4 KiB round trip over TCP 1.7x slower: 130-150 vs 78-81 us, two processes on
+    // two cores); the others (rings in shared memory carry the data) now and then
     bool did = hooks_->poll_memory();
-    if (iteration % kSocketPollEvery == 0) did |= handle_events(0);
+    if (data_sockets_.load(std::memory_order_relaxed) > 0 || turn % kSocketPollEvery == 0) {
+      did |= handle_events(0);
+    }
     if (waiter.ready()) return;
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return;
@@ -134,7 +140,7 @@ void Progress::drive(Waiter& waiter, Clock::time_point deadline) {
     waiting_->store(0, std::memory_order_relaxed);
     waiter.disarm();
     spin_end = Clock::now() + kSpinTime;
-    iteration = -1;  // a socket check on the next pass
+    turn = -1;  // a socket check on the next turn
   }
 }
 

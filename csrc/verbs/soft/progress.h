@@ -58,6 +58,10 @@ class Progress {
   // Watches `fd` for reading (and writing when `write`); `cookie` identifies it to on_event.
   Status watch(int fd, std::uint64_t cookie, bool write, bool add);
   void unwatch(int fd);
+  // A watched socket starts (+1) or stops (-1) carrying data (a queue pair without shared
+  // memory rings): while any does, a spinning driver checks the sockets on every turn, not
+  // on every kSocketPollEvery-th.
+  void data_sockets(int delta) { data_sockets_.fetch_add(delta, std::memory_order_relaxed); }
 
   // Drives (or waits for the driver) until waiter.ready() or `deadline`.
   void wait(Waiter& waiter, Clock::time_point deadline);
@@ -88,6 +92,7 @@ class Progress {
   std::mutex cv_mu_;
   std::condition_variable cv_;
   std::atomic<int> sleepers_{0};
+  std::atomic<int> data_sockets_{0};
 };
 
 }  // namespace tensorverbs::verbs::soft

@@ -250,6 +250,10 @@ void SoftQueuePair::start_locked() {
     enter_error_locked(watched.message());
     return;
   }
+  if (!peer_ring_ && !data_socket_) {
+    data_socket_ = true;
+    progress->data_sockets(+1);
+  }
   context_->activate(cookie_);
   retry_pending_locked();
   emit_locked();
@@ -271,6 +275,10 @@ void SoftQueuePair::to_error(std::string_view why) {
 }
 
 void SoftQueuePair::teardown_locked() {
+  if (data_socket_) {
+    data_socket_ = false;
+    context_->progress().data_sockets(-1);
+  }
   if (stream_) {
     context_->progress().unwatch(stream_->fd());
     stream_->shutdown();

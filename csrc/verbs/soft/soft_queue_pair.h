@@ -188,6 +188,7 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::string detail_;
   // connection
   std::shared_ptr<Stream> stream_;
+  bool data_socket_ = false;  // its stream carries the data (no rings), counted by Progress
   bool dialed_in_ = false;  // the stream came from the peer's dial (before or after connect)
   Token dialer_token_{};
   std::shared_ptr<PeerMemory> peer_;
