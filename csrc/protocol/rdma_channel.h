@@ -14,6 +14,9 @@
 // completions free entries (after a batch; the owner's housekeeping as a fallback). The
 // peer may send first (its side connects before this one): what this side sends before it
 // is connected waits until connect().
+//
+// (Defined in rdma_channel.cc; what arrives in rdma_channel_receive.cc; the tables of
+// requests and responses in rdma_channel_tables.cc.)
 #pragma once
 
 #include <atomic>

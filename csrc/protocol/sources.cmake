@@ -11,6 +11,8 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/protocol_counters.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_adapter.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_channel.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/rdma_channel_receive.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/rdma_channel_tables.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_message.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_message_buffer.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_rendezvous.cc"

@@ -103,6 +103,7 @@ class VerbsChannels:
                 setup = self._setups[peer] = shared_task(self._setup(peer))
             try:
                 await asyncio.shield(setup)
+                return
             except asyncio.CancelledError:
                 if not setup.cancelled():
                     raise  # this wait was cancelled, not the set-up
