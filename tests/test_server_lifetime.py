@@ -1,9 +1,13 @@
 """A Server leaves nothing behind: not when its construction fails (no thread left
-running, its port free), not when it is dropped without stop() (a finalizer stops it)."""
+running, its port free), not when it is dropped without stop() (a finalizer stops it);
+and a process that exits with a server running exits cleanly."""
 from __future__ import annotations
 
 import gc
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import weakref
 
@@ -70,3 +74,32 @@ def test_a_server_dropped_without_stop_stops(variant):
     gc.collect()
     assert dropped() is None, "something keeps the dropped server alive"
     _assert_gone(before, spec["ps"][0])
+
+
+#: a process that exits with its server running, whose native core wakes the server's
+#: thread waiting in it (for lost channels) as the interpreter finalizes
+_WOKEN_AT_EXIT = textwrap.dedent("""
+    import time
+    import tensorverbs as tv
+    from tensorverbs.local_cluster import free_port
+
+    server = tv.Server({"solo": [f"127.0.0.1:{free_port('127.0.0.1')}"]}, "solo", 0, "grpc+verbs")
+
+    class StopsTheCoreAtFinalization:
+        def __init__(self, core):
+            self.core, self.sleep = core, time.sleep
+
+        def __del__(self):  # as the module's globals are cleared, the interpreter finalizing
+            self.core.stop()
+            self.sleep(0.5)  # (the GIL released: the woken thread comes back meanwhile)
+
+    stopper = StopsTheCoreAtFinalization(server._rendezvous.core)
+""")
+
+
+def test_a_thread_woken_in_the_core_as_the_interpreter_finalizes_does_not_abort_the_process():
+    """Such a thread may not take the GIL again: CPython would end it with pthread_exit
+    through a destructor of the binding's, and the process with SIGABRT (a Ray actor did,
+    exiting with a channel just lost). It parks instead; the process exits with 0."""
+    done = subprocess.run([sys.executable, "-c", _WOKEN_AT_EXIT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Fatal Python error" not in done.stderr, done.stderr[-2000:]

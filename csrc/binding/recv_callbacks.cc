@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "binding/byte_view.h"
+#include "binding/gil_released.h"
 #include "core/spin_pause.h"
 #include "core/thread_guard.h"
 #include "core/thread_name.h"
@@ -49,7 +50,7 @@ class Settler {
       wake_.notify_one();
     }
     if (thread.joinable()) {
-      nb::gil_scoped_release release;
+      GilReleased release;
       thread.join();
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -207,7 +208,7 @@ void FutureRecv::complete(RecvResult result) {
 FutureRecv::Waited FutureRecv::wait_here(double seconds) {
   RecvResult result;
   {
-    nb::gil_scoped_release release;
+    GilReleased release;
     std::unique_lock<std::mutex> lock(mu_);
     if (state_ != State::kPending) return Waited::kElsewhere;
     state_ = State::kWaited;
@@ -254,7 +255,7 @@ void FutureRecv::settle_here(RecvResult& result) {
   if (!nb::cast<bool>(returned) && result.status.ok()) {
     // cancelled just as it arrived, or refused: the next recv gets it
     if (auto rendezvous = rendezvous_.lock()) {
-      nb::gil_scoped_release release;
+      GilReleased release;
       rendezvous->keep_late(key_, std::move(result.value));
     }
   }

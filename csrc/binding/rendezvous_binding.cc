@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "binding/byte_view.h"
+#include "binding/gil_released.h"
 #include "binding/py_ref.h"
 #include "binding/recv_callbacks.h"
 #include "binding/status_error.h"
@@ -33,11 +34,6 @@ namespace {
 // How often a recv blocked on the main thread runs the signal handlers: Ctrl-C interrupts
 // it within this (plus the time to take the GIL).
 constexpr auto kSignalSlice = std::chrono::milliseconds(20);
-
-// Python's main thread, the only one that runs signal handlers (set when the module loads).
-unsigned long main_thread_ident = 0;
-
-bool on_main_thread() { return PyThread_get_thread_ident() == main_thread_ident; }
 
 // A recv's destination from Python: None, or (dtype, shape, a writable C-contiguous buffer),
 // lent to the recv through its callback `owner`.
@@ -84,7 +80,7 @@ struct RecvHandle {
   std::weak_ptr<FutureRecv> future;
   void give_up(int code, const std::string& message) {
     if (!recv) return;
-    nb::gil_scoped_release release;
+    GilReleased release;
     recv->give_up(Status(static_cast<Code>(code), message));
   }
   void cancel() { give_up(static_cast<int>(Code::kCancelled), "the recv was cancelled"); }
@@ -105,7 +101,7 @@ class Rendezvous {
                                 pool_limit, recover};
     Result<std::unique_ptr<RdmaRendezvous>> opened = Status(Code::kUnknown, "");
     {
-      nb::gil_scoped_release release;
+      GilReleased release;
       opened = RdmaRendezvous::open(std::move(settings));
     }
     rv_ = std::shared_ptr<RdmaRendezvous>(check(std::move(opened)));
@@ -115,7 +111,7 @@ class Rendezvous {
     const std::string_view view(static_cast<const char*>(offered.data()), offered.size());
     Result<std::string> described = Status(Code::kUnknown, "");
     {
-      nb::gil_scoped_release release;
+      GilReleased release;
       described = rv_->channel(peer, incarnation, view);
     }
     const std::string bytes = check(std::move(described));
@@ -126,19 +122,19 @@ class Rendezvous {
     const std::string view(static_cast<const char*>(remote.data()), remote.size());
     Status status;
     {
-      nb::gil_scoped_release release;
+      GilReleased release;
       status = rv_->connect(peer, incarnation, view);
     }
     check(status);
   }
 
   void fail_channel(std::int32_t peer, int code, const std::string& message, bool transient) {
-    nb::gil_scoped_release release;
+    GilReleased release;
     rv_->fail_channel(peer, Status(static_cast<Code>(code), message), transient);
   }
 
   std::optional<std::int32_t> next_lost(double timeout) {
-    nb::gil_scoped_release release;
+    GilReleased release;
     return rv_->next_lost(timeout);
   }
 
@@ -149,7 +145,7 @@ class Rendezvous {
     value.ticket = std::move(ticket);
     Status status;
     {
-      nb::gil_scoped_release release;
+      GilReleased release;
       status = rv_->send(step, dst, std::move(name), std::move(value));
     }
     check(status);
@@ -176,7 +172,7 @@ class Rendezvous {
     std::int64_t failed = -1;
     Status status;
     {
-      nb::gil_scoped_release release;
+      GilReleased release;
       for (std::size_t i = 0; i < n && failed < 0; ++i) {
         status = rv_->send(steps[i], dsts[i], std::move(names[i]), std::move(values[i]));
         if (!status.ok()) failed = static_cast<std::int64_t>(i);
@@ -192,7 +188,7 @@ class Rendezvous {
     TensorValue value = to_value(dtype, std::move(shape), is_dead, data);
     std::vector<Status> sent;
     {
-      nb::gil_scoped_release release;
+      GilReleased release;
       sent = rv_->broadcast(step, dsts, name, std::move(value), std::move(tickets));
     }
     std::vector<std::pair<int, std::string>> out;
@@ -207,7 +203,7 @@ class Rendezvous {
     StepKey key{step, RendezvousKey{src, rv_->task(), name}};
     std::shared_ptr<PendingRecv> pending;
     {
-      nb::gil_scoped_release release;
+      GilReleased release;
       pending = rv_->recv(step, src, std::move(name), timeout, waiting, std::move(into));
     }
     wait_interruptibly(*waiting, [&] {
@@ -227,7 +223,7 @@ class Rendezvous {
     auto batch = std::make_shared<BatchRecv>(n);
     std::vector<std::shared_ptr<PendingRecv>> pending(n);
     {
-      nb::gil_scoped_release release;
+      GilReleased release;
       for (std::size_t i = 0; i < n; ++i) {
         pending[i] = rv_->recv(steps[i], srcs[i], names[i], timeout, batch->entry(i));
       }
@@ -255,7 +251,7 @@ class Rendezvous {
     auto callback = std::make_shared<FutureRecv>(rv_, std::move(key), std::move(call), std::move(settle));
     std::optional<RecvDestination> into = to_destination(destination, callback);
     std::weak_ptr<FutureRecv> settling = callback;
-    nb::gil_scoped_release release;
+    GilReleased release;
     return RecvHandle{rv_, rv_->recv(step, src, std::move(name), timeout, std::move(callback),
                                      std::move(into)), std::move(settling)};
   }
@@ -263,18 +259,18 @@ class Rendezvous {
   void give_back(std::int64_t step, std::int32_t src, std::string name, std::int32_t dtype,
                  std::vector<std::int64_t> shape, bool is_dead, nb::handle payload) {
     TensorValue value = to_value(dtype, std::move(shape), is_dead, payload);
-    nb::gil_scoped_release release;
+    GilReleased release;
     StepKey key{step, RendezvousKey{src, rv_->task(), std::move(name)}};
     rv_->keep_late(key, std::move(value));
   }
 
   void abort_step(std::int64_t step, int code, const std::string& message) {
-    nb::gil_scoped_release release;
+    GilReleased release;
     rv_->abort_step(step, Status(static_cast<Code>(code), message));
   }
 
   void cleanup_step(std::int64_t step) {
-    nb::gil_scoped_release release;
+    GilReleased release;
     rv_->cleanup_step(step);
   }
 
@@ -291,7 +287,7 @@ class Rendezvous {
   }
 
   void stop() {
-    nb::gil_scoped_release release;
+    GilReleased release;
     rv_->stop();
   }
 
@@ -308,13 +304,13 @@ class Rendezvous {
     const bool signals = on_main_thread();
     for (;;) {
       {
-        nb::gil_scoped_release release;
+        GilReleased release;
         if (waiting.wait_for(signals ? kSignalSlice : std::chrono::hours(1))) return;
       }
       if (!signals || PyErr_CheckSignals() == 0) continue;
       nb::python_error raised;  // takes the handler's exception
       {
-        nb::gil_scoped_release release;
+        GilReleased release;
         give_up();
       }
       throw raised;
@@ -329,8 +325,7 @@ class Rendezvous {
 }  // namespace
 
 void bind_rendezvous(nb::module_& m) {
-  main_thread_ident = nb::cast<unsigned long>(
-      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  note_main_thread();
   nb::class_<RecvHandle>(m, "RecvHandle", "A recv in flight.")
       .def("give_up", &RecvHandle::give_up, "code"_a, "message"_a,
            "Stop waiting: the recv's caller gets (code, message); a tensor that arrives "

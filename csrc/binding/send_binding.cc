@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "binding/gil_released.h"
 #include "protocol/send_completion.h"
 
 namespace nb = nanobind;
@@ -34,7 +35,7 @@ void bind_send_completion(nb::module_& m) {
       .def(
           "wait",
           [](const SendCompletion& c, double timeout) {
-            nb::gil_scoped_release release;
+            GilReleased release;
             return c.wait(timeout);
           },
           "timeout"_a, "Wait until settled (timeout < 0: none); False if the timeout passed.")
@@ -58,7 +59,7 @@ void bind_send_completion(nb::module_& m) {
       .def(
           "wait_all",
           [](SendLedger& l, double timeout) {
-            nb::gil_scoped_release release;
+            GilReleased release;
             return l.wait_all(timeout);
           },
           "timeout"_a, "Wait until every send is settled (timeout < 0: none); False if it passed.")

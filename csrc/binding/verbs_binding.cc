@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "binding/byte_view.h"
+#include "binding/gil_released.h"
 #include "binding/py_ref.h"
 #include "binding/status_error.h"
 #include "binding/verbs_config.h"
@@ -182,7 +183,7 @@ void bind_verbs(nb::module_& m) {
         std::vector<WorkCompletion> out(static_cast<std::size_t>(max));
         int n;
         {
-          nb::gil_scoped_release release;
+          GilReleased release;
           n = cq.poll(out.data(), max);
         }
         out.resize(static_cast<std::size_t>(n));
@@ -192,7 +193,7 @@ void bind_verbs(nb::module_& m) {
         std::vector<WorkCompletion> out(static_cast<std::size_t>(max));
         int n;
         {
-          nb::gil_scoped_release release;
+          GilReleased release;
           n = cq.wait(out.data(), max, timeout_ms);
         }
         out.resize(static_cast<std::size_t>(n));
@@ -212,7 +213,7 @@ void bind_verbs(nb::module_& m) {
         const std::string bytes(static_cast<const char*>(remote.data()), remote.size());
         Status status;
         {
-          nb::gil_scoped_release release;
+          GilReleased release;
           status = qp.connect(bytes);
         }
         if (!status.ok()) raise(status);
@@ -220,7 +221,7 @@ void bind_verbs(nb::module_& m) {
       .def("post_send", [](QueuePair& qp, const std::vector<SendWr>& wrs) {
         Status status;
         {
-          nb::gil_scoped_release release;
+          GilReleased release;
           status = qp.post_send(wrs.data(), wrs.size());
         }
         if (!status.ok()) raise(status);
@@ -253,7 +254,7 @@ void bind_verbs(nb::module_& m) {
         const Provider* chosen = check(select_provider(config));
         Result<std::shared_ptr<Context>> opened = Status(Code::kUnknown, "");
         {
-          nb::gil_scoped_release release;
+          GilReleased release;
           opened = chosen->open(config, listen_host);
         }
         return check(std::move(opened));
