@@ -107,11 +107,11 @@ class VerbsChannels:
             except asyncio.CancelledError:
                 if not setup.cancelled():
                     raise  # this wait was cancelled, not the set-up
-                if self._setups.get(peer) is setup and not self.core.ready(pid):
-                    raise UnavailableError(f"setting up the verbs channel to {peer} was given up") from None
-            except Exception:
-                if self._setups.get(peer) is setup and not self.core.ready(pid):
-                    raise
+                failure: Exception = UnavailableError(f"setting up the verbs channel to {peer} was given up")
+            except Exception as exc:
+                failure = exc
+            if self._setups.get(peer) is setup and not self.core.ready(pid):
+                raise failure  # (a set-up that moved() replaced is followed by the next)
 
     async def moved(self, peer: TaskName) -> None:
         """``peer`` is at another address now (on the loop): a set-up under way at its old
