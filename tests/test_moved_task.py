@@ -26,6 +26,14 @@ def _wait_for_setups(server: tv.Server, n: int, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
+def _addresses(n: int) -> list[str]:
+    """``n`` free addresses on this host."""
+    ports = [free_port(HOST)]
+    for _ in range(n - 1):
+        ports.append(free_port(HOST, ports))
+    return [f"{HOST}:{port}" for port in ports]
+
+
 @pytest.mark.parametrize("first", ["ps", "worker"])
 @pytest.mark.parametrize("variant", VERBS)
 def test_a_recv_waiting_for_the_old_address_reaches_the_task_at_its_new(variant, first):
@@ -36,10 +44,7 @@ def test_a_recv_waiting_for_the_old_address_reaches_the_task_at_its_new(variant,
     calls the ps before the ps has learned where it is (its channel is set up from its
     side while the ps's set-up still waits at the old address)."""
     protocol, env = VARIANTS[variant]
-    ports = [free_port(HOST)]
-    for _ in range(2):
-        ports.append(free_port(HOST, ports))
-    ps_address, old, new = (f"{HOST}:{port}" for port in ports)
+    ps_address, old, new = _addresses(3)
     with tv.Server({"ps": [ps_address]}, "ps", 0, protocol, config=RdmaConfig.from_env(env),
                    spare_tasks=1, startup_grace=120) as ps:
         ps.add_task("worker", 0, old)
@@ -56,5 +61,38 @@ def test_a_recv_waiting_for_the_old_address_reaches_the_task_at_its_new(variant,
             assert same(waiting.result(timeout=90), pattern(4096, 1))
             assert same(ps.recv("c", WORKER, 2, timeout=60), pattern(3 << 20, 3))
             assert ps.stats()["channel_setups"] == 0
+        finally:
+            worker.stop()
+
+
+@pytest.mark.parametrize("variant", VERBS)
+def test_a_task_that_restarted_elsewhere_and_called_first_keeps_its_channel(variant):
+    """The worker restarts at another address and sets up its channel to the ps (it receives
+    from the ps) before the ps learns where it is now. Learning that fails the channel to
+    the worker's old incarnation only: the one the new worker set up stays connected (it
+    failed too before, and a set-up in flight when the ps learned the move failed the new
+    worker's recv: UNAVAILABLE "... moved")."""
+    protocol, env = VARIANTS[variant]
+    ps_address, old, new = _addresses(3)
+    with tv.Server({"ps": [ps_address]}, "ps", 0, protocol, config=RdmaConfig.from_env(env),
+                   spare_tasks=1) as ps:
+        ps.add_task("worker", 0, old)
+        worker = TaskProcess({"ps": [ps_address], "worker": {0: old}}, "worker", 0, protocol, env)
+        try:
+            worker.send_pattern("a", PS, 1, 4096, 1)
+            assert same(ps.recv("a", WORKER, 1, timeout=60), pattern(4096, 1))
+        finally:
+            worker.stop()
+        worker = TaskProcess({"ps": [ps_address], "worker": {0: new}}, "worker", 0, protocol, env)
+        try:
+            ps.send("b", pattern(4096, 2), to=WORKER, step_id=2)
+            assert worker.recv_pattern("b", PS, 2, 4096, 2, timeout=60)
+            connected = ps.stats()["channels_connected"]
+            ps.add_task("worker", 0, new, replace=True)
+            worker.send_pattern("c", PS, 3, 4096, 3)
+            assert same(ps.recv("c", WORKER, 3, timeout=60), pattern(4096, 3))
+            ps.send("d", pattern(4096, 4), to=WORKER, step_id=4)
+            assert worker.recv_pattern("d", PS, 4, 4096, 4, timeout=60)
+            assert ps.stats()["channels_connected"] == connected  # the worker's channel stayed
         finally:
             worker.stop()

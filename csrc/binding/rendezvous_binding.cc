@@ -128,9 +128,10 @@ class Rendezvous {
     check(status);
   }
 
-  void fail_channel(std::int32_t peer, int code, const std::string& message, bool transient) {
+  void fail_channel(std::int32_t peer, int code, const std::string& message, bool transient,
+                    std::optional<std::uint64_t> incarnation) {
     GilReleased release;
-    rv_->fail_channel(peer, Status(static_cast<Code>(code), message), transient);
+    rv_->fail_channel(peer, Status(static_cast<Code>(code), message), transient, incarnation);
   }
 
   std::optional<std::int32_t> next_lost(double timeout) {
@@ -348,10 +349,11 @@ void bind_rendezvous(nb::module_& m) {
       .def("connect", &Rendezvous::connect, "peer"_a, "incarnation"_a, "remote"_a,
            "Connect this side's channel to the peer's description.")
       .def("fail_channel", &Rendezvous::fail_channel, "peer"_a, "code"_a, "message"_a,
-           "transient"_a = false,
+           "transient"_a = false, "incarnation"_a = nb::none(),
            "The peer is gone: fail the channel and everything on it. `transient`: the "
            "channel broke under the transport instead (its recvs wait for it to be set up "
-           "again, and next_lost() names the peer).")
+           "again, and next_lost() names the peer). `incarnation`: only a channel to that "
+           "incarnation of the peer.")
       .def("next_lost", &Rendezvous::next_lost, "timeout"_a,
            "The next peer whose channel broke under the transport and should be set up "
            "again (waits up to `timeout` s, the GIL released; < 0: for ever); None on "

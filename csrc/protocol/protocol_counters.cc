@@ -35,7 +35,8 @@ std::vector<std::pair<std::string, std::uint64_t>> ProtocolCounters::snapshot() 
           {"bytes_sent", v(bytes_sent)},
           {"tensors_received", v(tensors_received)},
           {"bytes_received", v(bytes_received)},
-          {"windows", v(windows)}};
+          {"windows", v(windows)},
+          {"channels_connected", v(channels_connected)}};
 }
 
 }  // namespace tensorverbs

@@ -137,13 +137,16 @@ Status RdmaRendezvous::connect(std::int32_t peer, std::uint64_t incarnation, std
   }
   Status connected = channel->connect(description.value());
   if (connected.ok()) {
+    counters_.add(counters_.channels_connected);
     for (auto& request : take_held(peer)) resume(request, channel);
   }
   return connected;
 }
 
-void RdmaRendezvous::fail_channel(std::int32_t peer, const Status& why, bool transient) {
+void RdmaRendezvous::fail_channel(std::int32_t peer, const Status& why, bool transient,
+                                  std::optional<std::uint64_t> incarnation) {
   std::shared_ptr<RdmaChannel> channel = find_channel(peer);
+  if (incarnation && channel && channel->incarnation() != *incarnation) return;  // a later one's
   if (transient) {
     if (channel && channel->fail(why, true)) channel_lost(peer);
     return;

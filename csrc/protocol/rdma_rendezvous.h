@@ -69,8 +69,10 @@ class RdmaRendezvous final : public ChannelOwner {
   // (its channel broke under the transport) are asked again there.
   Status connect(std::int32_t peer, std::uint64_t incarnation, std::string_view remote);
   // Fails the channel to `peer` and the recvs held for it. `transient`: as if it broke under
-  // the transport (its recvs are held, and next_lost() tells it).
-  void fail_channel(std::int32_t peer, const Status& why, bool transient = false);
+  // the transport (its recvs are held, and next_lost() tells it). `incarnation`: only if the
+  // channel is to that incarnation of the peer (a later one's is left alone).
+  void fail_channel(std::int32_t peer, const Status& why, bool transient = false,
+                    std::optional<std::uint64_t> incarnation = std::nullopt);
   bool ready(std::int32_t peer) const;
   // The next peer whose channel broke under the transport, to be set up again; waits up to
   // `timeout` seconds (< 0: for ever). Nothing on timeout, or once stopped.

@@ -100,9 +100,9 @@ class Rendezvous:
     def connect(self, peer: int, incarnation: int, remote: bytes) -> None:
         """Connect this side's channel to the peer's description."""
 
-    def fail_channel(self, peer: int, code: int, message: str, transient: bool = False) -> None:
+    def fail_channel(self, peer: int, code: int, message: str, transient: bool = False, incarnation: int | None = None) -> None:
         """
-        The peer is gone: fail the channel and everything on it. `transient`: the channel broke under the transport instead (its recvs wait for it to be set up again, and next_lost() names the peer).
+        The peer is gone: fail the channel and everything on it. `transient`: the channel broke under the transport instead (its recvs wait for it to be set up again, and next_lost() names the peer). `incarnation`: only a channel to that incarnation of the peer.
         """
 
     def next_lost(self, timeout: float) -> int | None:

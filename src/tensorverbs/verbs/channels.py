@@ -62,6 +62,10 @@ class VerbsChannels:
         #: peers whose latest channel failed, or that came back as another incarnation:
         #: where they are is unsure until they are learned again
         self._unsure: set[TaskName] = set()
+        #: the incarnation each peer that came back as another (it called) had before: the
+        #: one whose channel a move fails (a move learned later must spare the new one's)
+        self._before: dict[TaskName, int] = {}
+        self._restarts = threading.Lock()  # a move's failing vs. a new incarnation calling
         self._threads = ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="tv-setup")
         threading.Thread(target=self._follow_lost, name="tv-lost-channels", daemon=True).start()
 
@@ -86,6 +90,7 @@ class VerbsChannels:
         """``peer`` left the cluster."""
         self._unsure.discard(peer)
         self._incarnations.pop(peer, None)
+        self._before.pop(peer, None)
 
     def _describe(self, description: bytes) -> dict:
         return dict(host_name=str(self.rt.task), incarnation=self.rt.incarnation,
@@ -112,6 +117,14 @@ class VerbsChannels:
                 failure = exc
             if self._setups.get(peer) is setup and not self.core.ready(pid):
                 raise failure  # (a set-up that moved() replaced is followed by the next)
+
+    def fail_moved(self, peer: TaskName, why: str) -> None:
+        """``peer`` is at another address now (on any thread): its channel fails, unless it
+        is one that the peer set up as it came back there (it called before this task
+        learned the move), and so do the recvs held for its old incarnation."""
+        with self._restarts:
+            before = self._before.pop(peer, self._incarnations.get(peer))
+            self.core.fail_channel(self.ids[peer], int(Code.UNAVAILABLE), why, incarnation=before)
 
     async def moved(self, peer: TaskName) -> None:
         """``peer`` is at another address now (on the loop): a set-up under way at its old
@@ -150,8 +163,11 @@ class VerbsChannels:
         # a task that joined at run time may call before this task has learned it
         pid = await self.ids.wait_for(peer, self.rt.peers.startup_grace)
         offered, incarnation = request.channel.provider_info, request.incarnation
-        if self._incarnations.get(peer, incarnation) != incarnation:
-            self._unsure.add(peer)  # it restarted, maybe elsewhere
+        with self._restarts:
+            known = self._incarnations.get(peer, incarnation)
+            if known != incarnation:
+                self._unsure.add(peer)  # it restarted, maybe elsewhere
+                self._before[peer] = known
         loop = asyncio.get_running_loop()
         mine = await loop.run_in_executor(self._threads, self.core.channel, pid, incarnation, offered)
         await loop.run_in_executor(self._threads, self.core.connect, pid, incarnation, offered)
@@ -180,13 +196,15 @@ class VerbsChannels:
                 return
             self._lose(peer, pid, f"its verbs channel broke and setting it up again failed ({exc})")
 
-    def _lose(self, peer: TaskName, pid: int, why: str) -> None:
+    def _lose(self, peer: TaskName, pid: int, why: str, incarnation: int | None = None) -> None:
         """``peer``'s channel failed and none replaces it (its health watch ended, or setting
         it up again failed, whichever comes first): its recvs fail with ``why``, and where
-        it is is unsure (a task that joined at run time is then gone, its id free)."""
+        it is is unsure (a task that joined at run time is then gone, its id free).
+        ``incarnation``: the channel only if it is still to that one."""
         self._unsure.add(peer)
         self.rt.peers.lost(peer)
-        self.core.fail_channel(pid, int(Code.UNAVAILABLE), f"{peer} is unavailable: {why}")
+        self.core.fail_channel(pid, int(Code.UNAVAILABLE), f"{peer} is unavailable: {why}",
+                               incarnation=incarnation)
 
     # -- liveness -------------------------------------------------------------------------
     def _watch(self, peer: TaskName, incarnation: int) -> None:
@@ -221,7 +239,7 @@ class VerbsChannels:
                 why = f"watching it failed ({type(exc).__name__}: {exc})"
             if self._incarnations.get(peer) != incarnation or peer not in self.ids:
                 return  # the channel is another incarnation's now, or the peer left
-            self._lose(peer, self.ids[peer], why)
+            self._lose(peer, self.ids[peer], why, incarnation)
         self._watches[key] = asyncio.ensure_future(watch())
 
     async def _stream_health(self, peer: TaskName, incarnation: int,

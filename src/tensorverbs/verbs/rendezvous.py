@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import _core
 from ..devices import HOST, Device
-from ..errors import Code, TensorverbsError, UnavailableError, as_error, from_code
+from ..errors import TensorverbsError, UnavailableError, as_error, from_code
 from ..out import Out
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
@@ -151,7 +151,7 @@ class VerbsRendezvous(RemoteRendezvous):
 
     def moved(self, task: "TaskName") -> None:
         """The channel to ``task``'s old address fails; the next recv sets one up at its new."""
-        self.core.fail_channel(self.ids[task], int(Code.UNAVAILABLE), f"{task} moved")
+        self.channels.fail_moved(task, f"{task} moved")
         self.rt.loop.submit(self.channels.moved(task))  # before any set-up asked for later
 
     # -- this task's tensors ----------------------------------------------------------------
