@@ -37,6 +37,12 @@ class Sending:
     def send(self, name: str, value: Any, to: str | Sequence[str], step_id: int,
              is_dead: bool) -> SendHandle:
         """Offer ``value`` as ``name`` to ``to`` (a task, or a list of them) at ``step_id``."""
+        if is_dead is False and (offer := self._host_offer(name, value, to, step_id)) is not None:
+            step, key, host = offer  # (most sends: a host tensor to one task)
+            with _failing([host.ticket]):
+                self._rendezvous.send(step, key, host)
+            self._rt.counters.add("sends")
+            return SendHandle(host.ticket.completion)
         if isinstance(value, TensorList):  # moved as one tensor
             value = value.pack()
         if not isinstance(to, (str, TaskName)):
@@ -59,7 +65,7 @@ class Sending:
         run: list[tuple[int, RendezvousKey, Value]] = []
         for i, entry in enumerate(batch):
             try:
-                offer = self._host_offer(entry)
+                offer = self._host_offer(entry.name, entry.value, entry.to, entry.step_id)
                 if offer is None:  # by handle, a TensorList or a broadcast: its own send
                     self._offer_run(run, i)
                     handles.append(self.send(entry.name, entry.value, entry.to, entry.step_id, False))
@@ -72,18 +78,17 @@ class Sending:
         self._offer_run(run, len(batch))
         return handles
 
-    def _host_offer(self, entry: Any) -> tuple[int, RendezvousKey, Value] | None:
-        """(step, key, value with its ticket) of an entry sending a host tensor to one
-        task, which its protocol can offer with others; None for any other entry."""
-        value, to = entry.value, entry.to
+    def _host_offer(self, name: str, value: Any, to: Any, step_id: int) -> tuple[int, RendezvousKey, Value] | None:
+        """(step, key, value with its ticket) of a send of a host tensor to one task,
+        which its protocol can offer with others; None for any other send."""
         if not isinstance(to, (str, TaskName)):
             return None
         if type(value) is not np.ndarray:  # (a numpy array is on the host, as it is)
             if isinstance(value, TensorList) or (device := device_of(value)) is not HOST:
                 return None
             value = host_array(value, device)[0]
-        key = self._keys.send(entry.name, str(to))
-        step = check.integer(entry.step_id, "step_id")
+        key = self._keys.send(name, str(to))
+        step = check.integer(step_id, "step_id")
         return step, key, Value(_prepared(value), False, self._open(key, step))
 
     def _offer_run(self, run: list[tuple[int, RendezvousKey, Value]], end: int) -> None:

@@ -50,9 +50,10 @@ def _timeout(timeout: float | None) -> float:
 def _wire(array: np.ndarray) -> tuple[int, Any]:
     """The DataType of a prepared array and the bytes the core sends of it (a TensorProto
     for strings)."""
-    if array.dtype == object:
+    dtype = array.dtype
+    if dtype.kind == "O":
         return DT_STRING, encode_proto(array)
-    return dtype_enum(array.dtype), array
+    return dtype_enum(dtype), array
 
 
 def _plain_array(dtype: int, shape: tuple, is_dead: bool, payload: Any) -> np.ndarray | None:
