@@ -71,11 +71,13 @@ def test_a_task_that_restarted_elsewhere_and_called_first_keeps_its_channel(vari
     from the ps) before the ps learns where it is now. Learning that fails the channel to
     the worker's old incarnation only: the one the new worker set up stays connected (it
     failed too before, and a set-up in flight when the ps learned the move failed the new
-    worker's recv: UNAVAILABLE "... moved")."""
+    worker's recv: UNAVAILABLE "... moved"), and its health is watched at the new address:
+    when the worker ends, a recv waiting for it fails at once (UNAVAILABLE), not when it
+    times out."""
     protocol, env = VARIANTS[variant]
     ps_address, old, new = _addresses(3)
     with tv.Server({"ps": [ps_address]}, "ps", 0, protocol, config=RdmaConfig.from_env(env),
-                   spare_tasks=1) as ps:
+                   spare_tasks=1, startup_grace=120) as ps:
         ps.add_task("worker", 0, old)
         worker = TaskProcess({"ps": [ps_address], "worker": {0: old}}, "worker", 0, protocol, env)
         try:
@@ -94,5 +96,8 @@ def test_a_task_that_restarted_elsewhere_and_called_first_keeps_its_channel(vari
             ps.send("d", pattern(4096, 4), to=WORKER, step_id=4)
             assert worker.recv_pattern("d", PS, 4, 4096, 4, timeout=60)
             assert ps.stats()["channels_connected"] == connected  # the worker's channel stayed
+            waiting = ps.recv_async("e", WORKER, 5, timeout=60)
         finally:
             worker.stop()
+        with pytest.raises(tv.UnavailableError):  # (DeadlineExceededError without the watch)
+            waiting.result(timeout=90)

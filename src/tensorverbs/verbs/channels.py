@@ -119,21 +119,36 @@ class VerbsChannels:
                 raise failure  # (a set-up that moved() replaced is followed by the next)
 
     def fail_moved(self, peer: TaskName, why: str) -> None:
-        """``peer`` is at another address now (on any thread): its channel fails, unless it
-        is one that the peer set up as it came back there (it called before this task
-        learned the move), and so do the recvs held for its old incarnation."""
+        """``peer`` is at another address now (on any thread): the channel to its old
+        incarnation fails, and so do the recvs held for it; one that the peer set up as it
+        came back at the new address (it called before this task learned the move) stays.
+        A peer whose channel never connected has none to fail."""
         with self._restarts:
-            before = self._before.pop(peer, self._incarnations.get(peer))
+            before = self._before.pop(peer, None)
+            if before is None:
+                before = self._incarnations.get(peer)
+            if before is None:
+                return
+            if self._incarnations.get(peer) == before:
+                del self._incarnations[peer]  # an incarnation that calls from now on is the new one
             self.core.fail_channel(self.ids[peer], int(Code.UNAVAILABLE), why, incarnation=before)
 
     async def moved(self, peer: TaskName) -> None:
         """``peer`` is at another address now (on the loop): a set-up under way at its old
         one is given up, and those who waited for it wait for one at the new address; the
-        gRPC channel to the old one closes (any call from now on dials the new)."""
+        gRPC channel to the old one closes (any call from now on dials the new), and the
+        health of a channel the peer set up from there is watched through the new."""
         setup = self._setups.pop(peer, None)
         if setup is not None:
             setup.cancel()
+        incarnation = self._incarnations.get(peer)
+        watch = self._watches.pop((peer, incarnation), None) if incarnation is not None else None
+        if watch is not None:
+            watch.cancel()  # (its stream goes through the old gRPC channel)
         await self.rt.peers.forget(peer)
+        if (incarnation is not None and self._incarnations.get(peer) == incarnation and peer in self.ids
+                and self.core.ready(self.ids[peer])):
+            self._watch(peer, incarnation)
 
     async def _setup(self, peer: TaskName) -> None:
         peers, pid = self.rt.peers, self.ids[peer]
@@ -230,6 +245,7 @@ class VerbsChannels:
                 if status.incarnation != incarnation:
                     why = f"it restarted (incarnation {status.incarnation:016x})"
                 else:
+                    self._answers_where_known(peer, incarnation)
                     why = await self._stream_health(peer, incarnation, health)
             except grpc.aio.AioRpcError as exc:
                 why = exc.details() or exc.code().name
@@ -241,6 +257,14 @@ class VerbsChannels:
                 return  # the channel is another incarnation's now, or the peer left
             self._lose(peer, self.ids[peer], why, incarnation)
         self._watches[key] = asyncio.ensure_future(watch())
+
+    def _answers_where_known(self, peer: TaskName, incarnation: int) -> None:
+        """``peer`` answered as ``incarnation`` at the address this task knows it at: no
+        move of it is left to learn, and the incarnation it had before is forgotten (a
+        later move fails the channel to this one)."""
+        with self._restarts:
+            if self._incarnations.get(peer) == incarnation:
+                self._before.pop(peer, None)
 
     async def _stream_health(self, peer: TaskName, incarnation: int,
                              health: health_pb2_grpc.HealthStub) -> str:
