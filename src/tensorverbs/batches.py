@@ -73,14 +73,18 @@ def describe(entry: RecvEntry) -> str:
 def each(batch: Sequence[RecvEntry], fn: Callable[[RecvEntry], T],
          undo: Callable[[list[T]], object] = lambda done: None) -> list[T]:
     """``fn`` of each entry; if it raises for one (a bad argument), ``undo`` of what it
-    made so far, and its error raised naming the entry."""
+    made so far, and its error raised naming the entry (a signal's exception, Ctrl-C, as
+    it is)."""
     made: list[T] = []
-    for i, entry in enumerate(batch):
-        try:
-            made.append(fn(entry))
-        except TensorverbsError as exc:
-            undo(made)
-            raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
+    try:
+        for i, entry in enumerate(batch):
+            try:
+                made.append(fn(entry))
+            except TensorverbsError as exc:
+                raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
+    except BaseException:
+        undo(made)
+        raise
     return made
 
 

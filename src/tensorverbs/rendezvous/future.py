@@ -11,6 +11,7 @@ future is settled, e.g. at the recv's deadline. A sleep of at most a slice bound
 (the native core's blocking recv waits in slices of the same length)."""
 from __future__ import annotations
 
+import _thread
 import asyncio
 import collections
 import concurrent.futures
@@ -47,33 +48,60 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
-class _Condition(threading.Condition):
-    """A :class:`threading.Condition` over an RLock whose lock methods are the class's, not
-    five methods bound to each instance: a future in flight is three objects for the
-    garbage collector to track instead of eight (thousands of recvs are in flight at once)."""
+class _Condition(_thread.RLock):  # type: ignore[misc]  # (a base type in CPython)
+    """The condition of a future: a re-entrant lock (the C one, ``with`` entering and
+    leaving it without running Python code) that threads wait on until notified.
 
-    def __init__(self) -> None:  # the base's fields but the bound methods
-        self._lock = threading.RLock()
-        self._waiters: collections.deque[Any] = collections.deque()
+    Not a :class:`threading.Condition`: its ``__enter__``/``__exit__`` are Python
+    functions, and a signal handled as ``__exit__`` began (Ctrl-C in a wait for the
+    future) left the lock held, so that the thread settling the future blocked on it for
+    good. A future in flight is also one object for the garbage collector to track (the
+    waiters' queue made by the first wait), where thousands of recvs may be in flight."""
 
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._lock.acquire(blocking, timeout)
+    __slots__ = ("_waiters",)
 
-    def release(self) -> None:
-        self._lock.release()
+    def __init__(self) -> None:
+        self._waiters: collections.deque[Any] | None = None
 
-    def _release_save(self) -> Any:
-        return self._lock._release_save()  # type: ignore[attr-defined]
-
-    def _acquire_restore(self, state: Any) -> None:
-        self._lock._acquire_restore(state)  # type: ignore[attr-defined]
-
-    def _is_owned(self) -> bool:
-        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+    def wait(self, timeout: float | None = None) -> bool:
+        """Release the lock (held by this thread), wait until notified or ``timeout``
+        seconds passed, take it back; whether it was notified. Interrupted anywhere, the
+        lock is this thread's again."""
+        waiter = _thread.allocate_lock()
+        waiter.acquire()
+        if self._waiters is None:
+            self._waiters = collections.deque()
+        waiters = self._waiters
+        waiters.append(waiter)
+        notified, state = False, None
+        try:
+            state = self._release_save()  # type: ignore[attr-defined]
+            if timeout is None:
+                notified = waiter.acquire()
+            elif timeout > 0:
+                notified = waiter.acquire(True, timeout)
+            else:
+                notified = waiter.acquire(False)
+            return notified
+        finally:
+            if state is not None:
+                self._acquire_restore(state)  # type: ignore[attr-defined]
+            elif not self._is_owned():  # type: ignore[attr-defined]
+                self.acquire()  # (interrupted as it released it)
+            if not notified:
+                try:
+                    waiters.remove(waiter)
+                except ValueError:
+                    pass
 
     def notify_all(self) -> None:
-        if self._waiters:  # (most futures are settled before anyone waits on their condition)
-            super().notify_all()
+        """Wake every thread waiting (call with the lock held)."""
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            try:
+                waiter.release()
+            except RuntimeError:  # (one that timed out meanwhile)
+                pass
 
 
 class RecvFuture(concurrent.futures.Future[Any]):
@@ -85,7 +113,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
 
     def __init__(self, lanes: Lanes | None = None, peer: str = "") -> None:
         # the base class's fields, its condition the lean one
-        self._condition = _Condition()
+        self._condition = _Condition()  # type: ignore[assignment]
         self._state = _base.PENDING
         self._result: Any = None
         self._exception: BaseException | None = None

@@ -149,12 +149,11 @@ class RemoteRendezvous(abc.ABC):
         (Ctrl-C's KeyboardInterrupt) raised while it waits gives the recv up: its tensor
         goes to the next recv of its key and step."""
         call = RecvCall(key, step_id, device, timeout, out=out)
-        self._begin(call)
         try:
+            self._begin(call)
             return call.future.result()
         except BaseException:
-            if not call.future.cancel():
-                call.future.give_back()  # interrupted as the tensor came
+            self._give_up(call.future)
             raise
 
     def stop(self) -> None:
@@ -172,7 +171,11 @@ class RemoteRendezvous(abc.ABC):
         """Start a recv; the future yields the tensor (on ``device``, or ``out`` filled
         with it) or raises a TensorverbsError."""
         call = RecvCall(key, step_id, device, timeout, out=out, future=self.future(key))
-        self._begin(call)
+        try:
+            self._begin(call)
+        except BaseException:  # a signal's exception as it started
+            self._give_up(call.future)
+            raise
         return call.future
 
     def future(self, key: RendezvousKey) -> RecvFuture:
@@ -198,6 +201,15 @@ class RemoteRendezvous(abc.ABC):
         deadline = (self.rt.deadlines.add(timeout, self._expire, weakref.ref(fut), timeout)
                     if timeout is not None else None)
         add_internal_callback(fut, functools.partial(self._done, deadline))
+
+    def _give_up(self, fut: concurrent.futures.Future) -> None:
+        """Give the recv of ``fut`` up (its caller was interrupted, maybe as it started):
+        withdrawn if pending, even before it was registered to be; its tensor handed to
+        the next recv of its key and step if it came."""
+        if fut.cancel():
+            self._done(None, fut)
+        elif isinstance(fut, RecvFuture):
+            fut.give_back()  # interrupted as the tensor came
 
     def _local(self, call: RecvCall, error: TensorverbsError | None, value: Value | None) -> None:
         """The local table's answer to ``call``."""
