@@ -34,13 +34,7 @@ def _quietly(fn) -> None:
         pass
 
 
-@pytest.mark.parametrize("call", [
-    "recv",
-    pytest.param("recv_many", marks=pytest.mark.xfail(strict=True, reason=(
-        "an entry's recv that started, interrupted as the call that started it returns "
-        "its future (before the batch holds it), is not given up: its tensor goes to that "
-        "future"))),
-])
+@pytest.mark.parametrize("call", ["recv", "recv_many"])
 def test_a_recv_interrupted_at_any_point_of_its_start_keeps_its_tensor(pair, call):
     worker, step, points = pair.worker, 1000 if call == "recv" else 2000, 0
     while True:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from . import arguments as check
 from . import batches
@@ -37,8 +37,8 @@ class BatchCalls(RecvCalls):
                 if local:
                     self._rt.counters.add("local_recvs", local)
                 return batches.Outcomes(batch, results).settle(return_exceptions)
-        futures = self._start_batch(batch, timeout, device, dtype, tensor_type)
-        return batches.wait(batch, futures).settle(return_exceptions)
+        start_one = self._starter(timeout, device, dtype, tensor_type)
+        return batches.run(batch, start_one).settle(return_exceptions)
 
     @public
     def recv_many_async(self, entries: Iterable[RecvEntry | tuple[Any, ...]], timeout: float | None = None, *,
@@ -64,6 +64,11 @@ class BatchCalls(RecvCalls):
 
     def _start_batch(self, batch: list[RecvEntry], timeout: float | None, device: str | None, dtype: Any,
                      tensor_type: str | None) -> list[Any]:
+        return batches.start(batch, self._starter(timeout, device, dtype, tensor_type))
+
+    def _starter(self, timeout: float | None, device: str | None, dtype: Any,
+                 tensor_type: str | None) -> Callable[[RecvEntry], concurrent.futures.Future[Any]]:
+        """What starts one entry's recv (a ``recv_async`` with the batch's keywords)."""
         timeout = check.optional_seconds(timeout, "timeout")
-        return batches.start(batch, lambda e: self.recv_async(
-            e.name, e.source, e.step_id, timeout, device, e.out, dtype=dtype, tensor_type=tensor_type))
+        return lambda e: self.recv_async(e.name, e.source, e.step_id, timeout, device, e.out, dtype=dtype,
+                                         tensor_type=tensor_type)

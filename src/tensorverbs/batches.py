@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence,
 
 from . import arguments as check
 from .errors import InvalidArgumentError, TensorverbsError, from_code
-from .rendezvous.future import RecvFuture
+from .rendezvous.future import RecvFuture, starting
 from .rendezvous.key import RendezvousKey
 
 if TYPE_CHECKING:
@@ -105,9 +105,38 @@ def keys(batch: Sequence[RecvEntry], task_keys: "TaskKeys") -> tuple[list[Rendez
 
 def start(batch: Sequence[RecvEntry], start_one: Callable[[RecvEntry], concurrent.futures.Future[Any]]
           ) -> list[concurrent.futures.Future[Any]]:
-    """Each entry's recv started; if one cannot start (a bad argument), the ones started
-    are given up and its error is raised naming the entry."""
-    return each(batch, start_one, give_back)
+    """Each entry's recv started; if one cannot start (a bad argument), or a signal's
+    exception interrupts the start (Ctrl-C), every recv started is given up and the
+    error raised, a bad entry's naming it."""
+    return _giving_up(lambda: each(batch, start_one))
+
+
+def run(batch: Sequence[RecvEntry], start_one: Callable[[RecvEntry], concurrent.futures.Future[Any]]
+        ) -> Outcomes:
+    """Start each entry's recv (see :func:`start`) and wait for them all; interrupted
+    anywhere in between, every recv started is given up (each tensor kept for the next
+    recv of it), also one whose future had not come back to the batch yet."""
+    def start_and_wait() -> Outcomes:
+        futures = each(batch, start_one)
+        for fut in futures:
+            fut.exception()  # waits (on the main thread in slices: signal handlers run)
+        return _outcomes(batch, futures)
+    return _giving_up(start_and_wait)
+
+
+def _giving_up(body: Callable[[], T]) -> T:
+    """``body()``, which starts recvs; if it raises, each recv it started is given up
+    (the rendezvous tells them before they can go out: :func:`~.rendezvous.future.started`)."""
+    lists, mine = starting(), list[RecvFuture]()
+    try:
+        lists.append(mine)
+        return body()
+    except BaseException:
+        give_back(mine)
+        raise
+    finally:
+        if lists and lists[-1] is mine:
+            lists.pop()
 
 
 def give_back(futures: Iterable[concurrent.futures.Future[Any]]) -> None:
@@ -138,17 +167,6 @@ class Outcomes:
                                            f"{first.message}{others}")
         error.results = self.results  # type: ignore[attr-defined]
         raise error
-
-
-def wait(batch: Sequence[RecvEntry], futures: Sequence[concurrent.futures.Future[Any]]) -> Outcomes:
-    """Wait for every recv of ``batch``; given up while waiting, each is given back."""
-    try:
-        for fut in futures:
-            fut.exception()  # waits (on the main thread in slices: signal handlers run)
-    except BaseException:
-        give_back(futures)
-        raise
-    return _outcomes(batch, futures)
 
 
 async def await_all(batch: Sequence[RecvEntry], futures: Sequence[concurrent.futures.Future[Any]]) -> Outcomes:

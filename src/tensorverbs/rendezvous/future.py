@@ -253,6 +253,32 @@ class RecvFuture(concurrent.futures.Future[Any]):
                                      "(it goes on)")
 
 
+class _Starting(threading.local):
+    """The lists collecting the futures of the recvs this thread starts (see :func:`starting`)."""
+
+    def __init__(self) -> None:
+        self.lists: list[list[RecvFuture]] = []
+
+
+_starting = _Starting()
+
+
+def starting() -> list[list[RecvFuture]]:
+    """This thread's lists that collect the futures of the recvs it starts: a caller
+    starting many (a batch) appends its list, and pops it when done; :func:`started`
+    adds each future to the last one before its recv can go out. So the caller can give
+    every started recv up when a signal's exception interrupts it, also one whose future
+    it never got (the exception came as the call that started it returned)."""
+    return _starting.lists
+
+
+def started(fut: RecvFuture) -> None:
+    """``fut``'s recv is about to start: the batch starting it (if any) holds it."""
+    lists = _starting.lists
+    if lists:
+        lists[-1].append(fut)
+
+
 def add_internal_callback(fut: concurrent.futures.Future[Any],
                           fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
     """Run ``fn`` (tensorverbs' own, quick and never raising) when ``fut`` is done, in the

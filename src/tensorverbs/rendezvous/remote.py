@@ -31,7 +31,7 @@ from ..errors import AbortedError, CancelledError, TensorverbsError, from_code
 from ..out import Out
 from .deadlines import Deadline
 from .delivery import Delivery
-from .future import RecvFuture, add_internal_callback
+from .future import RecvFuture, add_internal_callback, started
 from .key import RendezvousKey
 from .local import Value
 from .recv_call import PendingRecv, RecvCall
@@ -153,7 +153,7 @@ class RemoteRendezvous(abc.ABC):
             self._begin(call)
             return call.future.result()
         except BaseException:
-            self._give_up(call.future)
+            self.give_up(call.future)
             raise
 
     def stop(self) -> None:
@@ -172,9 +172,10 @@ class RemoteRendezvous(abc.ABC):
         with it) or raises a TensorverbsError."""
         call = RecvCall(key, step_id, device, timeout, out=out, future=self.future(key))
         try:
+            started(call.future)
             self._begin(call)
         except BaseException:  # a signal's exception as it started
-            self._give_up(call.future)
+            self.give_up(call.future)
             raise
         return call.future
 
@@ -202,7 +203,7 @@ class RemoteRendezvous(abc.ABC):
                     if timeout is not None else None)
         add_internal_callback(fut, functools.partial(self._done, deadline))
 
-    def _give_up(self, fut: concurrent.futures.Future) -> None:
+    def give_up(self, fut: concurrent.futures.Future) -> None:
         """Give the recv of ``fut`` up (its caller was interrupted, maybe as it started):
         withdrawn if pending, even before it was registered to be; its tensor handed to
         the next recv of its key and step if it came."""

@@ -25,6 +25,7 @@ from ..devices import HOST, Device
 from ..errors import TensorverbsError, UnavailableError, as_error, from_code
 from ..out import Out
 from ..rendezvous.key import RendezvousKey
+from ..rendezvous.future import started
 from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall, describe_recv, settle
 from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous, raise_failed_sends
@@ -288,7 +289,12 @@ class VerbsRendezvous(RemoteRendezvous):
         if src is None:
             return super().recv_async(key, step_id, timeout, device, out)
         call = RecvCall(key, step_id, device, timeout, self.future(key), out=out)
-        self._start(call, src, _timeout(timeout))
+        try:
+            started(call.future)
+            self._start(call, src, _timeout(timeout))
+        except BaseException:  # a signal's exception as it started: the core gives its tensor back
+            self.give_up(call.future)
+            raise
         return call.future
 
     def _start(self, call: RecvCall, src: int, timeout: float) -> "_core.RecvHandle":
