@@ -306,6 +306,9 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> waiting;
   Status failed;
+  // (before the look at failed_: a transient failure's pass may still be holding the
+  // requests it took, after this fail's rendezvous has given up those held so far)
+  if (!transient) gone_.store(true, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return false;

@@ -152,6 +152,9 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // the channel that replaces this one (RdmaTensorRequest::fail). Tensors being answered
   // go back to the table either way.
   bool fail(const Status& why, bool transient = false);
+  // Whether it failed for good (a fail() that was not transient, even after a transient
+  // one): a request of it that its transient failure would hold fails instead.
+  bool gone() const { return gone_.load(std::memory_order_acquire); }
 
  private:
   // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.
@@ -182,6 +185,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::condition_variable connected_;        // it has returned
   std::optional<Status> error_;
   bool failed_ = false;  // fail() ran
+  std::atomic<bool> gone_{false};
   // the smaller of both sides' once connected; read without mu_ by transfers
   std::atomic<std::uint64_t> max_message_bytes_;
   std::uint32_t next_index_ = 0;

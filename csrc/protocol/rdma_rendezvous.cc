@@ -161,6 +161,7 @@ bool RdmaRendezvous::hold(const std::shared_ptr<RdmaTensorRequest>& request) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!settings_.recover || stopped_) return false;
     auto it = channels_.find(request->peer());
+    if (it != channels_.end() && it->second->gone()) return false;  // the peer is gone
     if (it != channels_.end() && it->second->ready()) {
       channel = it->second;  // set up again already
     } else {

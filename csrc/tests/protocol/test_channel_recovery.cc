@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "protocol/rdma_rendezvous.h"
+#include "protocol/rdma_tensor_request.h"
 #include "rendezvous_pair.h"
 
 namespace tensorverbs {
@@ -93,6 +94,18 @@ TEST_P(ChannelRecovery, HeldRecvsEndByTheirDeadlineAStepsAbortOrAFailureForGood)
   got = failed->get();
   EXPECT_EQ(got.status.code(), Code::kUnavailable);
   EXPECT_NE(got.status.message().find("the ps is unavailable"), std::string::npos) << got.status.message();
+}
+
+// A transient failure's pass holds each recv it took off the channel; the control plane may
+// fail the channel for good meanwhile (the peer is gone: its health stream ended) and give
+// up the recvs held so far. A recv the pass holds after that would wait for a set-up that
+// the control plane keeps trying through the start-up grace period: it fails instead.
+TEST_P(ChannelRecovery, ARecvHeldAfterItsChannelFailedForGoodFailsInstead) {
+  worker_->fail_channel(kPs, Status(Code::kUnavailable, "the ps is unavailable"));
+  auto caller = std::make_shared<Waiting>();
+  auto late = std::make_shared<RdmaTensorRequest>(*worker_, nullptr,
+                                                  StepKey{9, RendezvousKey{kPs, kWorker, "late"}}, caller);
+  EXPECT_FALSE(worker_->hold(late));  // (the pass then fails it with the transport's error)
 }
 
 TEST_P(ChannelRecovery, StopEndsHeldRecvsAndTheWaitForLostChannels) {
