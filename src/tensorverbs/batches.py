@@ -70,21 +70,16 @@ def describe(entry: RecvEntry) -> str:
     return f"{entry.name!r} from {entry.source} at step {entry.step_id}"
 
 
-def each(batch: Sequence[RecvEntry], fn: Callable[[RecvEntry], T],
-         undo: Callable[[list[T]], object] = lambda done: None) -> list[T]:
-    """``fn`` of each entry; if it raises for one (a bad argument), ``undo`` of what it
-    made so far, and its error raised naming the entry (a signal's exception, Ctrl-C, as
-    it is)."""
+def each(batch: Sequence[RecvEntry], fn: Callable[[RecvEntry], T]) -> list[T]:
+    """``fn`` of each entry; a TensorverbsError it raises for one (a bad argument) is
+    raised again naming the entry (the caller gives up what was started:
+    :func:`_giving_up`)."""
     made: list[T] = []
-    try:
-        for i, entry in enumerate(batch):
-            try:
-                made.append(fn(entry))
-            except TensorverbsError as exc:
-                raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
-    except BaseException:
-        undo(made)
-        raise
+    for i, entry in enumerate(batch):
+        try:
+            made.append(fn(entry))
+        except TensorverbsError as exc:
+            raise from_code(int(exc.code), f"entry {i} ({describe(entry)}): {exc.message}") from None
     return made
 
 
@@ -170,8 +165,8 @@ class Outcomes:
 
 
 async def await_all(batch: Sequence[RecvEntry], futures: Sequence[concurrent.futures.Future[Any]]) -> Outcomes:
-    """:func:`wait` in asyncio: the loop keeps running; a cancelled awaiting task gives
-    every recv back."""
+    """Wait for every recv of ``batch`` in asyncio: the loop keeps running; a cancelled
+    awaiting task gives every recv back."""
     try:
         if futures:
             await asyncio.wait([asyncio.wrap_future(fut) for fut in futures])
