@@ -11,10 +11,10 @@ gtest=$1
 select=$2
 
 echo "rxe lane: C++ ibverbs tests ($gtest)"
-TENSORVERBS_TEST_REQUIRE_IBVERBS=1 "$gtest" --gtest_filter='*Ibverbs*' --gtest_brief=1 \
-  > /tmp/gtest.log 2>&1
-cxx=$?
-cat /tmp/gtest.log
+# streamed as they run (each test's name first): a test that hangs is the last one named
+{ TENSORVERBS_TEST_REQUIRE_IBVERBS=1 "$gtest" --gtest_filter='*Ibverbs*' 2>&1; echo $? > /tmp/gtest.rc; } \
+  | tee /tmp/gtest.log
+cxx=$(cat /tmp/gtest.rc)
 passed=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) tests\{0,1\}\.$/\1/p' /tmp/gtest.log)
 if [ "${passed:-0}" -eq 0 ]; then
   echo "rxe lane: no C++ ibverbs test passed"

@@ -26,17 +26,35 @@ if [ "${RXE_LANE_SKIP:-0}" = 1 ]; then
   echo "rxe lane: skipped (RXE_LANE_SKIP=1)"
   exit 0
 fi
-export RXE_TIMEOUT=${RXE_TIMEOUT:-2400}
+# a lane takes 10 to 14 minutes here; 25 leaves room for a slower machine and keeps CI
+# (this lane beside the Python suite, then the sanitizers) within its 45 minutes
+export RXE_TIMEOUT=${RXE_TIMEOUT:-1500}
 start=$(date +%s)
 GTEST=build/release/tests/tensorverbs_tests
 if [ "${RXE_LANE_BUILD:-1}" = 1 ]; then
   echo "rxe lane: building the C++ tests (csrc, release preset)"
-  (cd csrc && export PATH="$PWD/../.venv/bin:$PATH" && cmake --preset release >/dev/null \
+  # without make's jobserver (ninja refuses the one make -j hands down to a recipe)
+  (cd csrc && export PATH="$PWD/../.venv/bin:$PATH" && unset MAKEFLAGS MFLAGS \
+     && cmake --preset release >/dev/null \
      && cmake --build --preset release) || { echo "rxe lane: the C++ build failed"; exit 1; }
 fi
 [ -x "$GTEST" ] || { echo "rxe lane: $GTEST is missing (cmake --preset release builds it)"; exit 1; }
-RXE_CARRY="$GTEST .ci/rxe-lane-guest.sh" bash tools/rxe-lab.sh \
-  sh .ci/rxe-lane-guest.sh "$GTEST" "${RXE_LANE_SELECT:-ibverbs or rxe}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+lab() {
+  RXE_CARRY="$GTEST .ci/rxe-lane-guest.sh" bash tools/rxe-lab.sh \
+    sh .ci/rxe-lane-guest.sh "$GTEST" "${RXE_LANE_SELECT:-ibverbs or rxe}" 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+lab
 rc=$?
+# a kernel worker of the guest that spins for good (rdma_rxe under emulation: seen once, a
+# kworker stuck for 40 minutes in a CI run) is the emulated NIC's fault, not a test's:
+# the guest panics on it (tools/rxe-lab.sh) and the lane runs once more
+if [ "$rc" != 0 ] && grep -q 'soft lockup' "$log"; then
+  echo "rxe lane: the guest's kernel locked up (above); running the lane once more"
+  lab
+  rc=$?
+fi
 echo "rxe lane: exit $rc after $(( $(date +%s) - start ))s"
 exit $rc
