@@ -100,7 +100,7 @@ class RoguePeer:
         self.qp = self.ctx.create_qp(self.pd, self.cq, self.cq)
         self.qp.post_recv(list(range(1024)))
         self._sent = self._received = self._taken_by_peer = 0
-        self._pending, self._inbox = [], []
+        self._inbox = []  # (_pending keeps its list: a waiter on the old queue pair may be using it)
 
     def _describe(self) -> dict:
         description = _core.describe_channel("soft", self.mangle_endpoint(self.qp.endpoint), self.rx.addr,
@@ -129,20 +129,24 @@ class RoguePeer:
             self._accept(call(pb.GetRemoteAddressRequest(**self._describe()), timeout=TIMEOUT))
 
     # -- raw traffic ------------------------------------------------------------------------
-    def _wait(self, want, timeout: float = TIMEOUT):
-        """The first completion satisfying ``want`` (others are kept for later calls)."""
+    def _wait(self, want, timeout: float = TIMEOUT, qp_num: int | None = None):
+        """The first completion satisfying ``want`` (others are kept for later calls): of
+        queue pair ``qp_num``, or of the current one (the server may set a new one up)."""
+        def mine(wc) -> bool:
+            return wc.qp_num == (self.qp.qp_num if qp_num is None else qp_num)
         deadline = time.monotonic() + timeout
         while True:
             for wc in self._pending:
-                if want(wc):
+                if mine(wc) and want(wc):
                     self._pending.remove(wc)
                     return wc
             if time.monotonic() > deadline:
                 raise TimeoutError("no such completion")
             for wc in self.cq.wait(64, 200):
-                if wc.qp_num != self.qp.qp_num:
+                current = wc.qp_num == self.qp.qp_num
+                if not current and not mine(wc):
                     continue  # left over from a queue pair the server dropped
-                if wc.ok and wc.has_imm:
+                if current and wc.ok and wc.has_imm:
                     self.qp.post_recv([wc.wr_id])
                     if wc.imm == _core.IMM_ACK:
                         word = memoryview(self.rx.buffer)[SLOTS * SLOT:SLOTS * SLOT + 4]
@@ -226,9 +230,10 @@ class RoguePeer:
     def write_plain(self, payload: bytes, remote_addr: int, rkey: int):
         """Write ``payload`` to the server's memory (no immediate); its completion."""
         memoryview(self.data.buffer)[:len(payload)] = payload
-        self.qp.post_send([self._wr(_core.WR_RDMA_WRITE, self.data.addr, len(payload), self.data.lkey,
-                                    remote_addr, rkey, signaled=True, wr_id=7)])
-        return self._wait(lambda wc: wc.wr_id == 7)
+        qp = self.qp  # the server may set a new channel up meanwhile (its completion is this one's)
+        qp.post_send([self._wr(_core.WR_RDMA_WRITE, self.data.addr, len(payload), self.data.lkey,
+                               remote_addr, rkey, signaled=True, wr_id=7)])
+        return self._wait(lambda wc: wc.wr_id == 7 and wc.opcode < 128, qp_num=qp.qp_num)  # (not receive 7)
 
     def close(self) -> None:
         self.server.stop(0)
