@@ -2,6 +2,9 @@
 the same task name, and the actors it exchanges tensors with find it there."""
 from __future__ import annotations
 
+import secrets
+import time
+
 import numpy as np
 import pytest
 
@@ -33,6 +36,11 @@ class Peer:
         # process: the actor registers them itself
         for protocol, name in NAMES.items():
             register_transport(name, protocol)
+        self._incarnation = secrets.token_hex(8)
+
+    def incarnation(self) -> str:
+        """This process's token: a restarted actor answers another one."""
+        return self._incarnation
 
     def make(self, seed: int) -> torch.Tensor:
         return _tensor(seed)
@@ -57,13 +65,20 @@ def transports(ray_cluster):
 
 
 def _restart(actor) -> None:
+    """Kill ``actor`` and return once its restarted process answers. ``ray.kill`` returns
+    before the kill reaches the actor (through the GCS): the old process may answer calls
+    meanwhile, and one that restarts during the test's next transfer has Ray retry its task
+    without the transfer (the retry waits 60 s for a tensor that never comes)."""
+    before = ray.get(actor.incarnation.remote(), timeout=WAIT)
     ray.kill(actor, no_restart=False)
-    for _ in range(10):  # calls fail until Ray has restarted it
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
         try:
-            ray.get(actor.check.remote(torch.zeros(1024), -1), timeout=WAIT)
-            return
+            if ray.get(actor.incarnation.remote(), timeout=WAIT) != before:
+                return
         except (ActorUnavailableError, RayActorError):
-            continue
+            pass
+        time.sleep(0.05)  # (a poll: Ray tells nothing when the restarted process is up)
     raise AssertionError("the actor did not restart")
 
 

@@ -31,6 +31,20 @@ def _tensors(seed: int, nbytes: int = BIG) -> list:
     return [big, small]
 
 
+def _kill(actor) -> None:
+    """Kill ``actor`` (no restart) and return once it is dead: ``ray.kill`` returns before
+    the kill reaches it (through the GCS), and it may answer calls meanwhile."""
+    ray.kill(actor)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=120)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)  # (a poll: Ray tells nothing when the process is gone)
+    raise AssertionError("the actor did not die")
+
+
 def _manager(name: str):
     from ray.experimental.rdt.util import get_tensor_transport_manager
 
@@ -109,10 +123,9 @@ def test_a_source_that_dies_fails_the_transfer(transports):
     source, destination = Actor.remote(), Actor.remote()
     tensors = source.make.options(tensor_transport=name).remote(seed=5)
     assert ray.wait([tensors], fetch_local=False, timeout=120)[0]  # made
-    ray.kill(source)
+    _kill(source)
     # Ray sees the send fail and aborts the transfer, or the recv finds the source's server
-    # gone (the send may have run before the kill took effect): the recv fails, it does not
-    # wait on until Ray gives up
+    # gone: the recv fails, it does not wait on until Ray gives up
     with pytest.raises((tv.AbortedError, tv.UnavailableError)):
         ray.get(destination.check.remote(tensors, 5), timeout=180)
 
@@ -147,6 +160,6 @@ def test_one_sided_a_source_that_died_fails_the_read(read_transport):
     source = Actor.remote()
     tensors = source.make.options(tensor_transport=read_transport).remote(seed=9, nbytes=4096)
     assert ray.wait([tensors], fetch_local=False, timeout=120)[0]  # made
-    ray.kill(source)
+    _kill(source)
     with pytest.raises((tv.UnavailableError, ray.exceptions.RayError)):
         ray.get(tensors, timeout=180)

@@ -18,6 +18,9 @@ pending recvs.
 
 Ray registers a custom transport on an actor once: an actor Ray may restart calls
 :func:`register_transport` in its ``__init__`` too, so that its restarted process has it.
+A destination that restarts after its tensors arrived but before its task ran loses them:
+Ray retries the task in the new process without another transfer, and the retry fails
+after Ray's wait for the tensors (``RAY_rdt_fetch_fail_timeout_milliseconds``, 60 s).
 """
 from __future__ import annotations
 
