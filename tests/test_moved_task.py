@@ -26,6 +26,27 @@ def _wait_for_setups(server: tv.Server, n: int, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
+def _ps(protocol: str, env: dict[str, str], address: str) -> tv.Server:
+    """The ps at ``address``, with room for a worker that joins (and a start-up grace period
+    longer than the recvs' timeouts)."""
+    return tv.Server({"ps": [address]}, "ps", 0, protocol, config=RdmaConfig.from_env(env),
+                     spare_tasks=1, startup_grace=120)
+
+
+def _worker_that_called(ps: tv.Server, ps_address: str, address: str, protocol: str,
+                        env: dict[str, str]) -> TaskProcess:
+    """The worker, at ``address``, once it received a tensor from the ps: it set the channel
+    up (it called the ps first)."""
+    worker = TaskProcess({"ps": [ps_address], "worker": {0: address}}, "worker", 0, protocol, env)
+    try:
+        ps.send("b", pattern(4096, 2), to=WORKER, step_id=2)
+        assert worker.recv_pattern("b", PS, 2, 4096, 2, timeout=60)
+    except BaseException:
+        worker.stop()
+        raise
+    return worker
+
+
 def _addresses(n: int) -> list[str]:
     """``n`` free addresses on this host."""
     ports = [free_port(HOST)]
@@ -45,8 +66,7 @@ def test_a_recv_waiting_for_the_old_address_reaches_the_task_at_its_new(variant,
     side while the ps's set-up still waits at the old address)."""
     protocol, env = VARIANTS[variant]
     ps_address, old, new = _addresses(3)
-    with tv.Server({"ps": [ps_address]}, "ps", 0, protocol, config=RdmaConfig.from_env(env),
-                   spare_tasks=1, startup_grace=120) as ps:
+    with _ps(protocol, env, ps_address) as ps:
         ps.add_task("worker", 0, old)
         waiting = ps.recv_async("a", WORKER, 1, timeout=60)
         _wait_for_setups(ps, 1)  # dialing the old address, where nothing answers
@@ -76,8 +96,7 @@ def test_a_task_that_restarted_elsewhere_and_called_first_keeps_its_channel(vari
     times out."""
     protocol, env = VARIANTS[variant]
     ps_address, old, new = _addresses(3)
-    with tv.Server({"ps": [ps_address]}, "ps", 0, protocol, config=RdmaConfig.from_env(env),
-                   spare_tasks=1, startup_grace=120) as ps:
+    with _ps(protocol, env, ps_address) as ps:
         ps.add_task("worker", 0, old)
         worker = TaskProcess({"ps": [ps_address], "worker": {0: old}}, "worker", 0, protocol, env)
         try:
@@ -85,10 +104,8 @@ def test_a_task_that_restarted_elsewhere_and_called_first_keeps_its_channel(vari
             assert same(ps.recv("a", WORKER, 1, timeout=60), pattern(4096, 1))
         finally:
             worker.stop()
-        worker = TaskProcess({"ps": [ps_address], "worker": {0: new}}, "worker", 0, protocol, env)
+        worker = _worker_that_called(ps, ps_address, new, protocol, env)
         try:
-            ps.send("b", pattern(4096, 2), to=WORKER, step_id=2)
-            assert worker.recv_pattern("b", PS, 2, 4096, 2, timeout=60)
             connected = ps.stats()["channels_connected"]
             ps.add_task("worker", 0, new, replace=True)
             worker.send_pattern("c", PS, 3, 4096, 3)
@@ -101,3 +118,29 @@ def test_a_task_that_restarted_elsewhere_and_called_first_keeps_its_channel(vari
             worker.stop()
         with pytest.raises(tv.UnavailableError):  # (DeadlineExceededError without the watch)
             waiting.result(timeout=90)
+
+
+@pytest.mark.parametrize("variant", VERBS)
+def test_a_task_that_ended_as_the_move_was_learned_fails_the_recvs_waiting_for_it(variant):
+    """The worker comes up at another address than the one the ps knows and calls the ps
+    first (the ps never had a channel to it at the old address). It ends as the ps learns
+    its new address: the move spares its channel (it said where it serves when it set the
+    channel up: the move failed it before, and its recvs with "moved"), and the health
+    watch that the move starts there finds nobody (its gRPC server is gone; its verbs
+    channel is still up, as a process's is while it ends). A recv waiting for the worker
+    fails UNAVAILABLE at once, naming the refused connection: the watch asked the worker
+    for its status for as long as a start-up may last, and the recv timed out first (seen
+    under load in CI)."""
+    protocol, env = VARIANTS[variant]
+    ps_address, old, new = _addresses(3)
+    with _ps(protocol, env, ps_address) as ps:
+        ps.add_task("worker", 0, old)
+        worker = _worker_that_called(ps, ps_address, new, protocol, env)
+        try:
+            waiting = ps.recv_async("e", WORKER, 5, timeout=60)
+            worker.run("serving:stop_serving")
+            ps.add_task("worker", 0, new, replace=True)
+            with pytest.raises(tv.UnavailableError, match="refused the connection"):
+                waiting.result(timeout=90)
+        finally:
+            worker.stop()

@@ -37,6 +37,10 @@ RETRY_SECONDS = 0.25
 #: how long connections to a peer must keep failing their TLS handshake before that is
 #: taken as the peer refusing this task (a peer starting up refuses connections instead)
 REFUSAL_SECONDS = 2.0
+#: how long a peer that may have been tried before it was up must keep refusing
+#: connections before it is taken as gone: its channel reports the refusal of an earlier
+#: attempt while it backs off (up to a second) before the next
+STALE_REFUSALS_SECONDS = 2.5
 
 
 class Peer:
@@ -150,21 +154,24 @@ class Peers:
         peer.status = status
         return status
 
-    async def answers_again(self, task: TaskName, incarnation: int) -> str | None:
+    async def answers_again(self, task: TaskName, incarnation: int, within: float = RECONNECT_SECONDS,
+                            refusals_for: float | None = 0.0) -> str | None:
         """After a call's connection to ``task`` broke: None once the peer answers as
         ``incarnation`` again (its channel reconnects meanwhile), else why it is taken
-        as gone (it restarted, refused the connection, or did not answer within
-        RECONNECT_SECONDS)."""
+        as gone (it restarted, refused connections for ``refusals_for`` seconds, or did
+        not answer ``within`` seconds). ``refusals_for`` None: refusals prove nothing (the
+        address known may be one the peer left)."""
         peer = self.peer(task)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + RECONNECT_SECONDS
+        deadline = loop.time() + within
+        refused_since: float | None = None
         try_seconds = RETRY_SECONDS
         # as in the handshake, alternately a call that waits for the channel to connect and
         # one that fails at once with the reason it cannot
         for waits in itertools.cycle((False, True)):
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return f"it did not answer again within {RECONNECT_SECONDS:g} s"
+                return f"it did not answer again within {within:g} s"
             try:
                 status = await peer.get_status(pb.GetStatusRequest(), wait_for_ready=waits,
                                                timeout=min(try_seconds, remaining))
@@ -175,7 +182,9 @@ class Peers:
                     return f"reaching it again failed: {details}"
                 try_seconds = _next_try(peer, exc, try_seconds)
                 if "connection refused" in details.lower():
-                    return "it refused the connection: its process is gone"
+                    refused_since = loop.time() if refused_since is None else refused_since
+                    if refusals_for is not None and loop.time() - refused_since >= refusals_for:
+                        return "it refused the connection: its process is gone"
         if status.incarnation != incarnation:
             return f"it restarted (incarnation {status.incarnation:016x})"
         return None

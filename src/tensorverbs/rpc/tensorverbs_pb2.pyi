@@ -54,16 +54,18 @@ class MemoryRegion(_message.Message):
     def __init__(self, remote_addr: _Optional[int] = ..., rkey: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
 
 class GetRemoteAddressRequest(_message.Message):
-    __slots__ = ("host_name", "channel", "mr", "incarnation")
+    __slots__ = ("host_name", "channel", "mr", "incarnation", "address")
     HOST_NAME_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     MR_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
     host_name: str
     channel: Channel
     mr: _containers.RepeatedCompositeFieldContainer[MemoryRegion]
     incarnation: int
-    def __init__(self, host_name: _Optional[str] = ..., channel: _Optional[_Union[Channel, _Mapping]] = ..., mr: _Optional[_Iterable[_Union[MemoryRegion, _Mapping]]] = ..., incarnation: _Optional[int] = ...) -> None: ...
+    address: str
+    def __init__(self, host_name: _Optional[str] = ..., channel: _Optional[_Union[Channel, _Mapping]] = ..., mr: _Optional[_Iterable[_Union[MemoryRegion, _Mapping]]] = ..., incarnation: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
 
 class GetRemoteAddressResponse(_message.Message):
     __slots__ = ("host_name", "channel", "mr", "incarnation")

@@ -37,6 +37,7 @@ from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.errors import connection_broke, from_rpc_error
 from ..rpc.loop import shared_task
 from ..rpc.options import SERVICE
+from ..rpc.peers import STALE_REFUSALS_SECONDS
 
 if TYPE_CHECKING:
     from .. import _core
@@ -65,6 +66,8 @@ class VerbsChannels:
         #: the incarnation each peer that came back as another (it called) had before: the
         #: one whose channel a move fails (a move learned later must spare the new one's)
         self._before: dict[TaskName, int] = {}
+        #: (incarnation, address) of each peer that set a channel up and said where it serves
+        self._serves_at: dict[TaskName, tuple[int, str]] = {}
         self._restarts = threading.Lock()  # a move's failing vs. a new incarnation calling
         self._threads = ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="tv-setup")
         threading.Thread(target=self._follow_lost, name="tv-lost-channels", daemon=True).start()
@@ -91,6 +94,7 @@ class VerbsChannels:
         self._unsure.discard(peer)
         self._incarnations.pop(peer, None)
         self._before.pop(peer, None)
+        self._serves_at.pop(peer, None)
 
     def _describe(self, description: bytes) -> dict:
         return dict(host_name=str(self.rt.task), incarnation=self.rt.incarnation,
@@ -120,13 +124,15 @@ class VerbsChannels:
 
     def fail_moved(self, peer: TaskName, why: str) -> None:
         """``peer`` is at another address now (on any thread): the channel to its old
-        incarnation fails, and so do the recvs held for it; one that the peer set up as it
-        came back at the new address (it called before this task learned the move) stays.
-        A peer whose channel never connected has none to fail."""
+        incarnation fails, and so do the recvs held for it; one that the peer set up from
+        the new address (it called before this task learned the move) stays. A peer whose
+        channel never connected has none to fail."""
         with self._restarts:
             before = self._before.pop(peer, None)
             if before is None:
                 before = self._incarnations.get(peer)
+                if before is not None and self._serves_at.get(peer) == (before, self.rt.cluster.address(peer)):
+                    return  # it called from where it moved to
             if before is None:
                 return
             if self._incarnations.get(peer) == before:
@@ -148,7 +154,7 @@ class VerbsChannels:
         await self.rt.peers.forget(peer)
         if (incarnation is not None and self._incarnations.get(peer) == incarnation and peer in self.ids
                 and self.core.ready(self.ids[peer])):
-            self._watch(peer, incarnation)
+            self._watch(peer, incarnation, where_known=True)
 
     async def _setup(self, peer: TaskName) -> None:
         peers, pid = self.rt.peers, self.ids[peer]
@@ -161,13 +167,14 @@ class VerbsChannels:
         mine = await loop.run_in_executor(self._threads, self.core.channel, pid, status.incarnation, b"")
         stub = peers.peer(peer)
         try:
-            reply = await stub.get_remote_address(pb.GetRemoteAddressRequest(**self._describe(mine)))
+            reply = await stub.get_remote_address(pb.GetRemoteAddressRequest(
+                **self._describe(mine), address=self.rt.cluster.address(self.rt.task)))
         except grpc.aio.AioRpcError as exc:
             peers.lost(peer)
             raise from_rpc_error(exc, str(stub)) from None
         await loop.run_in_executor(self._threads, self.core.connect, pid, status.incarnation,
                                    reply.channel.provider_info)
-        self._watch(peer, status.incarnation)
+        self._watch(peer, status.incarnation, where_known=True)
         self.learned(peer)  # it answered at its address
         log.info("%s: verbs channel to %s connected (%s)", self.rt.task, peer, self.core.provider)
 
@@ -178,15 +185,19 @@ class VerbsChannels:
         # a task that joined at run time may call before this task has learned it
         pid = await self.ids.wait_for(peer, self.rt.peers.startup_grace)
         offered, incarnation = request.channel.provider_info, request.incarnation
+        # (a peer of an older version says nothing of where it serves)
+        where_known = request.address != "" and request.address == self.rt.cluster.address(peer)
         with self._restarts:
             known = self._incarnations.get(peer, incarnation)
             if known != incarnation:
                 self._unsure.add(peer)  # it restarted, maybe elsewhere
                 self._before[peer] = known
+            if request.address:
+                self._serves_at[peer] = (incarnation, request.address)
         loop = asyncio.get_running_loop()
         mine = await loop.run_in_executor(self._threads, self.core.channel, pid, incarnation, offered)
         await loop.run_in_executor(self._threads, self.core.connect, pid, incarnation, offered)
-        self._watch(peer, incarnation)
+        self._watch(peer, incarnation, where_known)
         return pb.GetRemoteAddressResponse(**self._describe(mine))
 
     # -- channels that broke ----------------------------------------------------------------
@@ -222,15 +233,19 @@ class VerbsChannels:
                                incarnation=incarnation)
 
     # -- liveness -------------------------------------------------------------------------
-    def _watch(self, peer: TaskName, incarnation: int) -> None:
+    def _watch(self, peer: TaskName, incarnation: int, where_known: bool = False) -> None:
         """Fail the channel to ``peer`` when its health stream ends (on the event loop), if
         it is still the channel to that incarnation: a later one (the peer restarted) is
         not the watch's. Its peer is then :meth:`unsure`.
 
-        The stream opens once the peer answers a GetStatus with the channel's incarnation:
-        when the peer set the channel up, this side's gRPC channel to it may still be
-        backing off from an attempt made before the peer was up, and a stream opened
-        then would fail at once although the peer is fine."""
+        The stream opens once the peer answers a GetStatus with the channel's incarnation.
+        ``where_known``: the peer is up at the address this task knows (it answered there,
+        said it serves there, or was just learned there), and a refused connection means
+        it ended (as the watch began: the channel fails within seconds, once the refusals
+        cannot be those of attempts made before the peer was up, which this side's gRPC
+        channel may still report as it backs off). Otherwise a refusal proves nothing: the
+        address known may be one the peer left (it restarted elsewhere, and the move is
+        learned later). Either way, the peer has the start-up grace period to answer."""
         key = (peer, incarnation)
         self._incarnations[peer] = incarnation
         if key in self._watches and not self._watches[key].done():
@@ -240,11 +255,10 @@ class VerbsChannels:
 
         async def watch() -> None:
             try:
-                status = await stub.get_status(pb.GetStatusRequest(), timeout=self.rt.peers.startup_grace,
-                                               wait_for_ready=True)
-                if status.incarnation != incarnation:
-                    why = f"it restarted (incarnation {status.incarnation:016x})"
-                else:
+                why = await self.rt.peers.answers_again(
+                    peer, incarnation, self.rt.peers.startup_grace,
+                    refusals_for=STALE_REFUSALS_SECONDS if where_known else None)
+                if why is None:
                     self._answers_where_known(peer, incarnation)
                     why = await self._stream_health(peer, incarnation, health)
             except grpc.aio.AioRpcError as exc:
