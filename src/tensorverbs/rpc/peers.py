@@ -37,10 +37,10 @@ RETRY_SECONDS = 0.25
 #: how long connections to a peer must keep failing their TLS handshake before that is
 #: taken as the peer refusing this task (a peer starting up refuses connections instead)
 REFUSAL_SECONDS = 2.0
-#: how long a peer that may have been tried before it was up must keep refusing
-#: connections before it is taken as gone: its channel reports the refusal of an earlier
-#: attempt while it backs off (up to a second) before the next
-STALE_REFUSALS_SECONDS = 2.5
+#: how long a peer whose channel was connected a moment ago (or is new) must keep refusing
+#: connections before it is taken as gone: a margin over the reconnect backoff (up to a
+#: second), during which the channel reports the last attempt's refusal
+REFUSALS_SECONDS = 2.5
 
 
 class Peer:
@@ -155,12 +155,11 @@ class Peers:
         return status
 
     async def answers_again(self, task: TaskName, incarnation: int, within: float = RECONNECT_SECONDS,
-                            refusals_for: float | None = 0.0) -> str | None:
+                            refusals_for: float = 0.0) -> str | None:
         """After a call's connection to ``task`` broke: None once the peer answers as
         ``incarnation`` again (its channel reconnects meanwhile), else why it is taken
-        as gone (it restarted, refused connections for ``refusals_for`` seconds, or did
-        not answer ``within`` seconds). ``refusals_for`` None: refusals prove nothing (the
-        address known may be one the peer left)."""
+        as gone (it restarted, refused connections for ``refusals_for`` seconds on end, or
+        did not answer ``within`` seconds)."""
         peer = self.peer(task)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
@@ -183,8 +182,10 @@ class Peers:
                 try_seconds = _next_try(peer, exc, try_seconds)
                 if "connection refused" in details.lower():
                     refused_since = loop.time() if refused_since is None else refused_since
-                    if refusals_for is not None and loop.time() - refused_since >= refusals_for:
+                    if loop.time() - refused_since >= refusals_for:
                         return "it refused the connection: its process is gone"
+                elif not waits:
+                    refused_since = None
         if status.incarnation != incarnation:
             return f"it restarted (incarnation {status.incarnation:016x})"
         return None

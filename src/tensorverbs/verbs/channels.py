@@ -37,7 +37,7 @@ from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.errors import connection_broke, from_rpc_error
 from ..rpc.loop import shared_task
 from ..rpc.options import SERVICE
-from ..rpc.peers import STALE_REFUSALS_SECONDS
+from ..rpc.peers import REFUSALS_SECONDS
 
 if TYPE_CHECKING:
     from .. import _core
@@ -185,19 +185,17 @@ class VerbsChannels:
         # a task that joined at run time may call before this task has learned it
         pid = await self.ids.wait_for(peer, self.rt.peers.startup_grace)
         offered, incarnation = request.channel.provider_info, request.incarnation
-        # (a peer of an older version says nothing of where it serves)
-        where_known = request.address != "" and request.address == self.rt.cluster.address(peer)
         with self._restarts:
             known = self._incarnations.get(peer, incarnation)
             if known != incarnation:
                 self._unsure.add(peer)  # it restarted, maybe elsewhere
                 self._before[peer] = known
-            if request.address:
+            if request.address:  # (a peer of an older version says nothing of it)
                 self._serves_at[peer] = (incarnation, request.address)
         loop = asyncio.get_running_loop()
         mine = await loop.run_in_executor(self._threads, self.core.channel, pid, incarnation, offered)
         await loop.run_in_executor(self._threads, self.core.connect, pid, incarnation, offered)
-        self._watch(peer, incarnation, where_known)
+        self._watch(peer, incarnation)
         return pb.GetRemoteAddressResponse(**self._describe(mine))
 
     # -- channels that broke ----------------------------------------------------------------
@@ -238,14 +236,15 @@ class VerbsChannels:
         it is still the channel to that incarnation: a later one (the peer restarted) is
         not the watch's. Its peer is then :meth:`unsure`.
 
-        The stream opens once the peer answers a GetStatus with the channel's incarnation.
-        ``where_known``: the peer is up at the address this task knows (it answered there,
-        said it serves there, or was just learned there), and a refused connection means
-        it ended (as the watch began: the channel fails within seconds, once the refusals
-        cannot be those of attempts made before the peer was up, which this side's gRPC
-        channel may still report as it backs off). Otherwise a refusal proves nothing: the
-        address known may be one the peer left (it restarted elsewhere, and the move is
-        learned later). Either way, the peer has the start-up grace period to answer."""
+        The stream opens once the peer answers a GetStatus with the channel's incarnation,
+        within the start-up grace period. ``where_known``: the peer was up a moment ago at
+        the address this task knows, on a gRPC channel that is connected or new (it
+        answered the set-up there, or the move to it was just learned), and connections
+        refused for REFUSALS_SECONDS mean it ended as the watch began. Otherwise (the peer
+        set the channel up) a refusal proves nothing: this side's gRPC channel to it may
+        report an attempt made before the peer was up until it connects again (its
+        backoff, then a connection attempt of up to seconds), and the address known may be
+        one the peer left (it restarted elsewhere, and the move is learned later)."""
         key = (peer, incarnation)
         self._incarnations[peer] = incarnation
         if key in self._watches and not self._watches[key].done():
@@ -255,9 +254,14 @@ class VerbsChannels:
 
         async def watch() -> None:
             try:
-                why = await self.rt.peers.answers_again(
-                    peer, incarnation, self.rt.peers.startup_grace,
-                    refusals_for=STALE_REFUSALS_SECONDS if where_known else None)
+                if where_known:
+                    why = await self.rt.peers.answers_again(peer, incarnation, self.rt.peers.startup_grace,
+                                                            REFUSALS_SECONDS)
+                else:
+                    status = await stub.get_status(pb.GetStatusRequest(), timeout=self.rt.peers.startup_grace,
+                                                   wait_for_ready=True)
+                    why = None if status.incarnation == incarnation else \
+                        f"it restarted (incarnation {status.incarnation:016x})"
                 if why is None:
                     self._answers_where_known(peer, incarnation)
                     why = await self._stream_health(peer, incarnation, health)
