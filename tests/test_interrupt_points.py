@@ -11,7 +11,7 @@ from tensorverbs.errors import DeadlineExceededError
 from tensorverbs.local_cluster import pattern, same
 
 from interrupt_points import interrupt_at
-from variants import VARIANTS, Pair, start_pair
+from variants import Pair, pair_of
 
 PS, WORKER = Pair.PS, Pair.WORKER
 NBYTES = 4096
@@ -21,10 +21,7 @@ START_CODE = ("tensorverbs/rendezvous/remote.py", "tensorverbs/batches.py")
 
 @pytest.fixture(scope="module")
 def pair():
-    p = start_pair(*VARIANTS["grpc"])
-    yield p
-    p.worker.stop()
-    p.ps.stop()
+    yield from pair_of("grpc")
 
 
 def _quietly(fn) -> None:
@@ -39,21 +36,70 @@ def test_a_recv_interrupted_at_any_point_of_its_start_keeps_its_tensor(pair, cal
     worker, step, points = pair.worker, 1000 if call == "recv" else 2000, 0
     while True:
         step += 1
-        names = ["a"] if call == "recv" else ["a", "b"]
-        if call == "recv":
-            start = lambda: worker.recv("a", PS, step, timeout=0.2)  # noqa: E731
-        else:
-            start = lambda: worker.recv_many([(n, PS, step) for n in names], timeout=0.2)  # noqa: E731
+        names = _names(call)
+        start = _recv(worker, call, names, step, 0.2)
         where = interrupt_at(points + 1, lambda: _quietly(start), START_CODE)
         if where is None:
             break
         points += 1
-        for i, name in enumerate(names):
-            pair.ps.call("send_pattern", name, WORKER, step, NBYTES, step + i)
-        for i, name in enumerate(names):
-            try:
-                got = worker.recv(name, PS, step, timeout=30)
-            except DeadlineExceededError:
-                pytest.fail(f"{name!r} was lost after an interrupt at the {where}")
-            assert same(got, pattern(NBYTES, step + i)), f"{name!r} wrong after an interrupt at the {where}"
+        _send(pair, names, step)
+        _each_kept(worker, names, step, where)
     assert points > 3  # the start was traced
+
+
+def _names(call: str) -> list[str]:
+    return ["a"] if call == "recv" else ["a", "b"]
+
+
+def _recv(worker, call: str, names: list[str], step: int, timeout: float):
+    """The recv (``call``) of ``names`` at ``step``, to be called."""
+    if call == "recv":
+        return lambda: worker.recv(names[0], PS, step, timeout=timeout)
+    return lambda: worker.recv_many([(n, PS, step) for n in names], timeout=timeout)
+
+
+def _send(pair, names: list[str], step: int) -> None:
+    for i, name in enumerate(names):
+        pair.ps.call("send_pattern", name, WORKER, step, NBYTES, step + i)
+
+
+def _each_kept(worker, names: list[str], step: int, where: str) -> None:
+    """A retry of each recv of ``names`` gets its tensor, after an interrupt ``where``."""
+    for i, name in enumerate(names):
+        try:
+            got = worker.recv(name, PS, step, timeout=30)
+        except DeadlineExceededError:
+            pytest.fail(f"{name!r} was lost after an interrupt at the {where}")
+        assert same(got, pattern(NBYTES, step + i)), f"{name!r} wrong after an interrupt at the {where}"
+
+
+#: what a recv on grpc+verbs runs once the native core has its answer, up to the public call
+RESULT_CODE = ("tensorverbs/verbs/rendezvous.py", "tensorverbs/rendezvous/delivery.py",
+               "tensorverbs/recv_calls.py", "tensorverbs/batch_calls.py", "tensorverbs/batches.py",
+               "tensorverbs/errors.py", "tensorverbs/tensor.py", "tensorverbs/stats.py")
+#: the public call's own return (its wrapper's), where CPython runs no signal handler: a
+#: Python function's return goes on in its caller without one
+PUBLIC_RETURN = "return of call at errors.py"
+
+
+@pytest.fixture(scope="module")
+def verbs_pair():
+    yield from pair_of("verbs")
+
+
+@pytest.mark.parametrize("call", ["recv", "recv_many"])
+def test_a_recv_interrupted_at_any_point_after_its_tensor_came_keeps_it(verbs_pair, call):
+    """A recv on grpc+verbs interrupted (Ctrl-C) after the native core handed it the tensors
+    (they were there already), anywhere in the Python code that makes the results, gives
+    them back: the retry gets them. Before, they were lost."""
+    worker, step, points = verbs_pair.worker, 3000 if call == "recv" else 4000, 0
+    names = _names(call)
+    while True:
+        step += 1
+        _send(verbs_pair, names, step)  # offered before the recv asks
+        where = interrupt_at(points + 1, _recv(worker, call, names, step, 30), RESULT_CODE)
+        if where is None or where.startswith(PUBLIC_RETURN):
+            break  # (past the public call's return, its caller has the results)
+        points += 1
+        _each_kept(worker, names, step, where)
+    assert points > 3, points  # the results' making was traced

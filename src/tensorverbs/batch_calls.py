@@ -8,8 +8,9 @@ from typing import Any, Callable, Iterable
 from . import arguments as check
 from . import batches
 from .batches import RecvEntry
-from .errors import public
+from .errors import TensorverbsError, public
 from .recv_calls import RecvCalls
+from .in_hand import IN_HAND
 
 
 class BatchCalls(RecvCalls):
@@ -32,11 +33,16 @@ class BatchCalls(RecvCalls):
             self._check_running()
             seconds = check.optional_seconds(timeout, "timeout")
             keys, steps, local = batches.keys(batch, self._keys)
+            IN_HAND.held = None  # (what the protocol holds from here on the wrapper gives back if this raises)
             results = self._rendezvous.recv_many(keys, steps, seconds)  # at once, where the protocol can
             if results is not None:
                 if local:
                     self._rt.counters.add("local_recvs", local)
-                return batches.Outcomes(batch, results).settle(return_exceptions)
+                try:
+                    return batches.Outcomes(batch, results).settle(return_exceptions)
+                except TensorverbsError:  # (a failed entry's: it holds the results)
+                    IN_HAND.held = None
+                    raise
         start_one = self._starter(timeout, device, dtype, tensor_type)
         return batches.run(batch, start_one).settle(return_exceptions)
 

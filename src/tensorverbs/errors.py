@@ -11,6 +11,8 @@ import functools
 import inspect
 from typing import Any, Callable, ParamSpec, TypeVar, cast
 
+from .in_hand import IN_HAND, give_back
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -177,7 +179,9 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
     """``fn``, a public call, raising TensorverbsError only: one of Python's own exceptions
     it lets out (a bug, not the caller's mistake, which the call checks for) becomes one by
     :func:`as_error`, naming the call, with the original as its cause. Exceptions of other
-    classes pass through: those of the caller's own code, such as a signal handler's."""
+    classes pass through: those of the caller's own code, such as a signal handler's.
+    Received tensors the call took in hand (:mod:`tensorverbs.in_hand`) go back to their
+    protocol when it raises."""
     if inspect.iscoroutinefunction(fn):  # the exceptions come as it is awaited
         @functools.wraps(fn)
         async def await_call(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -190,7 +194,13 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
     @functools.wraps(fn)
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
         except _BUGS as exc:
+            give_back()
             raise as_error(exc, fn.__qualname__) from exc
+        except BaseException:  # (a signal's handler may raise as fn returns its result)
+            give_back()
+            raise
+        IN_HAND.held = None  # (the caller has it)
+        return result
     return call

@@ -23,6 +23,7 @@ import numpy as np
 from .. import _core
 from ..devices import HOST, Device
 from ..errors import TensorverbsError, UnavailableError, as_error, from_code
+from ..in_hand import IN_HAND, give_back
 from ..out import Out
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.future import started
@@ -231,14 +232,15 @@ class VerbsRendezvous(RemoteRendezvous):
         if src is None:
             return super().recv(key, step_id, timeout, device, out)
         started = time.monotonic()
-        code, message, dtype, shape, is_dead, payload = self.core.recv(
-            step_id, src, key.name, _timeout(timeout), out and out.destination)
+        answer = self.core.recv(step_id, src, key.name, _timeout(timeout), out and out.destination)
+        IN_HAND.held = (self.core, (step_id,), (src,), (key.name,), (answer,))  # (before any call)
+        code, message, dtype, shape, is_dead, payload = answer
         if code:
             raise from_code(code, self.ids.named(message))
         value = Value(_array(dtype, shape, payload), is_dead)
         refusal = self.delivery.refusal(out, describe_recv(key, step_id), value) if out is not None else None
         if refusal is not None:
-            self.core.give_back(step_id, src, key.name, dtype, shape, is_dead, payload)
+            give_back()
             raise refusal
         if src != self.task_id:
             self.delivery.observe(key.src, memoryview(payload).nbytes, started)
@@ -256,7 +258,9 @@ class VerbsRendezvous(RemoteRendezvous):
                 return None
             srcs.append(src)
         started = time.monotonic()
-        answers = self.core.recv_many(steps, srcs, [key.name for key in keys], _timeout(timeout))
+        names = [key.name for key in keys]
+        answers = self.core.recv_many(steps, srcs, names, _timeout(timeout))
+        IN_HAND.held = (self.core, steps, srcs, names, answers)  # (before any call)
         seconds = time.monotonic() - started
         results, arrived, peers = [], [], {src: str(task) for task, src in ready.items()}
         for key, step, src, answer in zip(keys, steps, srcs, answers):

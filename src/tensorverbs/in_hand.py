@@ -1,0 +1,38 @@
+"""The received tensors in the hands of a thread that makes a blocking recv's result: given
+back to the protocol (each to the next recv of its key and step) when the public call ends
+without handing them to its caller, interrupted by a signal's exception (Ctrl-C) or failing
+as it makes the result.
+
+The protocol puts its core's answers in :data:`IN_HAND` with a plain attribute store right
+after the core returned them (CPython runs a signal's handler as a function begins and
+after a call of native code returns, so no call may come between the two); the public
+call's wrapper (:func:`tensorverbs.errors.public`) empties the hand as it returns, or gives
+them back as it raises. A leaf module: the wrapper is below every other."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+
+class _Hand(threading.local):
+    #: (core, steps, sources, names, answers) of the answers in hand: the core's
+    #: give_back(step, src, name, dtype, shape, is_dead, payload) takes each answer back
+    held: tuple[Any, Sequence[int], Sequence[int], Sequence[str], Sequence[tuple]] | None = None
+
+
+IN_HAND = _Hand()
+
+
+def give_back() -> None:
+    """Give this thread's answers in hand back to their core (those that carry a tensor);
+    empty the hand."""
+    held, IN_HAND.held = IN_HAND.held, None
+    if held is None:
+        return
+    core, steps, srcs, names, answers = held
+    try:
+        for step, src, name, (code, _, dtype, shape, is_dead, payload) in zip(steps, srcs, names, answers):
+            if not code:
+                core.give_back(step, src, name, dtype, shape, is_dead, payload)
+    except Exception:  # (the server stopped: nobody asks for them; and why the call ended stands)
+        pass
