@@ -296,19 +296,24 @@ class Rendezvous {
 
  private:
   // Waits (the GIL released) until `waiting` has its answers. On the main thread it waits
-  // in slices and runs the signal handlers in between: when one raises (Ctrl-C's
-  // KeyboardInterrupt), `give_up()` runs (without the GIL: it gives the recvs up and keeps
-  // the tensors that came anyway for the next recvs of their keys) and the handler's
-  // exception is raised.
+  // in slices and runs the signal handlers in between, and once more when the answers are
+  // in (a signal that came as they did is handled here, where their tensors can still be
+  // kept, not as the call returns them): when one raises (Ctrl-C's KeyboardInterrupt),
+  // `give_up()` runs (without the GIL: it gives the recvs up and keeps the tensors that came
+  // anyway for the next recvs of their keys) and the handler's exception is raised.
   template <class Waiting, class GiveUp>
   static void wait_interruptibly(Waiting& waiting, const GiveUp& give_up) {
     const bool signals = on_main_thread();
     for (;;) {
+      bool done = false;
       {
         GilReleased release;
-        if (waiting.wait_for(signals ? kSignalSlice : std::chrono::hours(1))) return;
+        done = waiting.wait_for(signals ? kSignalSlice : std::chrono::hours(1));
       }
-      if (!signals || PyErr_CheckSignals() == 0) continue;
+      if (!signals || PyErr_CheckSignals() == 0) {
+        if (done) return;
+        continue;
+      }
       nb::python_error raised;  // takes the handler's exception
       {
         GilReleased release;
