@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable
 from . import arguments as check
 from . import batches
 from .batches import RecvEntry
-from .errors import TensorverbsError, public
+from .errors import public
 from .recv_calls import RecvCalls
 from .in_hand import IN_HAND
 
@@ -38,11 +38,7 @@ class BatchCalls(RecvCalls):
             if results is not None:
                 if local:
                     self._rt.counters.add("local_recvs", local)
-                try:
-                    return batches.Outcomes(batch, results).settle(return_exceptions)
-                except TensorverbsError:  # (a failed entry's: it holds the results)
-                    IN_HAND.held = None
-                    raise
+                return batches.Outcomes(batch, results).settle(return_exceptions)
         start_one = self._starter(timeout, device, dtype, tensor_type)
         return batches.run(batch, start_one).settle(return_exceptions)
 

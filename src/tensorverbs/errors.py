@@ -181,7 +181,8 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
     :func:`as_error`, naming the call, with the original as its cause. Exceptions of other
     classes pass through: those of the caller's own code, such as a signal handler's.
     Received tensors the call took in hand (:mod:`tensorverbs.in_hand`) go back to their
-    protocol when it raises."""
+    protocol when an exception of the caller's code ends it (a tensor that failed to make a
+    result, malformed, is dropped with the call's TensorverbsError)."""
     if inspect.iscoroutinefunction(fn):  # the exceptions come as it is awaited
         @functools.wraps(fn)
         async def await_call(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -196,9 +197,12 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
         try:
             result = fn(*args, **kwargs)
         except _BUGS as exc:
-            give_back()
+            IN_HAND.held = None  # (what it took failed with it)
             raise as_error(exc, fn.__qualname__) from exc
-        except BaseException:  # (a signal's handler may raise as fn returns its result)
+        except TensorverbsError:
+            IN_HAND.held = None
+            raise
+        except BaseException:  # a signal handler's, raised as fn made or returned its result
             give_back()
             raise
         IN_HAND.held = None  # (the caller has it)

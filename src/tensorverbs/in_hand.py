@@ -1,13 +1,14 @@
 """The received tensors in the hands of a thread that makes a blocking recv's result: given
-back to the protocol (each to the next recv of its key and step) when the public call ends
-without handing them to its caller, interrupted by a signal's exception (Ctrl-C) or failing
-as it makes the result.
+back to the protocol (each to the next recv of its key and step) when the public call is
+interrupted by a signal handler's exception (Ctrl-C) before its caller has them.
 
 The protocol puts its core's answers in :data:`IN_HAND` with a plain attribute store right
 after the core returned them (CPython runs a signal's handler as a function begins and
 after a call of native code returns, so no call may come between the two); the public
-call's wrapper (:func:`tensorverbs.errors.public`) empties the hand as it returns, or gives
-them back as it raises. A leaf module: the wrapper is below every other."""
+call's wrapper (:func:`tensorverbs.errors.public`) empties the hand as it returns or fails
+(a TensorverbsError, which holds or replaces them), and gives them back as an exception of
+the caller's code (a signal handler's) ends it. A leaf module: the wrapper is below every
+other."""
 from __future__ import annotations
 
 import threading
