@@ -10,7 +10,6 @@ from . import batches
 from .batches import RecvEntry
 from .errors import public
 from .recv_calls import RecvCalls
-from .in_hand import IN_HAND
 
 
 class BatchCalls(RecvCalls):
@@ -33,7 +32,6 @@ class BatchCalls(RecvCalls):
             self._check_running()
             seconds = check.optional_seconds(timeout, "timeout")
             keys, steps, local = batches.keys(batch, self._keys)
-            IN_HAND.held = None  # (what the protocol holds from here on the wrapper gives back if this raises)
             results = self._rendezvous.recv_many(keys, steps, seconds)  # at once, where the protocol can
             if results is not None:
                 if local:

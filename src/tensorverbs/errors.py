@@ -195,16 +195,13 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
     @functools.wraps(fn)
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            result = fn(*args, **kwargs)
+            return fn(*args, **kwargs)
         except _BUGS as exc:
-            IN_HAND.held = None  # (what it took failed with it)
             raise as_error(exc, fn.__qualname__) from exc
-        except TensorverbsError:
-            IN_HAND.held = None
+        except BaseException as exc:
+            if not isinstance(exc, TensorverbsError):  # a signal handler's, as fn made or returned its result
+                give_back()
             raise
-        except BaseException:  # a signal handler's, raised as fn made or returned its result
-            give_back()
-            raise
-        IN_HAND.held = None  # (the caller has it)
-        return result
+        finally:
+            IN_HAND.held = None  # (the caller has them, or they failed with the call)
     return call

@@ -12,13 +12,14 @@ other."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any
 
 
 class _Hand(threading.local):
-    #: (core, steps, sources, names, answers) of the answers in hand: the core's
-    #: give_back(step, src, name, dtype, shape, is_dead, payload) takes each answer back
-    held: tuple[Any, Sequence[int], Sequence[int], Sequence[str], Sequence[tuple]] | None = None
+    #: (core, steps, sources, names, answers) of the answers in hand, or (core, step,
+    #: source, name, answer) of one recv's: the core's give_back(step, src, name, dtype,
+    #: shape, is_dead, payload) takes each answer back
+    held: tuple[Any, Any, Any, Any, Any] | None = None
 
 
 IN_HAND = _Hand()
@@ -31,6 +32,8 @@ def give_back() -> None:
     if held is None:
         return
     core, steps, srcs, names, answers = held
+    if isinstance(steps, int):  # one recv's
+        steps, srcs, names, answers = (steps,), (srcs,), (names,), (answers,)
     try:
         for step, src, name, (code, _, dtype, shape, is_dead, payload) in zip(steps, srcs, names, answers):
             if not code:

@@ -12,7 +12,6 @@ from .devices import HOST, Device, get_device
 from .errors import InvalidArgumentError, public
 from .out import Out
 from .rendezvous.future import RecvFuture
-from .in_hand import IN_HAND
 from .rendezvous.key import RendezvousKey, TaskKeys
 from .results import ResultFuture, Results
 
@@ -69,7 +68,6 @@ class RecvCalls:
              tensor_type: str | None = None) -> Any:
         """Receive tensor ``name`` from ``source`` (blocking); see :meth:`recv_async`."""
         if self._results(out, dtype, tensor_type) is None:
-            IN_HAND.held = None  # (what the protocol holds from here on the wrapper gives back if this raises)
             return self._rendezvous.recv(self._recv_key(name, source), check.integer(step_id, "step_id"),
                                          check.optional_seconds(timeout, "timeout"), *self._into(device, out))
         fut = self.recv_async(name, source, step_id, timeout, device, out, dtype=dtype, tensor_type=tensor_type)

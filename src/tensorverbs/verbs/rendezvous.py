@@ -233,7 +233,7 @@ class VerbsRendezvous(RemoteRendezvous):
             return super().recv(key, step_id, timeout, device, out)
         started = time.monotonic()
         answer = self.core.recv(step_id, src, key.name, _timeout(timeout), out and out.destination)
-        IN_HAND.held = (self.core, (step_id,), (src,), (key.name,), (answer,))  # (before any call)
+        IN_HAND.held = (self.core, step_id, src, key.name, answer)  # (before any call)
         code, message, dtype, shape, is_dead, payload = answer
         if code:
             raise from_code(code, self.ids.named(message))
