@@ -2,6 +2,7 @@
 error, and no tensor is lost."""
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -10,7 +11,9 @@ import pytest
 
 import tensorverbs as tv
 from netns import namespace, unavailable_reason
+from tensorverbs.cluster import ClusterSpec, parse_task
 from tensorverbs.local_cluster import TaskProcess, free_port
+from tensorverbs.rpc.peers import REFUSALS_SECONDS, Peers
 from together import Cluster
 from variants import VARIANTS
 from exchanges import PS, worker
@@ -120,3 +123,34 @@ def test_peer_host_vanishes(variant):
                 assert (received, unavailable) == (1, 2)
             finally:
                 ps.kill()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(_NETNS is not None, reason=_NETNS or "")
+def test_a_peer_whose_host_vanished_before_it_answered_again_is_found_gone():
+    """A peer reached a moment ago (its channel connected) whose host drops off the network
+    before it answers again is taken as gone once the connection breaks (the keepalive) and
+    the reconnect window passes, however long the caller would wait for a slow peer: the
+    health watch of a channel just set up waits up to the start-up grace period for the
+    peer's first answer, and a vanished host held the channel's recvs that long."""
+    with namespace() as ns:
+        spec = {"ps": [f"{ns.inner_ip}:{free_port()}"],
+                "worker": [f"{ns.host_ip}:{free_port(ns.host_ip)}"]}
+        ps = TaskProcess(spec, "ps", 0, "grpc", netns=ns.name)
+        task = parse_task(PS)
+
+        async def reach_again_after_the_vanish() -> str | None:
+            peers = Peers(ClusterSpec(spec), startup_grace=60.0)
+            try:
+                status = await peers.handshake(task)
+                subprocess.run(["ip", "-n", ns.name, "link", "set", ns.inner_link, "down"], check=True)
+                return await asyncio.wait_for(
+                    peers.answers_again(task, status.incarnation, within=60.0, refusals_for=REFUSALS_SECONDS),
+                    VANISH_BOUND)
+            finally:
+                await peers.close()
+        try:
+            why = asyncio.run(reach_again_after_the_vanish())
+            assert why is not None and "connection broke" in why
+        finally:
+            ps.kill()

@@ -158,11 +158,15 @@ class Peers:
                             refusals_for: float = 0.0) -> str | None:
         """After a call's connection to ``task`` broke: None once the peer answers as
         ``incarnation`` again (its channel reconnects meanwhile), else why it is taken
-        as gone (it restarted, refused connections for ``refusals_for`` seconds on end, or
-        did not answer ``within`` seconds)."""
+        as gone (it restarted, refused connections for ``refusals_for`` seconds on end,
+        did not answer ``within`` seconds, or did not answer again within
+        RECONNECT_SECONDS of a connection, seen up meanwhile, breaking: a peer slow to
+        answer keeps its connection, a vanished host loses it to the keepalive)."""
         peer = self.peer(task)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
+        gone = f"it did not answer again within {within:g} s"
+        connected = False
         refused_since: float | None = None
         try_seconds = RETRY_SECONDS
         # as in the handshake, alternately a call that waits for the channel to connect and
@@ -170,7 +174,7 @@ class Peers:
         for waits in itertools.cycle((False, True)):
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return f"it did not answer again within {within:g} s"
+                return gone
             try:
                 status = await peer.get_status(pb.GetStatusRequest(), wait_for_ready=waits,
                                                timeout=min(try_seconds, remaining))
@@ -180,6 +184,13 @@ class Peers:
                 if exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
                     return f"reaching it again failed: {details}"
                 try_seconds = _next_try(peer, exc, try_seconds)
+                if peer.channel.get_state() == grpc.ChannelConnectivity.READY:
+                    connected = True
+                elif connected:
+                    connected = False
+                    if loop.time() + RECONNECT_SECONDS < deadline:
+                        deadline = loop.time() + RECONNECT_SECONDS
+                        gone = f"its connection broke and it did not answer again within {RECONNECT_SECONDS:g} s"
                 if "connection refused" in details.lower():
                     refused_since = loop.time() if refused_since is None else refused_since
                     if loop.time() - refused_since >= refusals_for:
