@@ -14,6 +14,9 @@ namespace {
 
 constexpr int kBatch = 64;
 constexpr int kHousekeepingMs = 10;
+// How often a lingering thread looks again whether the channels are quiet (their last sends
+// complete on the queue, which wakes it sooner).
+constexpr int kLingerMs = 1;
 
 std::string seconds(double value) {
   std::string text = std::to_string(value);
@@ -70,6 +73,34 @@ void RdmaAdapter::start() {
   });
 }
 
+void RdmaAdapter::linger(std::chrono::milliseconds bound) {
+  if (!thread_.joinable()) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  lingering_ = true;
+  cq_->wake();
+  quiet_.wait_for(lock, bound, [this] { return !lingering_.load(); });
+  lingering_ = false;
+}
+
+void RdmaAdapter::check_quiet() {
+  std::vector<std::shared_ptr<RdmaChannel>> channels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [qp_num, weak] : channels_) {
+      if (auto channel = weak.lock()) channels.push_back(std::move(channel));
+    }
+  }
+  bool quiet = true;
+  for (auto& channel : channels) {
+    run_guarded([&] { quiet = channel->quiet() && quiet; }, [](const char*) {});
+  }
+  if (quiet) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lingering_ = false;
+    quiet_.notify_all();
+  }
+}
+
 void RdmaAdapter::stop() {
   if (!thread_.joinable()) return;
   stopping_ = true;
@@ -78,6 +109,7 @@ void RdmaAdapter::stop() {
 }
 
 int RdmaAdapter::wait_ms() {
+  if (lingering_) return kLingerMs;
   int ms = housekeeping_wanted_ ? kHousekeepingMs : -1;
   std::lock_guard<std::mutex> lock(mu_);
   // deadlines of recvs that are gone are dropped here, so they cannot pile up
@@ -156,6 +188,7 @@ void RdmaAdapter::run() {
       run_guarded([&] { again = housekeeping_(); }, [](const char*) {});
       if (again) housekeeping_wanted_ = true;
     }
+    if (lingering_) check_quiet();
   }
 }
 

@@ -2,7 +2,8 @@
 // drains it (TensorFlow's RdmaAdapter). The thread waits on the queue (a bounded spin,
 // then sleep: no busy polling at idle), hands each completion to its channel, sends the
 // ACKs a batch calls for, fires recvs' deadlines, and retries what waits for a peer's
-// access to end (quarantine). Whatever a handler throws fails the channel whose completion
+// access to end (quarantine). Stopping, it lingers until what the channels posted has left
+// (the ACKs of the messages taken last, so that their senders learn the tensors arrived). Whatever a handler throws fails the channel whose completion
 // it handled (its recvs fail naming the peer), never the thread or the other channels.
 // Waiting on the queue throws nothing: a provider that makes progress there (soft) fails
 // the queue pair whose traffic threw.
@@ -10,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,6 +42,10 @@ class RdmaAdapter {
   void add_deadline(Clock::time_point when, double timeout, std::weak_ptr<PendingRecv> recv);
   void wants_housekeeping();
   void start();
+  // Waits (at most `bound`) until every channel has acknowledged the messages it took and
+  // what it posted has left (RdmaChannel::quiet), the completion thread going on meanwhile.
+  // Call before failing the channels to stop; at most once.
+  void linger(std::chrono::milliseconds bound);
   void stop();
 
  private:
@@ -53,6 +59,8 @@ class RdmaAdapter {
   void run();
   int wait_ms();
   void expire();
+  // While lingering: whether every channel is quiet (then the lingering ends).
+  void check_quiet();
 
   const std::shared_ptr<verbs::CompletionQueue> cq_;
   const std::function<bool()> housekeeping_;
@@ -62,6 +70,8 @@ class RdmaAdapter {
   std::size_t sweep_at_ = 1024;      // drop deadlines of finished recvs at this size
   std::atomic<bool> stopping_{false};
   std::atomic<bool> housekeeping_wanted_{false};
+  std::atomic<bool> lingering_{false};
+  std::condition_variable quiet_;  // lingering_ ended (with mu_)
   std::thread thread_;
 };
 

@@ -16,7 +16,7 @@ RdmaChannel::RdmaChannel(ChannelOwner& owner, std::int32_t peer, std::uint64_t i
     : owner_(owner), peer_(peer), incarnation_(incarnation), qp_(std::move(qp)),
       provider_(provider), peer_name_(owner.task_name(peer)), name_("verbs channel to " + peer_name_),
       buffer_(std::move(buffer)), max_message_bytes_(max_message_bytes),
-      max_requests_(std::max<std::uint32_t>(1, max_requests)) {}
+      max_requests_(std::max<std::uint32_t>(1, max_requests)), send_depth_(qp_->send_room()) {}
 
 RdmaChannel::~RdmaChannel() {
   fail(Status(Code::kUnavailable, name() + " was closed"));

@@ -1,7 +1,7 @@
 // What arrives on a channel (TensorFlow's RdmaChannel's receive side): each completion of
 // its queue pair, the messages they bring (each dispatched to its request or response, a
 // malformed one failing only what it names where it can), and the acknowledgement of the
-// messages taken once a batch of completions is handled.
+// messages taken once a batch of completions is handled (and, stopping, until they left).
 #include <vector>
 
 #include "protocol/rdma_channel.h"
@@ -150,6 +150,26 @@ void RdmaChannel::after_batch() {
     status = wrs.empty() ? drain_locked() : post_locked(wrs);
   }
   if (!status.ok()) fail(status);
+}
+
+bool RdmaChannel::quiet() {
+  std::vector<verbs::SendWr> wrs;
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_ || !remote_) return true;
+    const bool owed = buffer_->owes_ack();
+    if (!owed && backlog_.empty() && qp_->send_room() >= send_depth_) return true;
+    if (!owed && fenced_) return false;
+    fenced_ = true;
+    buffer_->ack(&wrs, true);
+    status = post_locked(wrs);
+  }
+  if (!status.ok()) {
+    fail(status);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace tensorverbs

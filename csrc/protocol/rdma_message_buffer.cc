@@ -146,7 +146,11 @@ const std::uint8_t* RdmaMessageBuffer::next_message(std::uint32_t byte_len, std:
 }
 
 void RdmaMessageBuffer::ack_if_needed(std::vector<verbs::SendWr>* out) {
-  if (!connected_ || taken_ == told_) return;
+  if (owes_ack()) ack(out, false);
+}
+
+void RdmaMessageBuffer::ack(std::vector<verbs::SendWr>* out, bool signaled) {
+  if (!connected_) return;
   std::uint8_t* word = tx_->data() + std::size_t{slots_} * kSlotBytes;
   little_endian::store(word, static_cast<std::uint32_t>(taken_));
   told_ = taken_;
@@ -157,7 +161,7 @@ void RdmaMessageBuffer::ack_if_needed(std::vector<verbs::SendWr>* out) {
   wr.remote_addr = remote_addr_ + std::size_t{slots_} * kSlotBytes;
   wr.rkey = remote_rkey_;
   wr.imm = kImmAck;
-  wr.signaled = false;
+  wr.signaled = signaled;
   out->push_back(wr);
 }
 

@@ -66,6 +66,11 @@ class RdmaMessageBuffer {
   void taken() { ++taken_; }
   // Appends an explicit ACK if messages were taken since the last count told to the peer.
   void ack_if_needed(std::vector<verbs::SendWr>* out);
+  // Appends an explicit ACK of the count taken, needed or not (once connected), completing
+  // with a work completion if `signaled`: stopping, its completion tells that it left.
+  void ack(std::vector<verbs::SendWr>* out, bool signaled);
+  // Whether messages were taken since the last count told to the peer.
+  bool owes_ack() const { return connected_ && taken_ != told_; }
 
  private:
   RdmaMessageBuffer(std::unique_ptr<verbs::MemoryRegion> tx, std::unique_ptr<verbs::MemoryRegion> rx,

@@ -16,6 +16,9 @@ namespace tensorverbs {
 namespace {
 
 constexpr std::uint64_t kDefaultMaxMessage = std::uint64_t{1} << 30;
+// How long a stop waits for what its channels posted to leave (a peer that is gone never
+// completes it).
+constexpr std::chrono::milliseconds kLinger{500};
 
 // Why `channel` went: replaced by a new one, of a peer that restarted or not.
 Status replaced(const RdmaChannel& channel, bool restarted) {
@@ -433,6 +436,9 @@ void RdmaRendezvous::stop() {
     held.swap(held_);  // tracked: stopping the recvs ends them (kept alive until then)
   }
   lost_ready_.notify_all();
+  // the ACKs of the messages taken last leave first: else their senders take the tensors as
+  // never received (a flush waits for them, a restarted receiver would get them again)
+  adapter_->linger(kLinger);
   recvs_.stop();
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
   adapter_->stop();

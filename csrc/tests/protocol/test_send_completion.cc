@@ -79,6 +79,34 @@ TEST_P(SendCompletionPair, ASendIsDeliveredWhenItsReceiverHasIt) {
   EXPECT_TRUE(ledger->wait_all(0));
 }
 
+TEST_P(SendCompletionPair, AReceiverThatStopsAsItsRecvReturnsStillTellsTheSenderItHasTheTensor) {
+  // the receiver's acknowledgement of the message that brought a small tensor must leave
+  // before its channels close: else the sender takes it as never received (its flush waits,
+  // and a restarted receiver would get it a second time)
+  auto ledger = std::make_shared<SendLedger>();
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    if (round > 0) {  // a fresh receiver each round (a new incarnation)
+      std::vector<std::string> names = {"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"};
+      auto opened = open_task(kWorker, std::move(names), GetParam());
+      ASSERT_TRUE(opened.ok()) << opened.status().message();
+      worker_ = opened.take();
+      ASSERT_TRUE(connect_tasks(*worker_, 8 + static_cast<std::uint64_t>(round), *ps_, 7));
+    }
+    TensorValue sent = floats(4, static_cast<float>(round));
+    sent.ticket = ledger->open("'w' at step " + std::to_string(round));
+    std::shared_ptr<SendCompletion> completion = sent.ticket->completion();
+    ASSERT_TRUE(ps_->send(round, kWorker, "w", sent).ok());
+    sent.ticket.reset();
+    RecvResult got = recv(round, "w");
+    ASSERT_TRUE(got.status.ok()) << got.status.message();
+    worker_->stop();
+    ASSERT_TRUE(completion->wait(10)) << "the sender never learned that the receiver has it";
+    EXPECT_TRUE(completion->status()->ok()) << completion->status()->message();
+    worker_.reset();
+  }
+}
+
 TEST_P(SendCompletionPair, AbortAndCleanupFailTheSendsNobodyTook) {
   auto ledger = std::make_shared<SendLedger>();
   TensorValue aborted = floats(8, 1.0f), cleaned = floats(8, 1.0f);

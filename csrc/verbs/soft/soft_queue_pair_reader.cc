@@ -48,6 +48,9 @@ void SoftQueuePair::read_frames_locked() {
         const Stream::Io io = stream_->fill(&why);
         if (io == Stream::Io::kAgain) return;
         if (io == Stream::Io::kClosed) {
+          // what the peer published in the ring before it closed is carried out first, as
+          // the requests it sent before (an ACK written as it stopped)
+          drain_held_locked();
           enter_error_locked("the peer closed the connection (it destroyed the queue pair, "
                              "moved it to the error state, or exited)");
           return;
