@@ -110,6 +110,8 @@ class RecvCalls:
         """(the device a recv delivers to, its ``out``); ``out`` lands on the host and is
         copied to its device by :class:`Out`. The host learns that this task sees the
         device."""
+        if out is None and device is None:  # (most recvs: the host, which needs no note)
+            return HOST, None
         if out is not None:
             into = Out(out, device)
             self._rt.shared.note(into.device)

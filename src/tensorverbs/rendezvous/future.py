@@ -36,14 +36,11 @@ _log = logging.getLogger("concurrent.futures")
 _CANCELLED = (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 
 
-class NativeWait(Protocol):
-    """What waits for a recv's answer and settles its future in the waiting thread."""
+class NativeRecv(Protocol):
+    """A recv in flight in a native core: it waits for the answer and settles the future
+    in the waiting thread, and its future's cancel gives it up."""
 
     def wait(self, seconds: float) -> int: ...
-
-
-class Cancellable(Protocol):
-    """A recv in flight that its future's cancel gives up."""
 
     def cancel(self) -> None: ...
 
@@ -111,19 +108,22 @@ class RecvFuture(concurrent.futures.Future[Any]):
     pending runs on ``peer``'s lane of ``lanes`` (if given), never in the thread that
     settles it; one added once it is done runs at once, in the caller's thread."""
 
+    # the fields most futures keep as they are, shared until set (a recv in flight makes
+    # fewer of them: thousands may be)
+    _result: Any = None
+    _exception: BaseException | None = None
+    _return: Callable[..., object] | None = None
+    _return_args: tuple[Any, ...] = ()
+    _native: NativeRecv | None = None  # (None once the answer went elsewhere)
+    _on_cancel: NativeRecv | None = None
+
     def __init__(self, lanes: Lanes | None = None, peer: str = "") -> None:
         # the base class's fields, its condition the lean one
         self._condition = _Condition()  # type: ignore[assignment]
         self._state = _base.PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
         self._waiters: list[Any] = []
         self._done_callbacks: list[Callable[[concurrent.futures.Future[Any]], object]] = []
         self._lanes, self._peer = lanes, peer
-        self._return: Callable[..., object] | None = None
-        self._return_args: tuple[Any, ...] = ()
-        self._native: NativeWait | None = None
-        self._on_cancel: Cancellable | None = None
 
     def __await__(self) -> Generator[Any, None, Any]:
         """``await fut`` in a coroutine: the recv's result, without blocking the event loop.
@@ -141,19 +141,15 @@ class RecvFuture(concurrent.futures.Future[Any]):
             self.cancel()  # the awaiting task was cancelled: the recv with it
             raise
 
-    def settled_by(self, native: NativeWait) -> None:
+    def settled_by(self, native: NativeRecv) -> None:
         """Let a thread that waits for the result settle this future itself, woken directly
         by the answer (no hand-off through the thread that settles it otherwise):
         ``native.wait(seconds)`` waits so and returns 0 (not yet), 1 (settled) or 2
-        (settled elsewhere: wait on this future)."""
-        self._native = native
-
-    def on_cancel(self, recv: Cancellable) -> None:
-        """Call ``recv.cancel()`` (quick, never raising) when this future is cancelled; at
-        once if it is already."""
-        self._on_cancel = recv
-        if self._state in _CANCELLED:  # (read without the lock: cancel() calls it after setting it)
-            recv.cancel()
+        (settled elsewhere: wait on this future). Cancelling this future calls
+        ``native.cancel()`` (quick, never raising); at once if it is cancelled already."""
+        self._native = self._on_cancel = native
+        if self._state in _CANCELLED:  # (read without the lock: cancel() reads it after setting it)
+            native.cancel()
 
     def cancel(self) -> bool:
         if not super().cancel():

@@ -307,7 +307,6 @@ class VerbsRendezvous(RemoteRendezvous):
         handle = self.core.recv_async(call.step_id, src, call.key.name, timeout, call, self._settle_core,
                                       call.out and call.out.destination)
         call.future.settled_by(handle)
-        call.future.on_cancel(handle)
         return handle
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
