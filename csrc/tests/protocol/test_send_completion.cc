@@ -80,8 +80,8 @@ TEST_P(SendCompletionPair, ASendIsDeliveredWhenItsReceiverHasIt) {
 }
 
 TEST_P(SendCompletionPair, AReceiverThatStopsAsItsRecvReturnsStillTellsTheSenderItHasTheTensor) {
-  // the receiver's acknowledgement of the message that brought a small tensor must leave
-  // before its channels close: else the sender takes it as never received (its flush waits,
+  // the receiver's acknowledgement of the message that brought a small tensor (or of the
+  // write of a large one) must leave before its channels close: else the sender takes it as never received (its flush waits,
   // and a restarted receiver would get it a second time)
   auto ledger = std::make_shared<SendLedger>();
   for (int round = 0; round < 20; ++round) {
@@ -93,7 +93,8 @@ TEST_P(SendCompletionPair, AReceiverThatStopsAsItsRecvReturnsStillTellsTheSender
       worker_ = opened.take();
       ASSERT_TRUE(connect_tasks(*worker_, 8 + static_cast<std::uint64_t>(round), *ps_, 7));
     }
-    TensorValue sent = floats(4, static_cast<float>(round));
+    // inline (a message), and written into the receiver's landing (then a RELEASE)
+    TensorValue sent = floats(round % 2 ? std::size_t{1} << 18 : 4, static_cast<float>(round));
     sent.ticket = ledger->open("'w' at step " + std::to_string(round));
     std::shared_ptr<SendCompletion> completion = sent.ticket->completion();
     ASSERT_TRUE(ps_->send(round, kWorker, "w", sent).ok());
