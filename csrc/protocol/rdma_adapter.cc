@@ -74,7 +74,7 @@ void RdmaAdapter::start() {
 }
 
 void RdmaAdapter::linger(std::chrono::milliseconds bound) {
-  if (!thread_.joinable()) return;
+  if (!thread_.joinable() || std::this_thread::get_id() == thread_.get_id()) return;
   std::unique_lock<std::mutex> lock(mu_);
   lingering_ = true;
   cq_->wake();
@@ -91,8 +91,11 @@ void RdmaAdapter::check_quiet() {
     }
   }
   bool quiet = true;
-  for (auto& channel : channels) {
-    run_guarded([&] { quiet = channel->quiet() && quiet; }, [](const char*) {});
+  for (auto& channel : channels) {  // what quiet() throws fails its channel, as in run()
+    run_guarded([&] { quiet = channel->quiet() && quiet; }, [&channel](const char* what) {
+      channel->fail(Status(Code::kInternal, channel->name() + " failed: " + what +
+                                                " (thrown in the completion thread)"));
+    });
   }
   if (quiet) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -3,8 +3,9 @@
 // then sleep: no busy polling at idle), hands each completion to its channel, sends the
 // ACKs a batch calls for, fires recvs' deadlines, and retries what waits for a peer's
 // access to end (quarantine). Stopping, it lingers until what the channels posted has left
-// (the ACKs of the messages taken last, so that their senders learn the tensors arrived). Whatever a handler throws fails the channel whose completion
-// it handled (its recvs fail naming the peer), never the thread or the other channels.
+// (the ACKs of the messages taken last, so that their senders learn the tensors arrived).
+// Whatever a handler throws fails the channel whose completion it handled (its recvs fail
+// naming the peer), never the thread or the other channels.
 // Waiting on the queue throws nothing: a provider that makes progress there (soft) fails
 // the queue pair whose traffic threw.
 #pragma once
@@ -44,7 +45,8 @@ class RdmaAdapter {
   void start();
   // Waits (at most `bound`) until every channel has acknowledged the messages it took and
   // what it posted has left (RdmaChannel::quiet), the completion thread going on meanwhile.
-  // Call before failing the channels to stop; at most once.
+  // Call before failing the channels to stop (not from the adapter's thread, which returns
+  // at once).
   void linger(std::chrono::milliseconds bound);
   void stop();
 

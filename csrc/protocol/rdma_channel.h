@@ -145,9 +145,10 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   void on_completion(const verbs::WorkCompletion& wc);
   // After a batch of completions: an explicit ACK if messages were taken and none went back.
   void after_batch();
-  // Stopping: whether all it posted has left (true once it failed). If not, it acknowledges
-  // the messages it took, signaled (the ACK's completion frees the send queue's entries of
-  // what went before it, signaled or not), so that a later call can tell.
+  // Stopping: whether all it posted has left (true once it failed, or while it is not
+  // connected). If not, it posts what waits in its backlog and, unless one is on its way, a
+  // fence: an explicit ACK of the messages taken, signaled (its completion frees the send
+  // queue's entries of what went before it, signaled or not), so that a later call can tell.
   bool quiet();
 
   // The connection is gone: fails every request and response, once; true if this call did.
@@ -195,7 +196,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::uint32_t next_index_ = 0;
   const std::uint32_t max_requests_;
   const std::size_t send_depth_;  // the send queue's room when nothing is posted
-  bool fenced_ = false;           // quiet() posted its signaled ACK
+  bool fence_out_ = false;        // quiet()'s signaled ACK is on its way
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests_;
   std::deque<std::shared_ptr<RdmaTensorRequest>> queued_;  // beyond max_requests_, in order
   std::deque<verbs::SendWr> backlog_;  // work requests beyond the send queue's room, in order

@@ -59,6 +59,9 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
     if (auto response = find_response(work_value(wc.wr_id))) response->on_written();
   } else if (kind == WorkKind::kTensorRead) {
     if (auto request = find_request(work_value(wc.wr_id))) request->on_read_done();
+  } else if (kind == WorkKind::kAck) {  // (only a stopping channel's fence is signaled)
+    std::lock_guard<std::mutex> lock(mu_);
+    fence_out_ = false;
   }
 }
 
@@ -158,12 +161,14 @@ bool RdmaChannel::quiet() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_ || !remote_) return true;
-    const bool owed = buffer_->owes_ack();
-    if (!owed && backlog_.empty() && qp_->send_room() >= send_depth_) return true;
-    if (!owed && fenced_) return false;
-    fenced_ = true;
-    buffer_->ack(&wrs, true);
-    status = post_locked(wrs);
+    if (!buffer_->owes_ack() && backlog_.empty() && qp_->send_room() >= send_depth_) return true;
+    if (fence_out_) {
+      status = drain_locked();
+    } else {
+      fence_out_ = true;
+      buffer_->ack(&wrs, true);
+      status = post_locked(wrs);
+    }
   }
   if (!status.ok()) {
     fail(status);

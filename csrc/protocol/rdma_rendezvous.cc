@@ -438,15 +438,15 @@ void RdmaRendezvous::stop() {
   lost_ready_.notify_all();
   // the ACKs of the messages taken last leave first: else their senders take the tensors as
   // never received (a flush waits for them, a restarted receiver would get them again)
-  adapter_->linger(kLinger);
+  if (adapter_) adapter_->linger(kLinger);  // (no adapter nor pool when open() failed half way)
   recvs_.stop();
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
-  adapter_->stop();
+  if (adapter_) adapter_->stop();
   // no completion is taken any more: what waits for a read's end is let go now
   for (auto& [peer, channel] : channels) channel->abandon_reads();
   quarantine_.check();
   channels.clear();
-  pool_->close();
+  if (pool_) pool_->close();
 }
 
 }  // namespace tensorverbs

@@ -8,7 +8,7 @@ namespace tensorverbs {
 
 enum class WorkKind : std::uint8_t {
   kMessage = 1,       // a control message write (unsignaled; completes only on failure)
-  kAck = 2,           // an explicit ACK write (unsignaled)
+  kAck = 2,           // an explicit ACK write (unsignaled, but a stopping channel's fence)
   kTensorWrite = 3,   // the content write of a response (value: the peer's request index)
   kTensorRead = 4,    // the content read of a request, read mode (value: our request index)
   kRecv = 5,          // a posted receive (value: its slot in the receive queue)

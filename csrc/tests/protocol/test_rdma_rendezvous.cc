@@ -165,6 +165,16 @@ TEST_P(RendezvousPair, StopCancelsPendingRecvs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RendezvousPair, all_modes(), mode_name);
+TEST(RdmaRendezvousOpen, AProviderThatCannotBeOpenedFailsTheOpenAndNothingElse) {
+  // the half-made task is stopped as it goes: it has no completion thread nor pool yet
+  Options options;
+  options.provider = "no-such-provider";
+  auto opened = open_task(kPs, {"/job:ps/replica:0/task:0"}, options);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.status().message().find("no-such-provider"), std::string::npos)
+      << opened.status().message();
+}
+
 INSTANTIATE_TEST_SUITE_P(Ibverbs, RendezvousPair, ibverbs_modes(), mode_name);
 INSTANTIATE_TEST_SUITE_P(IbverbsType2, RendezvousPair, type2_modes(), mode_name);
 

@@ -66,6 +66,7 @@ SoftQueuePair::~SoftQueuePair() {
   }
   std::lock_guard lock(mu_);
   if (copying_ != nullptr) KeyTableView::unpin(copy_pin_);
+  send_ack_if_owed_locked();  // (see to_error)
   teardown_locked();
 }
 
@@ -271,6 +272,7 @@ void SoftQueuePair::dial_deadline_passed() {
 
 void SoftQueuePair::to_error(std::string_view why) {
   std::lock_guard lock(mu_);
+  send_ack_if_owed_locked();  // what arrived is acknowledged first, as a NIC has done by now
   enter_error_locked(std::string(why));
 }
 

@@ -120,6 +120,10 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   Status adopt_peer_fds_locked(std::vector<UniqueFd>& fds);
   void start_locked();
   void enter_error_locked(const std::string& why);
+  // The peer's stream ended (closed, reset, or broke as this side wrote): what it published
+  // in the event ring before is carried out first, as the requests it sent before (an ACK
+  // written as it stopped), then the error state.
+  void stream_ended_locked(const std::string& why);
   void teardown_locked();
   void send_frames_locked(TxItem* items, std::size_t count);
   void send_frame_locked(const FrameHeader& header) {

@@ -24,7 +24,7 @@ void SoftQueuePair::on_socket(std::uint32_t events) {
   if ((events & EPOLLOUT) != 0) {
     Status ok = stream_->flush();
     if (!ok.ok()) {
-      enter_error_locked(ok.message());
+      stream_ended_locked(ok.message());
       return;
     }
   }
@@ -38,6 +38,11 @@ void SoftQueuePair::on_socket(std::uint32_t events) {
   }
 }
 
+void SoftQueuePair::stream_ended_locked(const std::string& why) {
+  drain_held_locked();
+  enter_error_locked(why);
+}
+
 void SoftQueuePair::read_frames_locked() {
   std::size_t budget = kPassBudget;
   while (stream_ && state_.load() == QpState::kRts) {
@@ -48,15 +53,12 @@ void SoftQueuePair::read_frames_locked() {
         const Stream::Io io = stream_->fill(&why);
         if (io == Stream::Io::kAgain) return;
         if (io == Stream::Io::kClosed) {
-          // what the peer published in the ring before it closed is carried out first, as
-          // the requests it sent before (an ACK written as it stopped)
-          drain_held_locked();
-          enter_error_locked("the peer closed the connection (it destroyed the queue pair, "
-                             "moved it to the error state, or exited)");
+          stream_ended_locked("the peer closed the connection (it destroyed the queue pair, "
+                              "moved it to the error state, or exited)");
           return;
         }
         if (io == Stream::Io::kError) {
-          enter_error_locked(why);
+          stream_ended_locked(why);
           return;
         }
         continue;
