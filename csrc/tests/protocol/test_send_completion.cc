@@ -81,8 +81,8 @@ TEST_P(SendCompletionPair, ASendIsDeliveredWhenItsReceiverHasIt) {
 
 TEST_P(SendCompletionPair, AReceiverThatStopsAsItsRecvReturnsStillTellsTheSenderItHasTheTensor) {
   // the receiver's acknowledgement of the message that brought a small tensor (or of the
-  // write of a large one) must leave before its channels close: else the sender takes it as never received (its flush waits,
-  // and a restarted receiver would get it a second time)
+  // write of a large one) must leave before its channels close: else the sender takes it as
+  // never received (its flush waits, and a restarted receiver would get it a second time)
   auto ledger = std::make_shared<SendLedger>();
   for (int round = 0; round < 20; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));

@@ -272,7 +272,10 @@ void SoftQueuePair::dial_deadline_passed() {
 
 void SoftQueuePair::to_error(std::string_view why) {
   std::lock_guard lock(mu_);
-  send_ack_if_owed_locked();  // what arrived is acknowledged first, as a NIC has done by now
+  // what arrived is acknowledged first, as a NIC has done by now; the reason stays this
+  // call's whatever the ACK meets (a broken stream)
+  if (state_.load() == QpState::kRts && detail_.empty()) detail_ = why;
+  send_ack_if_owed_locked();
   enter_error_locked(std::string(why));
 }
 
