@@ -18,6 +18,14 @@ constexpr int kHousekeepingMs = 10;
 // complete on the queue, which wakes it sooner).
 constexpr int kLingerMs = 1;
 
+// The handler of what a channel's handling throws: it fails that channel, with the reason.
+auto failing(const std::shared_ptr<RdmaChannel>& channel) {
+  return [&channel](const char* what) {
+    channel->fail(Status(Code::kInternal, channel->name() + " failed: " + what +
+                                              " (thrown in the completion thread)"));
+  };
+}
+
 std::string seconds(double value) {
   std::string text = std::to_string(value);
   text.erase(text.find_last_not_of('0') + 1);
@@ -91,11 +99,8 @@ void RdmaAdapter::check_quiet() {
     }
   }
   bool quiet = true;
-  for (auto& channel : channels) {  // what quiet() throws fails its channel, as in run()
-    run_guarded([&] { quiet = channel->quiet() && quiet; }, [&channel](const char* what) {
-      channel->fail(Status(Code::kInternal, channel->name() + " failed: " + what +
-                                                " (thrown in the completion thread)"));
-    });
+  for (auto& channel : channels) {
+    run_guarded([&] { quiet = channel->quiet() && quiet; }, failing(channel));
   }
   if (quiet) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -156,13 +161,6 @@ void RdmaAdapter::expire() {
 void RdmaAdapter::run() {
   verbs::WorkCompletion wcs[kBatch];
   std::vector<std::shared_ptr<RdmaChannel>> touched;
-  // what a channel's handling throws fails that channel, with the reason
-  const auto fail = [](const std::shared_ptr<RdmaChannel>& channel) {
-    return [&channel](const char* what) {
-      channel->fail(Status(Code::kInternal, channel->name() + " failed: " + what +
-                                                " (thrown in the completion thread)"));
-    };
-  };
   while (!stopping_) {
     const int n = cq_->wait(wcs, kBatch, wait_ms());
     for (int i = 0; i < n; ++i) {
@@ -180,9 +178,9 @@ void RdmaAdapter::run() {
               touched.push_back(channel);
             }
           },
-          fail(channel));
+          failing(channel));
     }
-    for (auto& channel : touched) run_guarded([&] { channel->after_batch(); }, fail(channel));
+    for (auto& channel : touched) run_guarded([&] { channel->after_batch(); }, failing(channel));
     touched.clear();
     expire();
     if (housekeeping_wanted_.exchange(false)) {

@@ -435,18 +435,19 @@ void RdmaRendezvous::stop() {
     channels.swap(channels_);
     held.swap(held_);  // tracked: stopping the recvs ends them (kept alive until then)
   }
+  if (!adapter_) return;  // open() failed before it was running: nothing was made to stop
   lost_ready_.notify_all();
   // the ACKs of the messages taken last leave first: else their senders take the tensors as
   // never received (a flush waits for them, a restarted receiver would get them again)
-  if (adapter_) adapter_->linger(kLinger);  // (no adapter nor pool when open() failed half way)
+  adapter_->linger(kLinger);
   recvs_.stop();
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
-  if (adapter_) adapter_->stop();
+  adapter_->stop();
   // no completion is taken any more: what waits for a read's end is let go now
   for (auto& [peer, channel] : channels) channel->abandon_reads();
   quarantine_.check();
   channels.clear();
-  if (pool_) pool_->close();
+  pool_->close();
 }
 
 }  // namespace tensorverbs

@@ -43,6 +43,13 @@ REFUSAL_SECONDS = 2.0
 REFUSALS_SECONDS = 2.5
 
 
+def restarted(status: pb.GetStatusResponse, incarnation: int) -> str | None:
+    """Why a peer that answered with ``status`` is not ``incarnation`` any more, if it is not."""
+    if status.incarnation == incarnation:
+        return None
+    return f"it restarted (incarnation {status.incarnation:016x})"
+
+
 class Peer:
     """The channel to one task and the methods of its service."""
 
@@ -197,9 +204,7 @@ class Peers:
                         return "it refused the connection: its process is gone"
                 elif not waits:
                     refused_since = None
-        if status.incarnation != incarnation:
-            return f"it restarted (incarnation {status.incarnation:016x})"
-        return None
+        return restarted(status, incarnation)
 
     async def forget(self, task: TaskName) -> None:
         """Close the channel to ``task`` (it moved, or left): the next call to it dials its

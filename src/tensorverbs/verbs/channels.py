@@ -37,7 +37,7 @@ from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.errors import connection_broke, from_rpc_error
 from ..rpc.loop import shared_task
 from ..rpc.options import SERVICE
-from ..rpc.peers import REFUSALS_SECONDS
+from ..rpc.peers import REFUSALS_SECONDS, restarted
 
 if TYPE_CHECKING:
     from .. import _core
@@ -260,8 +260,7 @@ class VerbsChannels:
                 else:
                     status = await stub.get_status(pb.GetStatusRequest(), timeout=self.rt.peers.startup_grace,
                                                    wait_for_ready=True)
-                    why = None if status.incarnation == incarnation else \
-                        f"it restarted (incarnation {status.incarnation:016x})"
+                    why = restarted(status, incarnation)
                 if why is None:
                     self._answers_where_known(peer, incarnation)
                     why = await self._stream_health(peer, incarnation, health)
