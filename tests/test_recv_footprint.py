@@ -11,7 +11,8 @@ import pytest
 from variants import VARIANTS, pair_of
 
 #: the objects a recv_async in flight holds: its future, the future's condition (with its
-#: lock and waiters), the future's lists of waiters and callbacks, and the recv's call
+#: lock and waiters), the future's lists of waiters and callbacks, the recv's call, and the
+#: call's weak reference to the future (which holds the call while its answer may be parked)
 MOST_PER_RECV = 7.5
 RECVS = 500
 

@@ -1,9 +1,7 @@
-// How a Python caller gets a recv's answer: BlockingRecv (the calling thread waits with the
-// GIL released, woken directly by the thread that finished the recv) or FutureRecv (a
-// concurrent.futures.Future settled by the settler thread, which takes the GIL once for a
-// batch of answers; or, while a thread waits for that future's result, by that thread, woken
-// directly as a blocking recv is). A value whose future was cancelled as it arrived goes back
-// to the core.
+// How a Python caller waits for a recv's answer: BlockingRecv (the calling thread waits with
+// the GIL released, woken directly by the thread that finished the recv) or BatchRecv (one
+// wait for every entry of a recv_many); and the Python form of an answer. A future's recv is
+// FutureRecv (future_recv.h).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -18,7 +16,6 @@
 
 #include "protocol/pending_recv.h"
 #include "protocol/rdma_rendezvous.h"
-#include "protocol/rendezvous_key.h"
 
 namespace tensorverbs::binding {
 
@@ -83,49 +80,5 @@ class BatchRecv : public std::enable_shared_from_this<BatchRecv> {
   std::atomic<bool> done_{false};
   bool spun_ = false;
 };
-
-class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_this<FutureRecv> {
- public:
-  // `settle(call, code, message, dtype, shape, is_dead, payload)` is called with the
-  // answer (in the settler thread, with the GIL); it returns False when the recv was
-  // cancelled already or the tensor is refused (recv into out of another shape or dtype),
-  // and then a tensor goes back to `rendezvous` for the next recv. `call.done()` tells
-  // whether the recv's future is settled. (One settle for every recv and the recv's own
-  // `call`: no object made per recv to bind them.)
-  FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nanobind::object call,
-             nanobind::object settle);
-  ~FutureRecv() override;
-  void complete(RecvResult result) override;
-  // The settler thread: with the GIL held (what Python raises is reported as unraisable).
-  void settle(RecvResult& result);
-
-  // What wait_here() did.
-  enum class Waited { kNotYet = 0, kSettledHere = 1, kElsewhere = 2 };
-  // Called with the GIL by a thread that waits for the future: waits up to `seconds` (the
-  // GIL released) for the answer and settles the future itself (kSettledHere), without the
-  // settler thread's hand-off; kElsewhere when the answer went to the settler already or
-  // another thread waits here (the future is settled by them: wait on it).
-  Waited wait_here(double seconds);
-
- private:
-  enum class State { kPending, kWaited, kArrived, kGone };
-
-  // Calls the settle callback with the answer (the GIL held); a value not taken goes back to
-  // the rendezvous. What Python raises is thrown.
-  void settle_here(RecvResult& result);
-
-  std::weak_ptr<RdmaRendezvous> rendezvous_;
-  StepKey key_;
-  PyObject* call_;
-  PyObject* settle_;
-  std::mutex mu_;
-  std::condition_variable arrived_;
-  State state_ = State::kPending;   // kArrived: the answer is in result_, for the waiter
-  std::atomic<bool> ready_{false};  // state_ is kArrived (read while spinning)
-  RecvResult result_;
-};
-
-// Ends the settler thread (at interpreter exit).
-void stop_settler();
 
 }  // namespace tensorverbs::binding

@@ -18,7 +18,9 @@
 #include "binding/byte_view.h"
 #include "binding/gil_released.h"
 #include "binding/py_ref.h"
+#include "binding/future_recv.h"
 #include "binding/recv_callbacks.h"
+#include "binding/recv_handle.h"
 #include "binding/status_error.h"
 #include "binding/verbs_config.h"
 #include "protocol/rdma_rendezvous.h"
@@ -70,26 +72,6 @@ TensorValue to_value(std::int32_t dtype, std::vector<std::int64_t> shape, bool i
   PyBuffer_Release(&view);  // the object itself keeps the memory alive
   return value;
 }
-
-// A recv in flight, for Python: give_up() withdraws it. It keeps the rendezvous alive
-// (the recv refers to it).
-struct RecvHandle {
-  std::shared_ptr<RdmaRendezvous> rendezvous;
-  std::shared_ptr<PendingRecv> recv;
-  // (weak: the future it settles refers to this handle; the core and the settler keep it)
-  std::weak_ptr<FutureRecv> future;
-  void give_up(int code, const std::string& message) {
-    if (!recv) return;
-    GilReleased release;
-    recv->give_up(Status(static_cast<Code>(code), message));
-  }
-  void cancel() { give_up(static_cast<int>(Code::kCancelled), "the recv was cancelled"); }
-  int wait(double seconds) {
-    auto waited = FutureRecv::Waited::kElsewhere;
-    if (auto settling = future.lock()) waited = settling->wait_here(seconds);
-    return static_cast<int>(waited);
-  }
-};
 
 class Rendezvous {
  public:
@@ -246,15 +228,25 @@ class Rendezvous {
     return out;
   }
 
-  RecvHandle recv_async(std::int64_t step, std::int32_t src, std::string name, double timeout,
-                        nb::object call, nb::object settle, const nb::object& destination) {
+  nb::object recv_async(std::int64_t step, std::int32_t src, std::string name, double timeout,
+                        nb::handle future, nb::handle parked, nb::object call, nb::object settle,
+                        const nb::object& destination) {
     StepKey key{step, RendezvousKey{src, rv_->task(), name}};
     auto callback = std::make_shared<FutureRecv>(rv_, std::move(key), std::move(call), std::move(settle));
     std::optional<RecvDestination> into = to_destination(destination, callback);
-    std::weak_ptr<FutureRecv> settling = callback;
-    GilReleased release;
-    return RecvHandle{rv_, rv_->recv(step, src, std::move(name), timeout, std::move(callback),
-                                     std::move(into)), std::move(settling)};
+    RecvHandle handle{rv_, nullptr, callback};
+    {
+      GilReleased release;
+      handle.recv = rv_->recv(step, src, std::move(name), timeout, std::move(callback), std::move(into));
+    }
+    nb::object held = nb::cast(std::move(handle));
+    try {
+      future.attr("settled_by")(held, parked);
+    } catch (...) {  // a signal's handler raised: the recv is given up, a tensor kept
+      nb::cast<RecvHandle&>(held).cancel();
+      throw;
+    }
+    return held;
   }
 
   void give_back(std::int64_t step, std::int32_t src, std::string name, std::int32_t dtype,
@@ -332,17 +324,6 @@ class Rendezvous {
 
 void bind_rendezvous(nb::module_& m) {
   note_main_thread();
-  nb::class_<RecvHandle>(m, "RecvHandle", "A recv in flight.")
-      .def("give_up", &RecvHandle::give_up, "code"_a, "message"_a,
-           "Stop waiting: the recv's caller gets (code, message); a tensor that arrives "
-           "anyway is kept for the next recv of its key and step.")
-      .def("cancel", &RecvHandle::cancel,
-           "give_up(CANCELLED, \"the recv was cancelled\"): its caller cancelled it.")
-      .def("wait", &RecvHandle::wait, "seconds"_a,
-           "Wait up to `seconds` for the answer and settle the recv's future in this thread: "
-           "0 not yet, 1 settled here, 2 settled by the settler thread or another waiter "
-           "(wait on the future).");
-
   nb::class_<Rendezvous>(m, "Rendezvous",
                          "The grpc+verbs protocol of one task: channels, tensors, recvs.")
       .def(nb::init<std::int32_t, std::vector<std::string>, const nb::dict&, std::string, bool,
@@ -388,11 +369,20 @@ void bind_rendezvous(nb::module_& m) {
            "A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), "
            "lands in it where it can (payload then views it).")
       .def("recv_async", &Rendezvous::recv_async, "step"_a, "src"_a, "name"_a, "timeout"_a,
-           "call"_a, "settle"_a, "destination"_a = nb::none(),
-           "Start a recv; settle(call, code, message, dtype, shape, is_dead, payload) is "
+           "future"_a, "parked"_a.none() = nb::none(), "call"_a.none() = nb::none(),
+           "settle"_a.none() = nb::none(), "destination"_a = nb::none(),
+           nb::sig("def recv_async(self, step: int, src: int, name: str, timeout: float, "
+                   "future: object, parked: object | None = None, call: object | None = None, "
+                   "settle: object | None = None, destination: object | None = None) "
+                   "-> RecvHandle"),
+           "Start a recv of `future` (a RecvFuture, told its RecvHandle by "
+           "future.settled_by(handle, parked) before this returns: the handle is given up if "
+           "that raises). settle(call, code, message, dtype, shape, is_dead, payload) is "
            "called with its answer (returning False if the recv was cancelled or the tensor "
            "is refused: it goes to the next recv); call.done() tells whether the recv's "
-           "future is settled. `destination` as for recv.")
+           "future is settled. Without call and settle the answer is parked in the handle "
+           "until the future settles itself with it (`parked`: how). `destination` as for "
+           "recv. The handle.")
       .def("give_back", &Rendezvous::give_back, "step"_a, "src"_a, "name"_a, "dtype"_a,
            "shape"_a, "is_dead"_a, "payload"_a,
            "Hand a received tensor its caller refused to the next recv of its key and step.")

@@ -11,6 +11,7 @@ from .batches import RecvEntry, SendEntry
 from .one_sided import RemoteBuffer
 from .rendezvous.completion import SendHandle
 from .rendezvous.key import RendezvousKey, format_key, parse_key
+from .rendezvous.waits import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, as_completed, wait
 from .rpc.tls import TlsConfig
 from .server import Server
 from .tensor import DeadTensor, is_dead
@@ -19,9 +20,9 @@ from .tensor_list import TensorList
 __version__ = "0.1.0"
 
 __all__ = [
-    "ClusterSpec", "DeadTensor", "RecvEntry", "RemoteBuffer", "RendezvousKey", "SendEntry", "SendHandle", "Server", "TaskName", "TensorList", "TlsConfig", "format_key",
+    "ALL_COMPLETED", "FIRST_COMPLETED", "FIRST_EXCEPTION", "ClusterSpec", "DeadTensor", "RecvEntry", "RemoteBuffer", "RendezvousKey", "SendEntry", "SendHandle", "Server", "TaskName", "TensorList", "TlsConfig", "format_key",
     "is_dead",
-    "parse_key", "parse_task", "resolvers",
+    "as_completed", "parse_key", "parse_task", "resolvers", "wait",
     "AbortedError", "CancelledError", "Code", "DataLossError", "DeadlineExceededError",
     "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError",
     "ResourceExhaustedError", "TensorverbsError", "UnauthenticatedError", "UnavailableError",

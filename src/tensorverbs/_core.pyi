@@ -80,12 +80,40 @@ class RecvHandle:
         """
 
     def cancel(self) -> None:
-        """give_up(CANCELLED, "the recv was cancelled"): its caller cancelled it."""
+        """
+        give_up(CANCELLED, "the recv was cancelled"): its caller cancelled it (a tensor parked here goes to the next recv of its key and step).
+        """
 
     def wait(self, seconds: float) -> int:
         """
-        Wait up to `seconds` for the answer and settle the recv's future in this thread: 0 not yet, 1 settled here, 2 settled by the settler thread or another waiter (wait on the future).
+        Wait up to `seconds` for the answer and settle the recv's future in this thread: 0 not yet, 1 settled here, 2 settled by the settler thread or another waiter (wait on the future), 3 parked here (settle_parked()).
         """
+
+    def settle_parked(self, call: object, settle: object) -> bool:
+        """
+        If the answer is parked here, settle(call, code, message, dtype, shape, is_dead, payload, arrived) with it in this thread (arrived: when it came, as time.monotonic()); whether it was. Interrupted, the settler thread settles it.
+        """
+
+    def eager(self, call: object, settle: object) -> None:
+        """
+        From now on the settler thread settles the recv's future as its answer comes, settle(call, code, message, dtype, shape, is_dead, payload) (at once if it is parked here already).
+        """
+
+class RecvGroup:
+    """A wait for the answers of many recvs at once, the GIL released once."""
+
+    def __init__(self, handles: Sequence[RecvHandle]) -> None:
+        """
+        Wait for the recvs of `handles` (each in at most one group at a time: a recv another group waits for counts as come at once).
+        """
+
+    def wait(self, count: int, seconds: float) -> list[int]:
+        """
+        Wait up to `seconds` until `count` recvs' answers came since the last call; the indices of those that came (or must be looked at).
+        """
+
+    def close(self) -> None:
+        """Stop waiting for the recvs."""
 
 class Rendezvous:
     """The grpc+verbs protocol of one task: channels, tensors, recvs."""
@@ -138,9 +166,9 @@ class Rendezvous:
         Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), lands in it where it can (payload then views it).
         """
 
-    def recv_async(self, step: int, src: int, name: str, timeout: float, call: object, settle: object, destination: object | None = None) -> RecvHandle:
+    def recv_async(self, step: int, src: int, name: str, timeout: float, future: object, parked: object | None = None, call: object | None = None, settle: object | None = None, destination: object | None = None) -> RecvHandle:
         """
-        Start a recv; settle(call, code, message, dtype, shape, is_dead, payload) is called with its answer (returning False if the recv was cancelled or the tensor is refused: it goes to the next recv); call.done() tells whether the recv's future is settled. `destination` as for recv.
+        Start a recv of `future` (a RecvFuture, told its RecvHandle by future.settled_by(handle, parked) before this returns: the handle is given up if that raises). settle(call, code, message, dtype, shape, is_dead, payload) is called with its answer (returning False if the recv was cancelled or the tensor is refused: it goes to the next recv); call.done() tells whether the recv's future is settled. Without call and settle the answer is parked in the handle until the future settles itself with it (`parked`: how). `destination` as for recv. The handle.
         """
 
     def give_back(self, step: int, src: int, name: str, dtype: int, shape: Sequence[int], is_dead: bool, payload: object) -> None:

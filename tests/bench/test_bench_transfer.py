@@ -168,7 +168,7 @@ def test_command_writes_json_and_plot(tmp_path):
             "latency_us", "cpu_us"} <= set(row)
     assert {"median", "p99"} <= set(row["latency_us"])
     assert [(r["contender"], r["call"]) for r in data["in_flight"]] == [
-        ("grpc+verbs", "recv_async"), ("grpc+verbs", "recv_many")]
+        ("grpc+verbs", "recv_async"), ("grpc+verbs", "recv_async, wait"), ("grpc+verbs", "recv_many")]
     assert {(r["contender"], r["call"]) for r in data["calls"]} == \
         {("grpc+verbs", call) for call in CALLS} | {("raw unix", "recv"), ("raw unix", "recv after idle"),
                                                     ("memcpy", "recv")}

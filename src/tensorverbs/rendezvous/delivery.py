@@ -46,13 +46,15 @@ class Delivery:
         """``fn(*args)`` on the lane of ``call``'s peer."""
         self.rt.lanes.run(str(call.key.src), fn, *args)
 
-    def observe(self, src: "TaskName", nbytes: int, started: float, count: bool = False) -> None:
-        """A tensor of ``nbytes`` from ``src`` reached a recv started at ``started``;
-        ``count``: also count it received (where the native core does not)."""
+    def observe(self, src: "TaskName", nbytes: int, started: float, count: bool = False,
+                arrived: float | None = None) -> None:
+        """A tensor of ``nbytes`` from ``src`` reached a recv started at ``started`` (now,
+        or at ``arrived``); ``count``: also count it received (where the native core does
+        not)."""
         if count:
             self.rt.counters.add("tensors_received")
             self.rt.counters.add("bytes_received", nbytes)
-        self.rt.recvs.observe(str(src), nbytes, time.monotonic() - started)
+        self.rt.recvs.observe(str(src), nbytes, (time.monotonic() if arrived is None else arrived) - started)
 
     def refusal(self, out: Out | None, what: str, value: Value) -> TensorverbsError | None:
         """The error of ``out`` refusing ``value``'s tensor (another dtype or shape), None
@@ -111,7 +113,7 @@ class Delivery:
                 settle(fut, error)
                 return False
             if observe is not None:
-                self.observe(call.key.src, observe, call.started)
+                self.observe(call.key.src, observe, call.started, arrived=call.arrived)
             result = self.result(value, call.key.src, call.device, call.out, call)
         except Exception as exc:
             settle(fut, as_error(exc, f"{call.what}: delivering the tensor"))
@@ -133,7 +135,7 @@ class Delivery:
         if fut.done():
             return False
         if observe is not None:
-            self.observe(call.key.src, observe, call.started)
+            self.observe(call.key.src, observe, call.started, arrived=call.arrived)
         fut.returnable(give_back, *args)
         return settle(fut, None, array)
 

@@ -38,11 +38,16 @@ _CANCELLED = (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 
 class NativeRecv(Protocol):
     """A recv in flight in a native core: it waits for the answer and settles the future
-    in the waiting thread, and its future's cancel gives it up."""
+    in the waiting thread, and its future's cancel gives it up. A parked recv keeps its
+    answer until the future takes it."""
 
     def wait(self, seconds: float) -> int: ...
 
     def cancel(self) -> None: ...
+
+    def settle_parked(self, call: Any, settle: Callable[..., bool]) -> bool: ...
+
+    def eager(self, call: Any, settle: Callable[..., bool]) -> None: ...
 
 
 class _Condition(_thread.RLock):  # type: ignore[misc]  # (a base type in CPython)
@@ -106,7 +111,17 @@ class RecvFuture(concurrent.futures.Future[Any]):
     :meth:`exception` raise CancelledError once it is cancelled and DeadlineExceededError
     when their ``timeout`` passes first (the recv goes on). A callback added while it is
     pending runs on ``peer``'s lane of ``lanes`` (if given), never in the thread that
-    settles it; one added once it is done runs at once, in the caller's thread."""
+    settles it; one added once it is done runs at once, in the caller's thread.
+
+    A parked recv (:meth:`settled_by` with ``parked``) leaves its answer in the native
+    core until the future is looked at: whatever looks first (``done()``, ``result()``,
+    ``exception()``) settles it, in that thread, so that no thread is woken and no Python
+    runs as the answer comes. Its state field stays as it is until then, as
+    concurrent.futures' own functions expect (they read it holding the futures' conditions,
+    twice): adding a waiter (``concurrent.futures.wait``) or a callback (asyncio) makes the
+    answer settle as it comes, by the core's settler thread (at once if it came already).
+    So ``repr`` shows such a future pending, and ``cancel()`` succeeds, until it is looked
+    at (a cancelled future's tensor goes to the next recv of its key and step)."""
 
     # the fields most futures keep as they are, shared until set (a recv in flight makes
     # fewer of them: thousands may be)
@@ -116,14 +131,64 @@ class RecvFuture(concurrent.futures.Future[Any]):
     _return_args: tuple[Any, ...] = ()
     _native: NativeRecv | None = None  # (None once the answer went elsewhere)
     _on_cancel: NativeRecv | None = None
+    _parked_in: NativeRecv | None = None  # holds a parked recv's answer
+    # while it may be parked: settle(call, *answer) settles it (two fields, not a tuple: one
+    # object fewer for the garbage collector per recv in flight)
+    _parked_call: Any = None
+    _parked_settle: Callable[..., bool] | None = None
+    _eager = False  # the parked recv was told to settle as its answer comes
 
     def __init__(self, lanes: Lanes | None = None, peer: str = "") -> None:
         # the base class's fields, its condition the lean one
         self._condition = _Condition()  # type: ignore[assignment]
         self._state = _base.PENDING
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[concurrent.futures.Future[Any]], object]] = []
+        self._waiting: list[Any] = []
+        self._callbacks: list[Callable[[concurrent.futures.Future[Any]], object]] = []
         self._lanes, self._peer = lanes, peer
+
+    # The base class reads these two fields to add a waiter or a callback, and so do
+    # concurrent.futures.wait() and as_completed(): a parked recv settles its answer as it
+    # comes from then on.
+    @property
+    def _waiters(self) -> list[Any]:
+        if self._parked_call is not None and self._state == _base.PENDING:
+            self._settle_as_it_comes()
+        return self._waiting
+
+    @_waiters.setter
+    def _waiters(self, waiters: list[Any]) -> None:
+        self._waiting = waiters
+
+    @property
+    def _done_callbacks(self) -> list[Callable[[concurrent.futures.Future[Any]], object]]:
+        if self._parked_call is not None and self._state == _base.PENDING:
+            self._settle_as_it_comes()
+        return self._callbacks
+
+    @_done_callbacks.setter
+    def _done_callbacks(self, callbacks: list[Callable[[concurrent.futures.Future[Any]], object]]) -> None:
+        self._callbacks = callbacks
+
+    def _take(self) -> None:
+        """Settle this future with its parked recv's answer if it came (in this thread)."""
+        native = self._parked_in
+        if self._parked_call is not None and native is not None:
+            native.settle_parked(self, _settle_with)
+
+    def _settle_as_it_comes(self) -> None:
+        """Have the parked recv settle this future as its answer comes, by the core's
+        settler thread; one that came already too (never in this thread: the caller may hold
+        the condition of futures it waits for, and has read their state)."""
+        native = self._parked_in
+        if self._eager or self._parked_call is None or native is None:
+            return
+        native.eager(self, _settle_with)
+        self._eager = True
+
+    def done(self) -> bool:
+        if self._parked_call is not None:
+            self._take()
+        return super().done()
 
     def __await__(self) -> Generator[Any, None, Any]:
         """``await fut`` in a coroutine: the recv's result, without blocking the event loop.
@@ -141,19 +206,33 @@ class RecvFuture(concurrent.futures.Future[Any]):
             self.cancel()  # the awaiting task was cancelled: the recv with it
             raise
 
-    def settled_by(self, native: NativeRecv) -> None:
+    def settled_by(self, native: NativeRecv, parked: tuple[Callable[..., bool], Any] | None = None) -> None:
         """Let a thread that waits for the result settle this future itself, woken directly
         by the answer (no hand-off through the thread that settles it otherwise):
-        ``native.wait(seconds)`` waits so and returns 0 (not yet), 1 (settled) or 2
-        (settled elsewhere: wait on this future). Cancelling this future calls
-        ``native.cancel()`` (quick, never raising); at once if it is cancelled already."""
+        ``native.wait(seconds)`` waits so and returns 0 (not yet), 1 (settled), 2
+        (settled elsewhere: wait on this future) or 3 (parked: settled here then).
+        Cancelling this future calls ``native.cancel()`` (quick, never raising); at once if
+        it is cancelled already. ``parked``: (settle, call) of a recv that parks its answer
+        in ``native``, which ``settle(call, *answer)`` settles this future with."""
         self._native = self._on_cancel = native
+        if parked is not None:
+            self._parked_in = native
+            self._parked_settle, self._parked_call = parked
+            if self._callbacks or self._waiting:  # added as it started
+                self._settle_as_it_comes()
         if self._state in _CANCELLED:  # (read without the lock: cancel() reads it after setting it)
             native.cancel()
+
+    def parked_in(self) -> NativeRecv | None:
+        """The native recv that keeps this future's answer until it is looked at (it can be
+        waited for with others at once: :mod:`.waits`); None if it settles this future as
+        the answer comes, or did."""
+        return self._parked_in if self._parked_call is not None and not self._eager else None
 
     def cancel(self) -> bool:
         if not super().cancel():
             return False
+        self._parked_call = None  # (a tensor parked meanwhile goes to the next recv: on_cancel)
         if self._on_cancel is not None:
             self._on_cancel.cancel()
         return True
@@ -228,11 +307,12 @@ class RecvFuture(concurrent.futures.Future[Any]):
         native = self._native
         if native is not None:
             started = time.monotonic()
-            if native.wait(seconds) == 0 or self.done():
+            if native.wait(seconds) == 0 or self.done():  # (done() takes a parked answer)
                 return self.done()
             # settled elsewhere, or here onto a lane (a copy to a device): the future's own
-            # wait from here on
+            # wait from here on, which a parked recv must settle as its answer comes
             self._native = None
+            self._settle_as_it_comes()
             seconds = max(0.0, seconds - (time.monotonic() - started))
         try:
             super().exception(seconds)
@@ -247,6 +327,18 @@ class RecvFuture(concurrent.futures.Future[Any]):
             return CancelledError("the recv was cancelled")
         return DeadlineExceededError(f"the recv did not end within {timeout:g} s of waiting for it "
                                      "(it goes on)")
+
+
+def _settle_with(fut: RecvFuture, *answer: Any) -> bool:
+    """Settle ``fut`` with its parked recv's ``answer`` (the native recv calls it, in the
+    thread that looked at ``fut`` or in the core's settler thread); False if ``fut`` was
+    settled otherwise already (its tensor goes to the next recv)."""
+    call, settle = fut._parked_call, fut._parked_settle
+    if call is None or settle is None:
+        return False
+    taken = settle(call, *answer)
+    fut._parked_call = None  # (after: interrupted before, the settler thread settles it)
+    return taken
 
 
 class _Starting(threading.local):

@@ -47,6 +47,8 @@ class RecvCall:
     out: Out | None = None
     #: the peer's number in the protocol's native core, once a recv there serves it
     peer_id: int = -1
+    #: when its tensor came (time.monotonic()), if it was kept until its caller looked
+    arrived: float | None = None
 
     @property
     def what(self) -> str:

@@ -16,6 +16,7 @@ import concurrent.futures
 import functools
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -111,6 +112,7 @@ class VerbsRendezvous(RemoteRendezvous):
         self.core: _core.Rendezvous  # once started
         self.channels: VerbsChannels
         self._settle_core = self._settle  # bound once: the core calls it for every recv_async
+        self._settle_parked_core = self._settle_parked  # and this for every parked one
 
     def start(self) -> None:
         cfg, bind = self.options.rdma_config, self.options.bind
@@ -292,22 +294,27 @@ class VerbsRendezvous(RemoteRendezvous):
         src = self._direct(key)
         if src is None:
             return super().recv_async(key, step_id, timeout, device, out)
-        call = RecvCall(key, step_id, device, timeout, self.future(key), out=out)
+        fut = self.future(key)
+        call = RecvCall(key, step_id, device, timeout, fut, out=out)
         try:
-            started(call.future)
+            started(fut)
             self._start(call, src, _timeout(timeout))
         except BaseException:  # a signal's exception as it started: the core gives its tensor back
-            self.give_up(call.future)
+            self.give_up(fut)
             raise
-        return call.future
+        return fut
 
     def _start(self, call: RecvCall, src: int, timeout: float) -> "_core.RecvHandle":
         """Start the core's recv settling ``call``; cancelling its future gives it up."""
         call.peer_id = src
-        handle = self.core.recv_async(call.step_id, src, call.key.name, timeout, call, self._settle_core,
-                                      call.out and call.out.destination)
-        call.future.settled_by(handle)
-        return handle
+        fut = call.future
+        if call.out is None and call.device is HOST:  # parked: the future takes the answer
+            handle = self.core.recv_async(call.step_id, src, call.key.name, timeout, fut,
+                                          (self._settle_parked_core, call))
+            call.future = weakref.proxy(fut)  # (the future holds the call)
+            return handle
+        return self.core.recv_async(call.step_id, src, call.key.name, timeout, fut, None, call, self._settle_core,
+                                    call.out and call.out.destination)
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
         op = _Connecting(str(call.key.src))
@@ -352,6 +359,17 @@ class VerbsRendezvous(RemoteRendezvous):
             self.delivery.run_on_lane(call, self._settle_on_lane, call, src, value, dtype, shape, payload)
             return True
         return self._deliver(call, src, value, dtype, shape, payload)
+
+    def _settle_parked(self, call: RecvCall, code: int, message: str, dtype: int, shape: tuple, is_dead: bool,
+                       payload: Any, arrived: float | None = None) -> bool:
+        """:meth:`_settle` of a parked recv's answer, which its future took (``arrived``:
+        when it came), or which the core's settler settles as it came (once something waits
+        for the future); a tensor the future does not take (cancelled meanwhile) goes back
+        to the core. True: nothing is left to give back."""
+        call.arrived = arrived
+        if not self._settle(call, code, message, dtype, shape, is_dead, payload) and not code:
+            self.core.give_back(call.step_id, call.peer_id, call.key.name, dtype, shape, is_dead, payload)
+        return True
 
     def _settle_on_lane(self, call: RecvCall, src: int, value: Value, dtype: int, shape: tuple,
                         payload: Any) -> None:

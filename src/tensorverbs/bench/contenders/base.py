@@ -8,6 +8,7 @@ can give the CPU a transfer costs on each side.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from concurrent.futures import Future
 from typing import Any, Callable
@@ -66,9 +67,10 @@ class Source:
 #: the calls a sink can time one transfer with (see :meth:`Sink.fetch`): the tight loop,
 #: a future's result, and a blocking call after the process sat idle
 CALLS = ("recv", "recv_async().result()", "recv after idle")
-#: how the in-flight rate starts its transfers (see :meth:`Sink.in_flight`): a future each,
-#: or one batch call for them all
-FLIGHT_CALLS = ("recv_async", "recv_many")
+#: how the in-flight rate starts its transfers (see :meth:`Sink.in_flight`): a future each
+#: (their results taken in turn, or once all are done by one wait), or one batch call for
+#: them all
+FLIGHT_CALLS = ("recv_async", "recv_async, wait", "recv_many")
 #: how long the process sits idle before each "recv after idle" (untimed)
 IDLE_GAP = 0.02
 
@@ -106,6 +108,8 @@ class Sink:
             first = self.fetch_many(nbytes, count, step)[0]
         else:
             pending = [self.start_one(nbytes, step + i) for i in range(count)]
+            if call == "recv_async, wait":
+                self.wait_all(pending)
             first = pending[0].result()
             for future in pending[1:]:
                 future.result()
@@ -125,6 +129,10 @@ class Sink:
     def start_one(self, nbytes: int, step: int) -> Future:
         """Start one transfer without waiting for it (only some contenders can)."""
         raise NotImplementedError
+
+    def wait_all(self, futures: list[Future]) -> None:
+        """Wait until every one of ``futures`` (of :meth:`start_one`) is done."""
+        concurrent.futures.wait(futures)
 
     def fetch_many(self, nbytes: int, count: int, step: int) -> list[Any]:
         """``count`` transfers at steps ``step``.. in one batch call (only some contenders

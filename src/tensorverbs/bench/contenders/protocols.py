@@ -6,6 +6,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ...local_cluster import cluster_spec
+from ...rendezvous.waits import wait
 from ...verbs import RdmaConfig, availability
 from .base import Payloads, Sink as BaseSink, Source as BaseSource
 
@@ -61,6 +62,10 @@ class Sink(BaseSink):
     def start_one(self, nbytes: int, step: int) -> Future:
         """A ``recv_async``: many kept in flight at once (the in-flight rate)."""
         return self.server.recv_async("t", source=SOURCE, step_id=step, timeout=TIMEOUT)
+
+    def wait_all(self, futures: list[Future]) -> None:
+        """``tensorverbs.wait``: one wait of the native core for them all."""
+        wait(futures, timeout=TIMEOUT)
 
     def fetch_many(self, nbytes: int, count: int, step: int) -> list[Any]:
         """One ``recv_many`` of them all (the batch rate)."""
