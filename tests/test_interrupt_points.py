@@ -103,3 +103,33 @@ def test_a_recv_interrupted_at_any_point_after_its_tensor_came_keeps_it(verbs_pa
         points += 1
         _each_kept(worker, names, step, where)
     assert points > 3, points  # the results' making was traced
+
+
+#: what a recv_async's future runs as it settles itself with a tensor the native core kept
+FUTURE_CODE = ("tensorverbs/rendezvous/future.py", "tensorverbs/verbs/rendezvous.py",
+               "tensorverbs/rendezvous/delivery.py", "tensorverbs/rendezvous/recv_call.py",
+               "tensorverbs/metrics/recvs.py")
+
+
+def test_a_future_interrupted_at_any_point_of_taking_its_tensor_keeps_it(verbs_pair):
+    """``result()`` of a recv_async on grpc+verbs whose tensor the native core kept for it,
+    interrupted (Ctrl-C) anywhere in the Python code that settles the future: the future
+    still gets the tensor, or, cancelled then, the next recv of it does."""
+    worker, step, points = verbs_pair.worker, 5000, 0
+    while True:
+        step += 1
+        _send(verbs_pair, ["a"], step)  # offered before the recv asks
+        fut = worker.recv_async("a", PS, step, timeout=30)
+        where = interrupt_at(points + 1, lambda: fut.result(30), FUTURE_CODE)
+        if where is None:
+            break
+        points += 1
+        if fut.cancel():
+            try:
+                got = worker.recv("a", PS, step, timeout=30)
+            except DeadlineExceededError:
+                pytest.fail(f"the tensor was lost after an interrupt at the {where} and a cancel")
+        else:
+            got = fut.result(30)
+        assert same(got, pattern(NBYTES, step)), f"wrong tensor after an interrupt at the {where}"
+    assert points > 3, points  # the settling was traced

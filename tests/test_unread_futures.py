@@ -17,6 +17,8 @@ import pytest
 
 import tensorverbs as tv
 
+from variants import VARIANTS, start_pair
+
 WAIT = 30.0
 
 
@@ -214,3 +216,24 @@ def test_wait_and_as_completed_take_other_futures_too(pair, step):
 def test_wait_refuses_an_unknown_return_when(pair):
     with pytest.raises(tv.InvalidArgumentError, match="return_when"):
         tv.wait([], return_when="SOMETIMES")
+
+
+@pytest.mark.parametrize("wait", ["concurrent.futures", "tensorverbs"])
+def test_futures_of_a_stopped_server_are_done_for_a_wait(variant, wait):
+    """The server stops with recvs in flight whose futures nobody looked at: a wait for them
+    ends at once, each raising a TensorverbsError."""
+    protocol, env = VARIANTS[variant]
+    pair = start_pair(protocol, env)
+    try:
+        pair.ps.send_pattern("warm", pair.WORKER, 1, 64, 1)
+        pair.worker.recv("warm", pair.PS, 1, timeout=WAIT)  # (the channel is up)
+        futs = [pair.worker.recv_async(f"s{i}", pair.PS, 2, timeout=WAIT) for i in range(3)]
+    finally:
+        pair.worker.stop()
+        pair.ps.stop()
+    waited = concurrent.futures.wait if wait == "concurrent.futures" else tv.wait
+    done, not_done = waited(futs, timeout=WAIT)
+    assert not not_done
+    for fut in futs:
+        with pytest.raises(tv.TensorverbsError):
+            fut.result(0)
