@@ -32,8 +32,9 @@ _SIGNAL_SLICE = 0.02
 _THREAD_SLICE = 1.0
 
 _log = logging.getLogger("concurrent.futures")
-#: the states of a cancelled future
+#: the states of a cancelled future, and of a done one
 _CANCELLED = (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
+_DONE = (*_CANCELLED, _base.FINISHED)
 
 
 class NativeRecv(Protocol):
@@ -137,13 +138,14 @@ class RecvFuture(concurrent.futures.Future[Any]):
     _parked_call: Any = None
     _parked_settle: Callable[..., bool] | None = None
     _eager = False  # the parked recv was told to settle as its answer comes
+    # the base class's lists of waiters and callbacks, made when first asked for
+    _waiting: list[Any] | None = None
+    _callbacks: list[Callable[[concurrent.futures.Future[Any]], object]] | None = None
 
     def __init__(self, lanes: Lanes | None = None, peer: str = "") -> None:
         # the base class's fields, its condition the lean one
         self._condition = _Condition()  # type: ignore[assignment]
         self._state = _base.PENDING
-        self._waiting: list[Any] = []
-        self._callbacks: list[Callable[[concurrent.futures.Future[Any]], object]] = []
         self._lanes, self._peer = lanes, peer
 
     # The base class reads these two fields to add a waiter or a callback, and so do
@@ -153,6 +155,8 @@ class RecvFuture(concurrent.futures.Future[Any]):
     def _waiters(self) -> list[Any]:
         if self._parked_call is not None and self._state == _base.PENDING:
             self._settle_as_it_comes()
+        if self._waiting is None:
+            self._waiting = []
         return self._waiting
 
     @_waiters.setter
@@ -163,6 +167,8 @@ class RecvFuture(concurrent.futures.Future[Any]):
     def _done_callbacks(self) -> list[Callable[[concurrent.futures.Future[Any]], object]]:
         if self._parked_call is not None and self._state == _base.PENDING:
             self._settle_as_it_comes()
+        if self._callbacks is None:
+            self._callbacks = []
         return self._callbacks
 
     @_done_callbacks.setter
@@ -257,12 +263,34 @@ class RecvFuture(concurrent.futures.Future[Any]):
         give_back(*self._return_args)
         return True
 
+    def set_result(self, result: Any) -> None:
+        self._finish(result, None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._finish(None, exception)
+
+    def _finish(self, result: Any, exception: BaseException | None) -> None:
+        """The base class's set_result/set_exception, without making the lists of waiters
+        and callbacks where none was added (a settled future held by its caller would keep
+        them, more objects for the garbage collector)."""
+        with self._condition:
+            if self._state in _DONE:
+                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+            self._result, self._exception, self._state = result, exception, _base.FINISHED
+            for waiter in self._waiting or ():
+                if exception is None:
+                    waiter.add_result(self)
+                else:
+                    waiter.add_exception(self)
+            self._condition.notify_all()
+        self._invoke_callbacks()
+
     def _invoke_callbacks(self) -> None:
         """Run every done-callback even when one raises what a signal's handler raises in
         the thread settling this future (Ctrl-C), then raise the first such exception (the
         base class would skip the callbacks after it)."""
         interrupted: BaseException | None = None
-        for callback in self._done_callbacks:
+        for callback in self._callbacks or ():
             try:
                 callback(self)
             except Exception:

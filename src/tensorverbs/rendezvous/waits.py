@@ -18,6 +18,8 @@ from .completion import wait_in_slices
 from .future import _SIGNAL_SLICE, _THREAD_SLICE, RecvFuture
 
 _WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
+#: a wait for many answers settles the futures of this many while the others come
+_BATCH = 256
 
 
 class DoneAndNotDone(NamedTuple):
@@ -118,14 +120,16 @@ class _Arrivals:
 
     def wait_for(self, count: int, until_error: bool, timeout: float | None) -> bool:
         """Wait until ``count`` answers came (one that is an error, with ``until_error``)
-        or ``timeout`` seconds passed; False on timeout."""
+        or ``timeout`` seconds passed; False on timeout. The futures are settled with the
+        answers that came while the others come, in batches (each a wait with the GIL
+        released)."""
         came = 0
 
         def some(seconds: float) -> bool:
             nonlocal came
-            indices = self._group.wait(count - came, seconds)
+            indices = self._group.wait(min(count - came, _BATCH), seconds)
             came += len(indices)
-            if until_error and any(_raised(self._futures[i]) for i in indices):
+            if any([self._futures[i].done() and until_error and _raised(self._futures[i]) for i in indices]):
                 return True
             return came >= count
 
