@@ -14,7 +14,7 @@ from tensorverbs.verbs.config import RdmaConfig
 
 from netns import namespace
 from nft import Faults
-from training import WORKER, worker_step
+from training import worker_step
 from variants import VARIANTS
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 import time
 
-import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray integration needs ray (pip install 'tensorverbs[ray]')")

@@ -9,7 +9,6 @@ import subprocess
 
 import pytest
 
-import tensorverbs as tv
 from netns import namespace, unavailable_reason
 from tensorverbs.cluster import ClusterSpec, parse_task
 from tensorverbs.local_cluster import TaskProcess, free_port

@@ -2,8 +2,6 @@
 once, receivers waiting for senders that do not exist yet."""
 from __future__ import annotations
 
-import pytest
-
 from together import Cluster
 from exchanges import PS, worker
 
