@@ -133,3 +133,34 @@ def test_a_future_interrupted_at_any_point_of_taking_its_tensor_keeps_it(verbs_p
             got = fut.result(30)
         assert same(got, pattern(NBYTES, step)), f"wrong tensor after an interrupt at the {where}"
     assert points > 3, points  # the settling was traced
+
+
+#: what a recv_async on grpc+verbs runs to start (its call, its future, the native recv)
+ASYNC_START_CODE = ("tensorverbs/recv_calls.py", "tensorverbs/verbs/rendezvous.py",
+                    "tensorverbs/rendezvous/future.py", "tensorverbs/rendezvous/recv_call.py",
+                    "tensorverbs/errors.py")
+
+
+def test_a_recv_async_interrupted_at_any_point_of_its_start_keeps_its_tensor(verbs_pair):
+    """A recv_async on grpc+verbs interrupted (Ctrl-C) anywhere as it starts, also as the
+    native recv tells its future its handle: the tensor, offered before, goes to the next
+    recv of it (or to the future, if the call returned it)."""
+    worker, step, points = verbs_pair.worker, 6000, 0
+    while True:
+        step += 1
+        _send(verbs_pair, ["a"], step)  # offered before the recv asks
+        started = []
+        where = interrupt_at(points + 1, lambda: started.append(worker.recv_async("a", PS, step, timeout=30)),
+                             ASYNC_START_CODE)
+        if where is None or where.startswith(PUBLIC_RETURN):
+            break  # (past the public call's return, its caller has the future)
+        points += 1
+        if started and not started[0].cancel():
+            got = started[0].result(30)
+        else:
+            try:
+                got = worker.recv("a", PS, step, timeout=30)
+            except DeadlineExceededError:
+                pytest.fail(f"the tensor was lost after an interrupt at the {where}")
+        assert same(got, pattern(NBYTES, step)), f"wrong tensor after an interrupt at the {where}"
+    assert points > 3, points  # the start was traced

@@ -122,17 +122,18 @@ void FutureRecv::complete(RecvResult result) {
     std::lock_guard<std::mutex> lock(mu_);
     group = group_;
     index = group_index_;
-    if (state_ == State::kWaited || !call_) {  // a thread waits for it, or its future takes it
+    if (!abandoned_ && (state_ == State::kWaited || !call_)) {
+      // a thread waits for it, or its future takes it
       result_ = std::move(result);
       state_ = call_ ? State::kArrived : State::kParked;
       if (!call_) arrived_at_ = std::chrono::steady_clock::now();
       ready_.store(true, std::memory_order_release);
-      arrived_.notify_one();
     } else {
       state_ = State::kGone;
       settler_settles = true;
     }
   }
+  arrived_.notify_one();
   // the core holds this callback while the recv is pending; the settler holds it until done
   if (settler_settles) settler().post(shared_from_this(), std::move(result));
   if (group) group->arrived(index);
@@ -150,12 +151,13 @@ FutureRecv::Waited FutureRecv::wait_here(double seconds) {
     spin_for(ready_);
     lock.lock();
     const auto slice = std::chrono::duration<double>(std::clamp(seconds, 0.0, 3600.0));
-    arrived_.wait_for(lock, slice, [this] { return state_ == State::kArrived || state_ == State::kParked; });
+    arrived_.wait_for(lock, slice, [this] { return state_ != State::kWaited; });
     if (state_ == State::kParked) return Waited::kParked;
-    if (state_ != State::kArrived) {  // its answer goes to the settler if it comes now
+    if (state_ == State::kWaited) {  // its answer goes to the settler if it comes now
       state_ = State::kPending;
       return Waited::kNotYet;
     }
+    if (state_ != State::kArrived) return Waited::kElsewhere;
     state_ = State::kGone;
     result = std::move(result_);
   }
@@ -211,7 +213,7 @@ void FutureRecv::eager(nb::object call, nb::object settle) {
   RecvResult result;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (call_ || state_ == State::kArrived || state_ == State::kGone) return;
+    if (call_ || abandoned_ || state_ == State::kArrived || state_ == State::kGone) return;
     call_ = held(std::move(call));
     settle_ = held(std::move(settle));
     if (state_ != State::kParked) return;
@@ -221,15 +223,17 @@ void FutureRecv::eager(nb::object call, nb::object settle) {
   settler().post(shared_from_this(), std::move(result));
 }
 
-void FutureRecv::cancelled() {
+void FutureRecv::abandon() {
   RecvResult result;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (call_ || state_ == State::kArrived || state_ == State::kGone) return;
+    abandoned_ = true;
     if (state_ != State::kParked) return;
     state_ = State::kGone;
     result = std::move(result_);
   }
-  keep_late(result);
+  settler().post(shared_from_this(), std::move(result));
 }
 
 void FutureRecv::keep_late(RecvResult& result) {
@@ -258,6 +262,10 @@ void FutureRecv::leave(const std::shared_ptr<ArrivalGroup>& group) {
 }
 
 void FutureRecv::settle(RecvResult& result) {
+  if (!call_) {  // abandoned: no future takes it
+    keep_late(result);
+    return;
+  }
   try {
     settle_here(result);
   } catch (nb::python_error& error) {

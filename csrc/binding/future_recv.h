@@ -75,8 +75,10 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
   // the settler thread (also one parked here already): something waits for the future
   // without asking for the answer. A no-op once it has a call and a settle.
   void eager(nanobind::object call, nanobind::object settle);
-  // The future was cancelled: a tensor parked here goes to the next recv of its key and step.
-  void cancelled();
+  // A parked recv's future will not take the answer (it was cancelled, or never got its
+  // handle): a tensor parked here, or parked yet, goes to the next recv of its key and step
+  // (by the settler thread). A no-op for a recv that settles its future itself.
+  void abandon();
   // Tell `group` `index` as the answer comes; at once if it came already, or if another
   // group waits for this recv (the caller then waits for its future as it would without one).
   void join(const std::shared_ptr<ArrivalGroup>& group, std::size_t index);
@@ -110,6 +112,7 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
   std::atomic<bool> ready_{false};  // state_ is kArrived or kParked (read while spinning)
   RecvResult result_;
   std::chrono::steady_clock::time_point arrived_at_;  // (kParked)
+  bool abandoned_ = false;  // (guarded by mu_)
   std::shared_ptr<ArrivalGroup> group_;  // told group_index_ as the answer comes
   std::size_t group_index_ = 0;
 };

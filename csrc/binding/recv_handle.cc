@@ -58,7 +58,7 @@ void RecvHandle::give_up(int code, const std::string& message) {
 
 void RecvHandle::cancel() {
   give_up(static_cast<int>(Code::kCancelled), "the recv was cancelled");
-  answer->cancelled();
+  answer->abandon();
 }
 
 void bind_recv_handles(nb::module_& m) {
@@ -67,8 +67,8 @@ void bind_recv_handles(nb::module_& m) {
            "Stop waiting: the recv's caller gets (code, message); a tensor that arrives "
            "anyway is kept for the next recv of its key and step.")
       .def("cancel", &RecvHandle::cancel,
-           "give_up(CANCELLED, \"the recv was cancelled\"): its caller cancelled it (a "
-           "tensor parked here goes to the next recv of its key and step).")
+           "give_up(CANCELLED, \"the recv was cancelled\"): its caller cancelled it (a tensor "
+           "parked, or parked yet, goes to the next recv of its key and step).")
       .def("wait", [](RecvHandle& h, double seconds) {
              return static_cast<int>(h.answer->wait_here(seconds));
            }, "seconds"_a,

@@ -81,7 +81,7 @@ class RecvHandle:
 
     def cancel(self) -> None:
         """
-        give_up(CANCELLED, "the recv was cancelled"): its caller cancelled it (a tensor parked here goes to the next recv of its key and step).
+        give_up(CANCELLED, "the recv was cancelled"): its caller cancelled it (a tensor parked, or parked yet, goes to the next recv of its key and step).
         """
 
     def wait(self, seconds: float) -> int:

@@ -203,5 +203,5 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
                 give_back()
             raise
         finally:
-            IN_HAND.held = None  # (the caller has them, or they failed with the call)
+            IN_HAND.held = IN_HAND.started = None  # (the caller has them, or they failed with the call)
     return call

@@ -2,8 +2,8 @@
 back to the protocol (each to the next recv of its key and step) when the public call is
 interrupted by a signal handler's exception (Ctrl-C) before its caller has them.
 
-The protocol puts its core's answers in :data:`IN_HAND` with a plain attribute store right
-after the core returned them (CPython runs a signal's handler as a function begins and
+The protocol puts its core's answers in :data:`IN_HAND` (and the future of a recv it starts,
+before the recv can go out) with a plain attribute store right after the core returned them (CPython runs a signal's handler as a function begins and
 after a call of native code returns, so no call may come between the two); the public
 call's wrapper (:func:`tensorverbs.errors.public`) empties the hand as it returns or fails
 (a TensorverbsError, which holds or replaces them), and gives them back as an exception of
@@ -20,14 +20,20 @@ class _Hand(threading.local):
     #: source, name, answer) of one recv's: the core's give_back(step, src, name, dtype,
     #: shape, is_dead, payload) takes each answer back
     held: tuple[Any, Any, Any, Any, Any] | None = None
+    #: the future of the recv the public call started last (a recv_async's), before its
+    #: caller has it: cancelled, or (settled) its tensor given back
+    started: Any = None
 
 
 IN_HAND = _Hand()
 
 
 def give_back() -> None:
-    """Give this thread's answers in hand back to their core (those that carry a tensor);
-    empty the hand."""
+    """Give this thread's answers in hand back to their core (those that carry a tensor),
+    and its recv started last up; empty the hand."""
+    started, IN_HAND.started = IN_HAND.started, None
+    if started is not None and not started.cancel():
+        started.give_back()
     held, IN_HAND.held = IN_HAND.held, None
     if held is None:
         return

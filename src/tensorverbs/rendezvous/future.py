@@ -23,6 +23,7 @@ from concurrent.futures import _base
 from typing import Any, Callable, Generator, Protocol
 
 from ..errors import CancelledError, DeadlineExceededError
+from ..in_hand import IN_HAND
 from .completion import wait_in_slices
 from .lanes import Lanes
 
@@ -227,6 +228,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
             if self._callbacks or self._waiting:  # added as it started
                 self._settle_as_it_comes()
         if self._state in _CANCELLED:  # (read without the lock: cancel() reads it after setting it)
+            self._parked_call = None
             native.cancel()
 
     def parked_in(self) -> NativeRecv | None:
@@ -238,8 +240,8 @@ class RecvFuture(concurrent.futures.Future[Any]):
     def cancel(self) -> bool:
         if not super().cancel():
             return False
-        self._parked_call = None  # (a tensor parked meanwhile goes to the next recv: on_cancel)
-        if self._on_cancel is not None:
+        self._parked_call = None
+        if self._on_cancel is not None:  # (a tensor it parked, or parks yet, goes to the next recv)
             self._on_cancel.cancel()
         return True
 
@@ -389,7 +391,9 @@ def starting() -> list[list[RecvFuture]]:
 
 
 def started(fut: RecvFuture) -> None:
-    """``fut``'s recv is about to start: the batch starting it (if any) holds it."""
+    """``fut``'s recv is about to start: the batch starting it (if any) holds it, and the
+    public call's hand (:mod:`tensorverbs.in_hand`) until the call returns it."""
+    IN_HAND.started = fut
     lists = _starting.lists
     if lists:
         lists[-1].append(fut)
