@@ -237,3 +237,21 @@ def test_futures_of_a_stopped_server_are_done_for_a_wait(variant, wait):
     for fut in futs:
         with pytest.raises(tv.TensorverbsError):
             fut.result(0)
+
+
+def test_a_cancelled_future_is_done_for_every_wait(pair, step):
+    """A recv cancelled before or while a wait waits for it counts as done for
+    tensorverbs.wait and concurrent.futures.wait (its waiters are told, as an executor's
+    future's are)."""
+    futs = [pair.worker.recv_async(f"cw{i}", pair.PS, step, timeout=WAIT) for i in range(3)]
+    assert futs[0].cancel()
+    _delivered(pair, "cw1", step, _values(1)[0])
+    for waited in (tv.wait, concurrent.futures.wait):
+        done, not_done = waited(futs[:2], timeout=WAIT)
+        assert done == set(futs[:2]) and not not_done
+    outcome: list = []
+    waiting = threading.Thread(target=lambda: outcome.append(concurrent.futures.wait([futs[2]], timeout=WAIT)))
+    waiting.start()
+    assert futs[2].cancel()
+    waiting.join(WAIT)
+    assert outcome and outcome[0].done == {futs[2]}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence,
 
 from . import arguments as check
 from .errors import InvalidArgumentError, TensorverbsError, from_code
+from .in_hand import IN_HAND
 from .rendezvous.future import RecvFuture, starting
 from .rendezvous.key import RendezvousKey
 
@@ -125,7 +126,10 @@ def _giving_up(body: Callable[[], T]) -> T:
     lists, mine = starting(), list[RecvFuture]()
     try:
         lists.append(mine)
-        return body()
+        result = body()
+        lists.pop()  # (a signal's handler may run as it returns: here, mine are given up)
+        IN_HAND.started = mine  # until the public call returns them
+        return result
     except BaseException:
         give_back(mine)
         raise

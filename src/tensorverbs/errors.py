@@ -11,7 +11,7 @@ import functools
 import inspect
 from typing import Any, Callable, ParamSpec, TypeVar, cast
 
-from .in_hand import IN_HAND, give_back
+from .in_hand import IN_HAND, give_back, give_up_started
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -197,6 +197,7 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
         try:
             return fn(*args, **kwargs)
         except _BUGS as exc:
+            give_up_started()  # (the caller never gets their futures)
             raise as_error(exc, fn.__qualname__) from exc
         except BaseException as exc:
             if not isinstance(exc, TensorverbsError):  # a signal handler's, as fn made or returned its result

@@ -20,20 +20,27 @@ class _Hand(threading.local):
     #: source, name, answer) of one recv's: the core's give_back(step, src, name, dtype,
     #: shape, is_dead, payload) takes each answer back
     held: tuple[Any, Any, Any, Any, Any] | None = None
-    #: the future of the recv the public call started last (a recv_async's), before its
-    #: caller has it: cancelled, or (settled) its tensor given back
+    #: the future of the recv the public call started last (a recv_async's), or the list of
+    #: a batch's, before its caller has them: cancelled, or (settled) their tensors given back
     started: Any = None
 
 
 IN_HAND = _Hand()
 
 
+def give_up_started() -> None:
+    """Give up the recvs this thread's public call started, before its caller has them: a
+    pending one is cancelled, a settled one's tensor kept for the next recv of it."""
+    started, IN_HAND.started = IN_HAND.started, None
+    for fut in started if isinstance(started, list) else () if started is None else (started,):
+        if not fut.cancel():
+            fut.give_back()
+
+
 def give_back() -> None:
     """Give this thread's answers in hand back to their core (those that carry a tensor),
-    and its recv started last up; empty the hand."""
-    started, IN_HAND.started = IN_HAND.started, None
-    if started is not None and not started.cancel():
-        started.give_back()
+    and the recvs it started up; empty the hand."""
+    give_up_started()
     held, IN_HAND.held = IN_HAND.held, None
     if held is None:
         return

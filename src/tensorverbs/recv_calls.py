@@ -3,9 +3,8 @@ asyncio (:class:`RecvCalls`, which :class:`tensorverbs.Server` is), and how a re
 result is made and where it lands."""
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import arguments as check
 from .devices import HOST, Device, get_device
@@ -86,11 +85,11 @@ class RecvCalls:
         """Receive tensor ``name`` from ``source`` in asyncio, without blocking the event
         loop; see :meth:`recv_async`. Cancelling the awaiting task gives the recv up: the
         tensor (even one that arrived just then) is kept for the next recv of it."""
-        fut = self.recv_async(name, source, step_id, timeout, device, out, dtype=dtype, tensor_type=tensor_type)
-        assert isinstance(fut, RecvFuture)
+        fut = cast(RecvFuture, self.recv_async(name, source, step_id, timeout, device, out, dtype=dtype,
+                                               tensor_type=tensor_type))
         try:
             return await fut
-        except asyncio.CancelledError:
+        except BaseException:  # cancelled (or interrupted): the tensor is kept
             if not fut.cancel():
                 fut.give_back()
             raise

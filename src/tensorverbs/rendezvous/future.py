@@ -240,6 +240,11 @@ class RecvFuture(concurrent.futures.Future[Any]):
     def cancel(self) -> bool:
         if not super().cancel():
             return False
+        with self._condition:  # its waiters (concurrent.futures.wait) told, as an executor does
+            if self._state == _base.CANCELLED:
+                self._state = _base.CANCELLED_AND_NOTIFIED
+                for waiter in self._waiting or ():
+                    waiter.add_cancelled(self)
         self._parked_call = None
         if self._on_cancel is not None:  # (a tensor it parked, or parks yet, goes to the next recv)
             self._on_cancel.cancel()

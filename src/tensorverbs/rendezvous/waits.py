@@ -39,16 +39,17 @@ def wait(futures: Iterable[concurrent.futures.Future[Any]], timeout: float | Non
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     pending = [f for f in fs if not f.done()]  # (done() takes an answer that came)
     native = _native(pending) if pending and not _returns_now(fs, pending, return_when) else None
+    came = True
     if native is not None:
         with _Arrivals(native) as arrivals:
             came = arrivals.wait_for(len(pending) if return_when != FIRST_COMPLETED else 1,
                                      return_when == FIRST_EXCEPTION, _left(deadline))
-        done = {f for f in fs if f.done()}  # (takes the answers that came, here)
-        not_done = fs - done
-        if not came or not not_done or _returns_now(fs, list(not_done), return_when):
-            return DoneAndNotDone(done, not_done)  # (no waiter added: they stay parked)
-    done, not_done = concurrent.futures.wait(fs, _left(deadline), return_when)
-    return DoneAndNotDone(done, not_done)
+    done = {f for f in fs if f.done()}  # (takes the answers that came, here)
+    not_done = fs - done
+    if not came or not not_done or _returns_now(fs, list(not_done), return_when):
+        return DoneAndNotDone(done, not_done)  # (no waiter added: parked answers stay parked)
+    more, not_done = concurrent.futures.wait(not_done, _left(deadline), return_when)
+    return DoneAndNotDone(done | more, not_done)
 
 
 def as_completed(futures: Iterable[concurrent.futures.Future[Any]],
