@@ -11,9 +11,7 @@ future is settled, e.g. at the recv's deadline. A sleep of at most a slice bound
 (the native core's blocking recv waits in slices of the same length)."""
 from __future__ import annotations
 
-import _thread
 import asyncio
-import collections
 import concurrent.futures
 import functools
 import logging
@@ -25,6 +23,7 @@ from typing import Any, Callable, Generator, Protocol
 from ..errors import CancelledError, DeadlineExceededError
 from ..in_hand import IN_HAND
 from .completion import wait_in_slices
+from .condition import Condition
 from .lanes import Lanes
 
 #: the longest a wait of the main thread for a recv sleeps before signal handlers run
@@ -50,62 +49,6 @@ class NativeRecv(Protocol):
     def settle_parked(self, call: Any, settle: Callable[..., bool]) -> bool: ...
 
     def eager(self, call: Any, settle: Callable[..., bool]) -> None: ...
-
-
-class _Condition(_thread.RLock):  # type: ignore[misc]  # (a base type in CPython)
-    """The condition of a future: a re-entrant lock (the C one, ``with`` entering and
-    leaving it without running Python code) that threads wait on until notified.
-
-    Not a :class:`threading.Condition`: its ``__enter__``/``__exit__`` are Python
-    functions, and a signal handled as ``__exit__`` began (Ctrl-C in a wait for the
-    future) left the lock held, so that the thread settling the future blocked on it for
-    good. A future in flight is also one object for the garbage collector to track (the
-    waiters' queue made by the first wait), where thousands of recvs may be in flight."""
-
-    __slots__ = ("_waiters",)
-
-    def __init__(self) -> None:
-        self._waiters: collections.deque[Any] | None = None
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Release the lock (held by this thread), wait until notified or ``timeout``
-        seconds passed, take it back; whether it was notified. Interrupted anywhere, the
-        lock is this thread's again."""
-        waiter = _thread.allocate_lock()
-        waiter.acquire()
-        if self._waiters is None:
-            self._waiters = collections.deque()
-        waiters = self._waiters
-        waiters.append(waiter)
-        notified, state = False, None
-        try:
-            state = self._release_save()  # type: ignore[attr-defined]
-            if timeout is None:
-                notified = waiter.acquire()
-            elif timeout > 0:
-                notified = waiter.acquire(True, timeout)
-            else:
-                notified = waiter.acquire(False)
-            return notified
-        finally:
-            if state is not None:
-                self._acquire_restore(state)  # type: ignore[attr-defined]
-            elif not self._is_owned():  # type: ignore[attr-defined]
-                self.acquire()  # (interrupted as it released it)
-            if not notified:
-                try:
-                    waiters.remove(waiter)
-                except ValueError:
-                    pass
-
-    def notify_all(self) -> None:
-        """Wake every thread waiting (call with the lock held)."""
-        waiters, self._waiters = self._waiters, None
-        for waiter in waiters or ():
-            try:
-                waiter.release()
-            except RuntimeError:  # (one that timed out meanwhile)
-                pass
 
 
 class RecvFuture(concurrent.futures.Future[Any]):
@@ -145,7 +88,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
 
     def __init__(self, lanes: Lanes | None = None, peer: str = "") -> None:
         # the base class's fields, its condition the lean one
-        self._condition = _Condition()  # type: ignore[assignment]
+        self._condition = Condition()  # type: ignore[assignment]
         self._state = _base.PENDING
         self._lanes, self._peer = lanes, peer
 
@@ -154,8 +97,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
     # comes from then on.
     @property
     def _waiters(self) -> list[Any]:
-        if self._parked_call is not None and self._state == _base.PENDING:
-            self._settle_as_it_comes()
+        self._something_waits()
         if self._waiting is None:
             self._waiting = []
         return self._waiting
@@ -166,8 +108,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
 
     @property
     def _done_callbacks(self) -> list[Callable[[concurrent.futures.Future[Any]], object]]:
-        if self._parked_call is not None and self._state == _base.PENDING:
-            self._settle_as_it_comes()
+        self._something_waits()
         if self._callbacks is None:
             self._callbacks = []
         return self._callbacks
@@ -175,6 +116,12 @@ class RecvFuture(concurrent.futures.Future[Any]):
     @_done_callbacks.setter
     def _done_callbacks(self, callbacks: list[Callable[[concurrent.futures.Future[Any]], object]]) -> None:
         self._callbacks = callbacks
+
+    def _something_waits(self) -> None:
+        """A waiter or a callback is added (or the list is read to settle it): a parked
+        recv's answer is settled as it comes from now on."""
+        if self._parked_call is not None and self._state == _base.PENDING:
+            self._settle_as_it_comes()
 
     def _take(self) -> None:
         """Settle this future with its parked recv's answer if it came (in this thread)."""

@@ -4,9 +4,10 @@ The core (``tensorverbs._core.Rendezvous``) holds this task's sends, its channel
 recvs in flight; peers' requests are answered there without entering Python. Python
 sets channels up over gRPC (:mod:`.channels`), starts recvs and turns their answers into
 arrays: a recv calls into the core once and gets the result once (the blocking form
-waits with the GIL released; the asynchronous form's future is settled by the core's
-settler thread, or on the peer's lane when the tensor must be copied to its device). A
-recv whose channel is not up yet first sets it up on the event loop.
+waits with the GIL released; the asynchronous form's answer is kept in the core until its
+future is looked at, or settled by the core's settler thread once something waits on the
+future, or on the peer's lane when the tensor must be copied to its device). A recv whose
+channel is not up yet first sets it up on the event loop.
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall, describe_recv, settle
 from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous, raise_failed_sends
 from ..runtime import host_of
-from ..tensor import (DT_STRING, DT_VARIANT, NUMERIC_BY_ENUM, VARIANT_DTYPE, decode_proto, dtype_enum, encode_proto,
-                      numpy_dtype)
+from ..tensor import dtype_enum
+from .answers import answer_array, plain_array, wire
 from .channels import VerbsChannels
 from .task_ids import TaskIds
 
@@ -48,33 +49,6 @@ atexit.register(_core.shutdown)  # the core's Python threads end before the inte
 def _timeout(timeout: float | None) -> float:
     """A timeout as the core takes it (-1: none)."""
     return -1.0 if timeout is None else max(0.0, float(timeout))
-
-
-def _wire(array: np.ndarray) -> tuple[int, Any]:
-    """The DataType of a prepared array and the bytes the core sends of it (a TensorProto
-    for strings)."""
-    dtype = array.dtype
-    if dtype.kind == "O":
-        return DT_STRING, encode_proto(array)
-    return dtype_enum(dtype), array
-
-
-def _plain_array(dtype: int, shape: tuple, is_dead: bool, payload: Any) -> np.ndarray | None:
-    """The array of a numeric, live tensor the core answered with in its own bytes (the
-    result as it is); None for any other answer (see :func:`_array`)."""
-    plain = None if is_dead or isinstance(payload, np.ndarray) else NUMERIC_BY_ENUM.get(dtype)
-    return None if plain is None else np.ndarray(shape, plain, payload)
-
-
-def _array(dtype: int, shape: tuple, payload: Any) -> np.ndarray:
-    """The array a recv's answer from the core holds (a descriptor's bytes for DT_VARIANT)."""
-    if dtype == DT_STRING:
-        return decode_proto(payload)
-    if isinstance(payload, np.ndarray):
-        return payload  # this task's own tensor, received locally
-    if dtype == DT_VARIANT:
-        return np.frombuffer(payload, VARIANT_DTYPE)
-    return np.ndarray(shape, numpy_dtype(dtype), payload)
 
 
 class _Connecting(PendingRecv):
@@ -161,7 +135,7 @@ class VerbsRendezvous(RemoteRendezvous):
 
     # -- this task's tensors ----------------------------------------------------------------
     def send(self, step_id: int, key: RendezvousKey, value: Value) -> None:
-        dtype, data = _wire(value.array)
+        dtype, data = wire(value.array)
         self.core.send(step_id, self.ids[key.dst], key.name, dtype, value.array.shape, value.is_dead, data,
                        value.ticket)
 
@@ -177,7 +151,7 @@ class VerbsRendezvous(RemoteRendezvous):
                 except TensorverbsError:  # a receiver left: the offers before it go, its error names it
                     return super().send_many(offers)
             array = value.array
-            dtype, data = _wire(array)
+            dtype, data = wire(array)
             steps.append(step)
             dsts.append(dst)
             names.append(key.name)
@@ -239,7 +213,7 @@ class VerbsRendezvous(RemoteRendezvous):
         code, message, dtype, shape, is_dead, payload = answer
         if code:
             raise from_code(code, self.ids.named(message))
-        value = Value(_array(dtype, shape, payload), is_dead)
+        value = Value(answer_array(dtype, shape, payload), is_dead)
         refusal = self.delivery.refusal(out, describe_recv(key, step_id), value) if out is not None else None
         if refusal is not None:
             give_back()
@@ -267,7 +241,7 @@ class VerbsRendezvous(RemoteRendezvous):
         results, arrived, peers = [], [], {src: str(task) for task, src in ready.items()}
         for key, step, src, answer in zip(keys, steps, srcs, answers):
             code, _, dtype, shape, is_dead, payload = answer
-            array = None if code or src == self.task_id else _plain_array(dtype, shape, is_dead, payload)
+            array = None if code or src == self.task_id else plain_array(dtype, shape, is_dead, payload)
             if array is None:
                 results.append(self._answer(key, step, src, answer, started))
                 continue
@@ -282,7 +256,7 @@ class VerbsRendezvous(RemoteRendezvous):
         if code:
             return from_code(code, self.ids.named(message))
         try:
-            value = Value(_array(dtype, shape, payload), is_dead)
+            value = Value(answer_array(dtype, shape, payload), is_dead)
             if src != self.task_id:
                 self.delivery.observe(key.src, memoryview(payload).nbytes, started)
             return self.delivery.result(value, key.src, HOST, None)
@@ -345,13 +319,13 @@ class VerbsRendezvous(RemoteRendezvous):
         fut, src = call.future, call.peer_id
         if code:
             return settle(fut, from_code(code, self.ids.named(message)))
-        array = _plain_array(dtype, shape, is_dead, payload) if call.out is None and call.device is HOST else None
+        array = plain_array(dtype, shape, is_dead, payload) if call.out is None and call.device is HOST else None
         if array is not None:
             return self.delivery.settle_host(call, array, array.nbytes if src != self.task_id else None,
                                              self._core_give_back, call.step_id, src, call.key.name, dtype,
                                              shape, False, payload)
         try:
-            value = Value(_array(dtype, shape, payload), is_dead)
+            value = Value(answer_array(dtype, shape, payload), is_dead)
         except Exception as exc:  # a malformed TensorProto
             settle(fut, as_error(exc, f"{call.what}: receiving the tensor"))
             return True
