@@ -11,6 +11,12 @@ HERE = pathlib.Path(__file__).parent
 #: how many times a Ray node is started before its start-up failure fails the module
 STARTS = 2
 
+# Ray runs its workers (the actors) at nice 15, where anything else busy on the machine
+# starves them: beside the soft-RoCE lane (a qemu guest) a 64 MiB transfer between two
+# actors outlasted Ray's 60 s wait for an object's tensors. The nodes the tests start
+# (ray.init here, "ray start" in a network namespace) inherit this.
+os.environ["RAY_worker_niceness"] = "0"
+
 
 @pytest.fixture(scope="module")
 def ray_cluster():
