@@ -106,7 +106,7 @@ Status RdmaChannel::connect(const ChannelDescription& remote) {
 }
 
 Status RdmaChannel::send_early_locked() {
-  std::vector<verbs::SendWr> wrs;
+  std::vector<verbs::SendWr>& wrs = scratch_locked();
   for (auto& [message, response] : early_) {
     std::uint64_t sequence = 0;
     bool batched = false;
@@ -183,7 +183,6 @@ bool RdmaChannel::drain() {
 }
 
 void RdmaChannel::send(RdmaMessage message) {
-  std::vector<verbs::SendWr> wrs;
   std::uint64_t sequence = 0;
   Status status;
   {
@@ -193,6 +192,7 @@ void RdmaChannel::send(RdmaMessage message) {
       early_.emplace_back(std::move(message), nullptr);
       return;
     }
+    std::vector<verbs::SendWr>& wrs = scratch_locked();
     bool batched = false;
     status = buffer_->send(message, &wrs, &sequence, &batched);
     if (status.ok()) {
@@ -205,9 +205,8 @@ void RdmaChannel::send(RdmaMessage message) {
 }
 
 void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorResponse> response) {
-  std::vector<verbs::SendWr> wrs;
   std::uint64_t sequence = 0;
-  Status status(Code::kUnavailable, name() + " failed");
+  Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_ && !remote_) {
@@ -215,6 +214,7 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
       return;
     }
     if (!error_) {
+      std::vector<verbs::SendWr>& wrs = scratch_locked();
       status = buffer_->send(message, &wrs, &sequence);
       if (status.ok()) {
         owner_.counters().message(message.type);
@@ -226,7 +226,7 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
       status = *error_;
     }
   }
-  fail(status);
+  fail(status.ok() ? Status(Code::kUnavailable, name() + " failed") : status);
   response->abandon();  // the tensor goes back (fail() did it if it was registered)
 }
 
@@ -235,26 +235,26 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
                                 std::uint64_t remote_addr, std::uint32_t rkey,
                                 std::uint64_t wr_id, std::uint32_t imm) {
   const std::uint64_t step = std::min<std::uint64_t>(max_message_bytes_.load(), 1u << 30);
-  std::vector<verbs::SendWr> wrs;
-  std::uint64_t offset = 0;
-  do {
-    const std::uint64_t length = std::min(step, total - offset);
-    const bool last = offset + length >= total;
-    verbs::SendWr wr;
-    wr.wr_id = last ? wr_id : 0;
-    wr.opcode = last || opcode == verbs::WrOpcode::kRdmaRead ? opcode : verbs::WrOpcode::kRdmaWrite;
-    wr.sge = {local + offset, static_cast<std::uint32_t>(length), lkey};
-    wr.remote_addr = remote_addr + offset;
-    wr.rkey = rkey;
-    wr.imm = imm;
-    wr.signaled = last;
-    wrs.push_back(wr);
-    offset += length;
-  } while (offset < total);
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return;  // fail() ended whatever this was for
+    std::vector<verbs::SendWr>& wrs = scratch_locked();
+    std::uint64_t offset = 0;
+    do {
+      const std::uint64_t length = std::min(step, total - offset);
+      const bool last = offset + length >= total;
+      verbs::SendWr wr;
+      wr.wr_id = last ? wr_id : 0;
+      wr.opcode = last || opcode == verbs::WrOpcode::kRdmaRead ? opcode : verbs::WrOpcode::kRdmaWrite;
+      wr.sge = {local + offset, static_cast<std::uint32_t>(length), lkey};
+      wr.remote_addr = remote_addr + offset;
+      wr.rkey = rkey;
+      wr.imm = imm;
+      wr.signaled = last;
+      wrs.push_back(wr);
+      offset += length;
+    } while (offset < total);
     status = post_locked(wrs);
   }
   if (!status.ok()) fail(status);
@@ -291,7 +291,7 @@ std::size_t RdmaChannel::queued_requests() const {
 
 Status RdmaChannel::credit_locked(std::uint32_t count,
                                   std::vector<std::shared_ptr<RdmaTensorResponse>>* delivered) {
-  std::vector<verbs::SendWr> wrs;
+  std::vector<verbs::SendWr>& wrs = scratch_locked();
   const std::uint64_t taken = buffer_->credit(count, &wrs);
   auto done = std::partition(inline_.begin(), inline_.end(),
                              [taken](const auto& entry) { return entry.first > taken; });

@@ -164,6 +164,10 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
  private:
   // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.
   Status post_locked(std::vector<verbs::SendWr>& wrs);
+  std::vector<verbs::SendWr>& scratch_locked() {
+    scratch_.clear();
+    return scratch_;
+  }
   Status drain_locked();
   // Sends what was sent before the channel was connected (the peer may ask first: its side
   // connects before this one), then what waits in the backlog.
@@ -200,6 +204,9 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests_;
   std::deque<std::shared_ptr<RdmaTensorRequest>> queued_;  // beyond max_requests_, in order
   std::deque<verbs::SendWr> backlog_;  // work requests beyond the send queue's room, in order
+  // the work requests being made to post, kept with their capacity (no allocation per
+  // message): scratch_locked() hands it out cleared, with mu_ held
+  std::vector<verbs::SendWr> scratch_;
   std::unordered_map<std::uint32_t, std::shared_ptr<std::atomic<bool>>> reads_;  // not yet seen
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
   // inline answers waiting for the peer to take their message: (sequence, response)

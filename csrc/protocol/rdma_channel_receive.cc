@@ -141,11 +141,11 @@ void RdmaChannel::bad_message(const MessageError& error) {
 }
 
 void RdmaChannel::after_batch() {
-  std::vector<verbs::SendWr> wrs;
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return;
+    std::vector<verbs::SendWr>& wrs = scratch_locked();
     if (took_messages_ && remote_) {  // before it is connected, connect() acknowledges
       took_messages_ = false;
       buffer_->ack_if_needed(&wrs);
@@ -156,11 +156,11 @@ void RdmaChannel::after_batch() {
 }
 
 bool RdmaChannel::quiet() {
-  std::vector<verbs::SendWr> wrs;
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_ || !remote_) return true;
+    std::vector<verbs::SendWr>& wrs = scratch_locked();
     if (!buffer_->owes_ack() && backlog_.empty() && qp_->send_room() >= send_depth_) return true;
     if (fence_out_) {
       status = drain_locked();

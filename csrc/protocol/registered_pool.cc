@@ -17,8 +17,14 @@ bool RegisteredPool::take(Block& block, std::size_t size, std::size_t* offset) {
     if (it->second < size) continue;
     *offset = it->first;
     const std::size_t left = it->second - size;
-    block.free.erase(it);
-    if (left) block.free.emplace(*offset + size, left);
+    if (left == 0) {
+      block.free.erase(it);
+    } else if (auto node = block.free.extract(it); !node.empty()) {
+      // the rest of the range, under its node re-keyed (no allocation)
+      node.key() = *offset + size;
+      node.mapped() = left;
+      block.free.insert(std::move(node));
+    }
     block.in_use += size;
     return true;
   }
@@ -71,21 +77,26 @@ void RegisteredPool::release(std::size_t index, std::size_t offset, std::size_t 
   Block& block = blocks_[index];
   block.in_use -= size;
   in_use_ -= size;
+  // merged with its free neighbours, whose nodes it reuses (no allocation unless it has
+  // none)
   auto next = block.free.lower_bound(offset);
-  std::size_t start = offset, length = size;
-  if (next != block.free.end() && next->first == offset + size) {  // merge with the next
-    length += next->second;
-    next = block.free.erase(next);
-  }
-  if (next != block.free.begin()) {  // and the previous
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
-      start = prev->first;
-      length += prev->second;
-      block.free.erase(prev);
+  const bool joins_next = next != block.free.end() && next->first == offset + size;
+  auto prev = next == block.free.begin() ? block.free.end() : std::prev(next);
+  if (prev != block.free.end() && prev->first + prev->second == offset) {
+    prev->second += size;
+    if (joins_next) {
+      prev->second += next->second;
+      block.free.erase(next);
     }
+  } else if (joins_next) {
+    if (auto node = block.free.extract(next); !node.empty()) {
+      node.key() = offset;
+      node.mapped() += size;
+      block.free.insert(std::move(node));
+    }
+  } else {
+    block.free.emplace(offset, size);
   }
-  block.free.emplace(start, length);
   if (closed_ && block.in_use == 0 && block.region) {
     starts_.erase(block.region->addr());
     registered_ -= block.region->length();

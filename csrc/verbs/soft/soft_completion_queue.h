@@ -4,6 +4,7 @@
 // depth rather than lose a completion.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -31,10 +32,15 @@ class SoftCompletionQueue final : public CompletionQueue, private Progress::Wait
   const SoftContext* context() const { return context_.get(); }
 
  private:
+  // Lock-free: the progress loop asks on every turn of its spin.
   bool ready() override;
   bool arm() override;
   void disarm() override;
   int take(WorkCompletion* out, int max);
+  // Moves up to `max` entries to `out` (mu_ held).
+  int pop(WorkCompletion* out, int max);
+  // After entries_ or woken_ changed (mu_ held): what ready() tells from now on.
+  void changed() { ready_.store(!entries_.empty() || woken_, std::memory_order_seq_cst); }
 
   std::shared_ptr<SoftContext> context_;
   Progress& progress_;
@@ -42,6 +48,9 @@ class SoftCompletionQueue final : public CompletionQueue, private Progress::Wait
   std::deque<WorkCompletion> entries_;
   bool woken_ = false;
   bool armed_ = false;
+  // !entries_.empty() || woken_, kept by changed(); seq_cst: a waiter about to sleep reads
+  // it after counting itself a sleeper, deliver() writes it before looking for sleepers
+  std::atomic<bool> ready_{false};
 };
 
 }  // namespace tensorverbs::verbs::soft
