@@ -226,7 +226,7 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
       status = *error_;
     }
   }
-  fail(status.ok() ? Status(Code::kUnavailable, name() + " failed") : status);
+  fail(status);
   response->abandon();  // the tensor goes back (fail() did it if it was registered)
 }
 
@@ -246,7 +246,8 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
       const bool last = offset + length >= total;
       verbs::SendWr wr;
       wr.wr_id = last ? wr_id : 0;
-      wr.opcode = last || opcode == verbs::WrOpcode::kRdmaRead ? opcode : verbs::WrOpcode::kRdmaWrite;
+      wr.opcode =
+          last || opcode == verbs::WrOpcode::kRdmaRead ? opcode : verbs::WrOpcode::kRdmaWrite;
       wr.sge = {local + offset, static_cast<std::uint32_t>(length), lkey};
       wr.remote_addr = remote_addr + offset;
       wr.rkey = rkey;

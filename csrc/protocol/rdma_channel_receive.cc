@@ -160,12 +160,12 @@ bool RdmaChannel::quiet() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_ || !remote_) return true;
-    std::vector<verbs::SendWr>& wrs = scratch_locked();
     if (!buffer_->owes_ack() && backlog_.empty() && qp_->send_room() >= send_depth_) return true;
     if (fence_out_) {
       status = drain_locked();
     } else {
       fence_out_ = true;
+      std::vector<verbs::SendWr>& wrs = scratch_locked();
       buffer_->ack(&wrs, true);
       status = post_locked(wrs);
     }

@@ -19,7 +19,7 @@ bool RegisteredPool::take(Block& block, std::size_t size, std::size_t* offset) {
     const std::size_t left = it->second - size;
     if (left == 0) {
       block.free.erase(it);
-    } else if (auto node = block.free.extract(it); !node.empty()) {
+    } else if (auto node = block.free.extract(it); !node.empty()) {  // (never empty: for GCC)
       // the rest of the range, under its node re-keyed (no allocation)
       node.key() = *offset + size;
       node.mapped() = left;
@@ -89,7 +89,7 @@ void RegisteredPool::release(std::size_t index, std::size_t offset, std::size_t 
       block.free.erase(next);
     }
   } else if (joins_next) {
-    if (auto node = block.free.extract(next); !node.empty()) {
+    if (auto node = block.free.extract(next); !node.empty()) {  // (never empty: for GCC)
       node.key() = offset;
       node.mapped() += size;
       block.free.insert(std::move(node));

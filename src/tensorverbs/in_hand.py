@@ -32,7 +32,9 @@ def give_up_started() -> None:
     """Give up the recvs this thread's public call started, before its caller has them: a
     pending one is cancelled, a settled one's tensor kept for the next recv of it."""
     started, IN_HAND.started = IN_HAND.started, None
-    for fut in started if isinstance(started, list) else () if started is None else (started,):
+    if started is None:
+        return
+    for fut in started if isinstance(started, list) else [started]:
         if not fut.cancel():
             fut.give_back()
 

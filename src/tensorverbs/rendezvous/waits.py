@@ -130,7 +130,9 @@ class _Arrivals:
             nonlocal came
             indices = self._group.wait(min(count - came, _BATCH), seconds)
             came += len(indices)
-            if any([self._futures[i].done() and until_error and _raised(self._futures[i]) for i in indices]):
+            for i in indices:
+                self._futures[i].done()  # (settles it here, with the answer that came)
+            if until_error and any(_raised(self._futures[i]) for i in indices):
                 return True
             return came >= count
 
