@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import dataclasses
 import functools
 import threading
 import time
@@ -279,7 +280,8 @@ class VerbsRendezvous(RemoteRendezvous):
         return fut
 
     def _start(self, call: RecvCall, src: int, timeout: float) -> "_core.RecvHandle":
-        """Start the core's recv settling ``call``; cancelling its future gives it up."""
+        """Start the core's recv settling ``call``, which the core owns from now on (a
+        parked one's future becomes a weak proxy); cancelling its future gives it up."""
         call.peer_id = src
         fut = call.future
         if call.out is None and call.device is HOST:  # parked: the future takes the answer
@@ -307,8 +309,10 @@ class VerbsRendezvous(RemoteRendezvous):
             return
         if op.cancelled or call.future.done():
             return
-        # a cancel from now on gives the core's recv up (also one that came meanwhile)
-        op.core = self._start(call, self.ids[call.key.src], _timeout(call.time_left()))
+        # a cancel from now on gives the core's recv up (also one that came meanwhile); the
+        # core owns a copy of the call: recv_async, on its caller's thread, may not have
+        # returned call.future yet, nor stop() failed it
+        op.core = self._start(dataclasses.replace(call), self.ids[call.key.src], _timeout(call.time_left()))
 
     def _settle(self, call: RecvCall, code: int, message: str, dtype: int, shape: tuple, is_dead: bool,
                 payload: Any) -> bool:
