@@ -23,6 +23,7 @@
 #include "binding/recv_handle.h"
 #include "binding/status_error.h"
 #include "binding/verbs_config.h"
+#include "protocol/held_messages.h"
 #include "protocol/rdma_rendezvous.h"
 #include "protocol/send_completion.h"
 
@@ -207,6 +208,7 @@ class Rendezvous {
     std::vector<std::shared_ptr<PendingRecv>> pending(n);
     {
       GilReleased release;
+      HeldMessages held;  // the requests to each peer go out together, as few messages
       for (std::size_t i = 0; i < n; ++i) {
         pending[i] = rv_->recv(steps[i], srcs[i], names[i], timeout, batch->entry(i));
       }

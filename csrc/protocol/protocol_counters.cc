@@ -36,7 +36,8 @@ std::vector<std::pair<std::string, std::uint64_t>> ProtocolCounters::snapshot() 
           {"tensors_received", v(tensors_received)},
           {"bytes_received", v(bytes_received)},
           {"windows", v(windows)},
-          {"channels_connected", v(channels_connected)}};
+          {"channels_connected", v(channels_connected)},
+          {"messages_sent", v(messages_sent)}};
 }
 
 }  // namespace tensorverbs

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/thread_guard.h"
+#include "protocol/held_messages.h"
 #include "protocol/rdma_tensor_request.h"
 #include "protocol/rdma_tensor_response.h"
 #include "protocol/work_id.h"
@@ -16,7 +17,9 @@ RdmaChannel::RdmaChannel(ChannelOwner& owner, std::int32_t peer, std::uint64_t i
     : owner_(owner), peer_(peer), incarnation_(incarnation), qp_(std::move(qp)),
       provider_(provider), peer_name_(owner.task_name(peer)), name_("verbs channel to " + peer_name_),
       buffer_(std::move(buffer)), max_message_bytes_(max_message_bytes),
-      max_requests_(std::max<std::uint32_t>(1, max_requests)), send_depth_(qp_->send_room()) {}
+      max_requests_(std::max<std::uint32_t>(1, max_requests)), send_depth_(qp_->send_room()) {
+  buffer_->count_messages(&owner_.counters().messages_sent);
+}
 
 RdmaChannel::~RdmaChannel() {
   fail(Status(Code::kUnavailable, name() + " was closed"));
@@ -182,9 +185,29 @@ bool RdmaChannel::drain() {
   return left && status.ok();
 }
 
+bool RdmaChannel::hold_locked(HeldMessages* held) {
+  if (held == nullptr || held->holds(this)) return false;
+  buffer_->hold();
+  return true;
+}
+
+void RdmaChannel::release_held() {
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<verbs::SendWr>& wrs = scratch_locked();
+    buffer_->release(&wrs);
+    if (error_ || wrs.empty()) return;
+    status = post_locked(wrs);
+  }
+  if (!status.ok()) fail(status);
+}
+
 void RdmaChannel::send(RdmaMessage message) {
   std::uint64_t sequence = 0;
   Status status;
+  HeldMessages* const held = HeldMessages::current();
+  bool newly_held = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return;
@@ -192,6 +215,7 @@ void RdmaChannel::send(RdmaMessage message) {
       early_.emplace_back(std::move(message), nullptr);
       return;
     }
+    newly_held = hold_locked(held);
     std::vector<verbs::SendWr>& wrs = scratch_locked();
     bool batched = false;
     status = buffer_->send(message, &wrs, &sequence, &batched);
@@ -201,6 +225,7 @@ void RdmaChannel::send(RdmaMessage message) {
       status = post_locked(wrs);
     }
   }
+  if (newly_held) held->add(shared_from_this());
   if (!status.ok()) fail(status);
 }
 

@@ -42,6 +42,7 @@
 
 namespace tensorverbs {
 
+class HeldMessages;
 class RdmaChannel;
 class RdmaTensorRequest;
 class RdmaTensorResponse;
@@ -96,8 +97,12 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::optional<Status> error() const;
 
   // -- messages ----------------------------------------------------------------------------
-  // Sends `message` (in order; waits for a credit if needed). Nothing once failed.
+  // Sends `message` (in order; waits for a credit if needed). Nothing once failed. While
+  // the sending thread has a HeldMessages scope, the channel holds its messages until the
+  // scope ends (release_held()).
   void send(RdmaMessage message);
+  // Ends a hold that send() started for a HeldMessages scope: what waits goes out.
+  void release_held();
   // Sends a TENSOR_INLINE answering `response`, which finishes once the peer has taken the
   // message (so the tensor is given back if the channel fails before).
   void send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorResponse> response);
@@ -169,6 +174,9 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
     return scratch_;
   }
   Status drain_locked();
+  // Holds the message buffer for `held` (the sending thread's scope) unless it holds it
+  // already; true if it started holding it (the caller adds the channel to the scope).
+  bool hold_locked(HeldMessages* held);
   // Sends what was sent before the channel was connected (the peer may ask first: its side
   // connects before this one), then what waits in the backlog.
   Status send_early_locked();

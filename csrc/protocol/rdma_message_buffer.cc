@@ -35,7 +35,7 @@ void RdmaMessageBuffer::connect(std::uint64_t remote_addr, std::uint32_t remote_
 
 Status RdmaMessageBuffer::send(RdmaMessage& message, std::vector<verbs::SendWr>* out,
                                std::uint64_t* sequence, bool* batched) {
-  const bool now = connected_ && queue_.empty() && sent_ - peer_taken_ < slots_;
+  const bool now = connected_ && holds_ == 0 && queue_.empty() && sent_ - peer_taken_ < slots_;
   bool started = false;
   if (!now && gather(message, &started)) {
     *sequence = sent_ + queue_.size();
@@ -92,6 +92,7 @@ void RdmaMessageBuffer::post(std::size_t length, std::vector<verbs::SendWr>* out
   little_endian::store(slot + kAckedAt, static_cast<std::uint32_t>(taken_));
   told_ = taken_;
   ++sent_;
+  if (written_ != nullptr) written_->fetch_add(1, std::memory_order_relaxed);
   verbs::SendWr wr;
   wr.wr_id = work_id(WorkKind::kMessage, static_cast<std::uint32_t>(index));
   wr.opcode = verbs::WrOpcode::kRdmaWriteWithImm;
@@ -103,8 +104,13 @@ void RdmaMessageBuffer::post(std::size_t length, std::vector<verbs::SendWr>* out
   out->push_back(wr);
 }
 
+void RdmaMessageBuffer::release(std::vector<verbs::SendWr>* out) {
+  if (holds_ > 0) --holds_;
+  drain(out);
+}
+
 void RdmaMessageBuffer::drain(std::vector<verbs::SendWr>* out) {
-  while (connected_ && !queue_.empty() && sent_ - peer_taken_ < slots_) {
+  while (connected_ && holds_ == 0 && !queue_.empty() && sent_ - peer_taken_ < slots_) {
     Waiting& next = queue_.front();
     std::uint8_t* slot = tx_->data() + (sent_ % slots_) * kSlotBytes;
     std::size_t size = next.bytes.size();
@@ -130,7 +136,7 @@ std::string RdmaMessageBuffer::describe() const {
   return "messages sent " + std::to_string(sent_) + ", taken by the peer " +
          std::to_string(peer_taken_) + ", waiting for a credit " + std::to_string(queue_.size()) +
          ", received " + std::to_string(received_) + ", taken " + std::to_string(taken_) +
-         ", told " + std::to_string(told_);
+         ", told " + std::to_string(told_) + (holds_ > 0 ? ", held" : "");
 }
 
 std::uint32_t RdmaMessageBuffer::ack_word() const {

@@ -12,6 +12,7 @@
 // queued behind it, so nothing overtakes). Not thread-safe: the channel locks it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -39,6 +40,8 @@ class RdmaMessageBuffer {
   // The region the peer writes into: `slots` slots, then the ACK word.
   const verbs::MemoryRegion& rx() const { return *rx_; }
   void connect(std::uint64_t remote_addr, std::uint32_t remote_rkey);
+  // Counts every message written from now on in `counter` (relaxed; it must outlive this).
+  void count_messages(std::atomic<std::uint64_t>* counter) { written_ = counter; }
 
   // -- sending -----------------------------------------------------------------------------
   // Encodes `message` (its `acked` set here) into the next slot and appends its write to
@@ -50,8 +53,15 @@ class RdmaMessageBuffer {
   // given) whether that message is a TENSOR_REQUESTS it started.
   Status send(RdmaMessage& message, std::vector<verbs::SendWr>* out, std::uint64_t* sequence,
               bool* batched = nullptr);
+  // While held (hold() more often than release()), every message waits as if no slot were
+  // free, requests gathering into TENSOR_REQUESTS messages as many as fit: a batch of recvs
+  // asks the peer in as few messages as its requests fill. release() appends the writes of
+  // those that fit once the last hold ends.
+  void hold() { ++holds_; }
+  void release(std::vector<verbs::SendWr>* out);
   // The peer has taken `count` (mod 2^32) of our messages: frees their slots and appends
-  // the writes of queued messages that now fit. Returns the number taken so far.
+  // the writes of queued messages that now fit (none while held). Returns the number taken
+  // so far.
   std::uint64_t credit(std::uint32_t count, std::vector<verbs::SendWr>* out);
   // The count in the ACK word the peer last wrote.
   std::uint32_t ack_word() const;
@@ -94,6 +104,8 @@ class RdmaMessageBuffer {
   std::uint64_t remote_addr_ = 0;
   std::uint32_t remote_rkey_ = 0;
   bool connected_ = false;
+  std::uint32_t holds_ = 0;
+  std::atomic<std::uint64_t>* written_ = nullptr;
   std::uint64_t sent_ = 0;        // messages written so far
   std::uint64_t peer_taken_ = 0;  // of those, taken by the peer
   std::uint64_t received_ = 0;    // messages arrived so far

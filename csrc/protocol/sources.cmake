@@ -3,6 +3,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/channel_description.cc"
   "${CMAKE_CURRENT_LIST_DIR}/checksum.cc"
   "${CMAKE_CURRENT_LIST_DIR}/error_status.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/held_messages.cc"
   "${CMAKE_CURRENT_LIST_DIR}/landing_quarantine.cc"
   "${CMAKE_CURRENT_LIST_DIR}/late_tensors.cc"
   "${CMAKE_CURRENT_LIST_DIR}/local_recv.cc"

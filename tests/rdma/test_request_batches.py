@@ -64,3 +64,21 @@ def test_requests_that_wait_for_a_slot_travel_together(vpair, step):
         # every request counted once on each side, whether it travelled alone or not
         assert sent["tensor_requests"] == COUNT and sent == taken
         assert 0 < sent["request_batches"] < COUNT
+
+
+def test_a_recv_many_asks_its_peer_in_one_round(vpair, step):
+    """recv_many holds its requests until it has started them all: its 300 small ones go
+    to the peer as one TENSOR_REQUESTS message, however quickly the peer takes messages."""
+    vpair.ps.send_pattern("warm", vpair.WORKER, step, 16, step)
+    assert same(vpair.worker.recv("warm", vpair.PS, step, timeout=60), pattern(16, step))
+    at = step + 1
+    for i in range(COUNT):
+        vpair.ps.send_pattern(f"s{i}", vpair.WORKER, at, 16, at + i)
+    worker_before, ps_before = vpair.worker.stats(), _counts(vpair.ps.stats())
+    results = vpair.worker.recv_many([(f"s{i}", vpair.PS, at) for i in range(COUNT)], timeout=60)
+    assert all(same(a, pattern(16, at + i)) for i, a in enumerate(results))
+    worker = vpair.worker.stats()
+    sent = {k: worker[k] - worker_before[k] for k in COUNTED + ("messages_sent",)}
+    taken = {k: v - ps_before[k] for k, v in _counts(vpair.ps.stats()).items()}
+    assert sent == {"tensor_requests": COUNT, "request_batches": 1, "messages_sent": 1}
+    assert taken == {"tensor_requests": COUNT, "request_batches": 1}

@@ -2,8 +2,9 @@
 // Its codec (a round trip; what it refuses to encode; any bytes decode to the requests or
 // an error that names no request, so that the channel fails), and the message buffer that
 // gathers them: only requests without meta-data for a landing, only into the message
-// waiting last (nothing overtakes), in order, as many as fit. Beside them, a TENSOR_INLINE
-// that waits: its payload is read as its slot frees, not copied aside.
+// waiting last (nothing overtakes), in order, as many as fit; while the buffer is held (a
+// batch of recvs), with slots free too. Beside them, a TENSOR_INLINE that waits: its
+// payload is read as its slot frees, not copied aside.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -213,6 +214,39 @@ TEST_F(GatheringBuffer, AFullMessageStartsTheNext) {
   for (const RequestEntry& entry : got[0].requests) tail += request_entry_bytes(entry.name);
   EXPECT_LE(tail, kMaxTailBytes);
   EXPECT_GT(tail + request_entry_bytes(got[1].requests[0].name), kMaxTailBytes);
+}
+
+TEST_F(GatheringBuffer, HeldRequestsWaitWithSlotsFreeAndGoTogetherWhenTheLastHoldEnds) {
+  buffer_->hold();
+  buffer_->hold();  // (nested)
+  // slots are free, and yet they wait, gathered
+  EXPECT_EQ(send(request(0)), std::make_pair(std::uint64_t{1}, true));
+  for (std::uint32_t i = 1; i < 5; ++i) {
+    EXPECT_EQ(send(request(i)), std::make_pair(std::uint64_t{1}, false));
+  }
+  // one with a landing goes alone, and the next starts a message of its own
+  EXPECT_EQ(send(request(5, std::nullopt, 9)), std::make_pair(std::uint64_t{2}, false));
+  EXPECT_EQ(send(request(6)), std::make_pair(std::uint64_t{3}, true));
+  buffer_->credit(0, &wrs_);
+  buffer_->release(&wrs_);
+  EXPECT_TRUE(posted().empty());  // one hold is left
+  EXPECT_NE(buffer_->describe().find("held"), std::string::npos);
+  buffer_->release(&wrs_);
+  std::vector<RdmaMessage> got = posted();
+  ASSERT_EQ(got.size(), 2u);  // as many as the slots take, in order
+  EXPECT_EQ(got[0].type, MessageType::kTensorRequests);
+  EXPECT_EQ(got[0].requests,
+            (std::vector<RequestEntry>{
+                {0, 100, "t0"}, {1, 101, "t1"}, {2, 102, "t2"}, {3, 103, "t3"}, {4, 104, "t4"}}));
+  EXPECT_EQ(got[1].type, MessageType::kTensorRequest);
+  EXPECT_EQ(got[1].rkey, 9u);
+  buffer_->credit(1, &wrs_);
+  got = posted();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].requests, (std::vector<RequestEntry>{{6, 106, "t6"}}));
+  buffer_->credit(3, &wrs_);
+  EXPECT_EQ(send(request(7)), std::make_pair(std::uint64_t{4}, false));  // released: at once
+  EXPECT_EQ(posted().size(), 1u);
 }
 
 TEST_F(GatheringBuffer, AnInlineTensorThatWaitsIsReadWhenItsSlotFrees) {
