@@ -4,6 +4,8 @@ The ``cpu:proxy`` stand-in runs the protocol of CUDA IPC (export, descriptor, op
 out, release) where no GPU exists; the CUDA tests run where torch sees a GPU."""
 from __future__ import annotations
 
+import gc
+import threading
 import time
 
 import numpy as np
@@ -71,6 +73,21 @@ def test_received_by_handle_asynchronously_on_the_host(ipc_pair, step):
     got = ipc_pair.worker.recv_async("y", ipc_pair.PS, step, timeout=TIMEOUT).result(TIMEOUT)
     assert type(got) is np.ndarray and same(got, pattern(1 << 16, 3, "float32"))
     assert ipc_pair.worker.stats()["ipc_received"] == before + 1
+    assert released(ipc_pair.ps)
+
+
+def test_received_by_handle_for_a_callback_of_a_dropped_future(ipc_pair, step):
+    """A future whose caller keeps only its callback: the tensor passed by handle is opened
+    on the peer's lane after the core let the future go, and still reaches the callback."""
+    ipc_pair.ps.send_pattern("warm", ipc_pair.WORKER, step, 16, 0)  # the channel is up: a
+    assert same(ipc_pair.worker.recv("warm", ipc_pair.PS, step, timeout=TIMEOUT), pattern(16, 0))
+    ipc_pair.ps.send("z", stand_in(1 << 16, 4), to=ipc_pair.WORKER, step_id=step)  # direct recv
+    came, got = threading.Event(), []
+    ipc_pair.worker.recv_async("z", ipc_pair.PS, step, timeout=TIMEOUT).add_done_callback(
+        lambda fut: (got.append(fut.result()), came.set()))
+    gc.collect()
+    assert came.wait(TIMEOUT)
+    assert type(got[0]) is np.ndarray and same(got[0], pattern(1 << 16, 4, "float32"))
     assert released(ipc_pair.ps)
 
 

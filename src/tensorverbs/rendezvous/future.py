@@ -77,7 +77,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
     _native: NativeRecv | None = None  # (None once the answer went elsewhere)
     _on_cancel: NativeRecv | None = None
     _parked_in: NativeRecv | None = None  # holds a parked recv's answer
-    # while it may be parked: settle(call, *answer) settles it (two fields, not a tuple: one
+    # while it may be parked: settle(call, self, *answer) settles it (two fields, not a tuple: one
     # object fewer for the garbage collector per recv in flight)
     _parked_call: Any = None
     _parked_settle: Callable[..., bool] | None = None
@@ -167,7 +167,8 @@ class RecvFuture(concurrent.futures.Future[Any]):
         (settled elsewhere: wait on this future) or 3 (parked: settled here then).
         Cancelling this future calls ``native.cancel()`` (quick, never raising); at once if
         it is cancelled already. ``parked``: (settle, call) of a recv that parks its answer
-        in ``native``, which ``settle(call, *answer)`` settles this future with."""
+        in ``native``, which ``settle(call, self, *answer)`` settles this future with (the
+        call may hold this future only weakly)."""
         self._native = self._on_cancel = native
         if parked is not None:
             self._parked_in = native
@@ -318,7 +319,7 @@ def _settle_with(fut: RecvFuture, *answer: Any) -> bool:
     call, settle = fut._parked_call, fut._parked_settle
     if call is None or settle is None:
         return False
-    taken = settle(call, *answer)
+    taken = settle(call, fut, *answer)
     fut._parked_call = None  # (after: interrupted before, the settler thread settles it)
     return taken
 

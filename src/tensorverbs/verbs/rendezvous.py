@@ -29,7 +29,7 @@ from ..errors import TensorverbsError, UnavailableError, as_error, from_code
 from ..in_hand import IN_HAND, give_back
 from ..out import Out
 from ..rendezvous.key import RendezvousKey
-from ..rendezvous.future import started
+from ..rendezvous.future import RecvFuture, started
 from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall, describe_recv, settle
 from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous, raise_failed_sends
@@ -315,11 +315,12 @@ class VerbsRendezvous(RemoteRendezvous):
         op.core = self._start(dataclasses.replace(call), self.ids[call.key.src], _timeout(call.time_left()))
 
     def _settle(self, call: RecvCall, code: int, message: str, dtype: int, shape: tuple, is_dead: bool,
-                payload: Any) -> bool:
+                payload: Any, future: RecvFuture | None = None) -> bool:
         """Settle ``call`` with the core's answer, in the core's settler thread (or one that
         waits for it); False if it was cancelled already or its ``out`` refuses the tensor
         (which then goes back to the core for the next recv). A tensor for a device is
-        handed to the peer's lane, which copies it there and settles the future."""
+        handed to the peer's lane, which copies it there and settles the future (``future``:
+        the one ``call`` holds only weakly, which the lane's work then holds)."""
         fut, src = call.future, call.peer_id
         if code:
             return settle(fut, from_code(code, self.ids.named(message)))
@@ -334,18 +335,20 @@ class VerbsRendezvous(RemoteRendezvous):
             settle(fut, as_error(exc, f"{call.what}: receiving the tensor"))
             return True
         if self.delivery.on_lane(call, value):
+            if future is not None:  # (nothing else may hold it once this returns)
+                call = dataclasses.replace(call, future=future)
             self.delivery.run_on_lane(call, self._settle_on_lane, call, src, value, dtype, shape, payload)
             return True
         return self._deliver(call, src, value, dtype, shape, payload)
 
-    def _settle_parked(self, call: RecvCall, code: int, message: str, dtype: int, shape: tuple, is_dead: bool,
-                       payload: Any, arrived: float | None = None) -> bool:
-        """:meth:`_settle` of a parked recv's answer, which its future took (``arrived``:
+    def _settle_parked(self, call: RecvCall, future: RecvFuture, code: int, message: str, dtype: int,
+                       shape: tuple, is_dead: bool, payload: Any, arrived: float | None = None) -> bool:
+        """:meth:`_settle` of a parked recv's answer, which its ``future`` took (``arrived``:
         when it came), or which the core's settler settles as it came (once something waits
         for the future); a tensor the future does not take (cancelled meanwhile) goes back
         to the core. True: nothing is left to give back."""
         call.arrived = arrived
-        if not self._settle(call, code, message, dtype, shape, is_dead, payload) and not code:
+        if not self._settle(call, code, message, dtype, shape, is_dead, payload, future) and not code:
             self.core.give_back(call.step_id, call.peer_id, call.key.name, dtype, shape, is_dead, payload)
         return True
 
