@@ -4,6 +4,7 @@ The ``cpu:proxy`` stand-in runs the protocol of CUDA IPC (export, descriptor, op
 out, release) where no GPU exists; the CUDA tests run where torch sees a GPU."""
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import time
@@ -18,6 +19,7 @@ from tensorverbs.ipc.host_registry import HostRegistry
 from tensorverbs.local_cluster import cluster_spec, pattern, same
 from tensorverbs.rendezvous.key import RendezvousKey
 from tensorverbs.rendezvous.local import Value
+from interrupt_points import interrupt_at
 from variants import VARIANTS, start_pair
 
 TIMEOUT = 60
@@ -89,6 +91,34 @@ def test_received_by_handle_for_a_callback_of_a_dropped_future(ipc_pair, step):
     assert came.wait(TIMEOUT)
     assert type(got[0]) is np.ndarray and same(got[0], pattern(1 << 16, 4, "float32"))
     assert released(ipc_pair.ps)
+
+
+#: what a send passed by handle runs below the public call
+SEND_CODE = ("tensorverbs/rendezvous/sending.py", "tensorverbs/verbs/rendezvous.py",
+             "tensorverbs/rendezvous/remote.py", "tensorverbs/ipc/shared_tensors.py")
+
+
+def test_a_send_by_handle_interrupted_at_any_point_never_withdraws_what_went_out(ipc_pair, step):
+    """Ctrl-C at any point of a send passed by handle: a send that went out (its receiver
+    asks for it) delivers the tensor, whatever the interrupt did; one that did not is not
+    there (its export freed or left to its step's end)."""
+    nbytes, points, at = 4096, 0, step * 1000
+    while True:
+        at += 1
+        before = ipc_pair.worker.pending()[0]
+        send = functools.partial(ipc_pair.worker.send, "i", stand_in(nbytes, at % 97), ipc_pair.PS, at)
+        where = interrupt_at(points + 1, send, SEND_CODE)
+        if where is None:
+            break
+        points += 1
+        if ipc_pair.worker.pending()[0] > before:  # it went out
+            try:
+                got = ipc_pair.ps.recv("i", ipc_pair.WORKER, at, timeout=TIMEOUT)
+            except tv.TensorverbsError as exc:
+                pytest.fail(f"the tensor sent was lost after an interrupt at the {where}: {exc}")
+            assert same(got, pattern(nbytes, at % 97, "float32")), f"wrong after an interrupt at the {where}"
+        ipc_pair.worker.cleanup_step(at)
+    assert points > 3  # the send was traced
 
 
 @pytest.mark.parametrize("on", ["host", "cpu:proxy"])

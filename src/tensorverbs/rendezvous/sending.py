@@ -137,7 +137,8 @@ class Sending:
             shared.ticket = ticket
             try:
                 self._rendezvous.send(step, key, shared)
-            except BaseException:
+            except Exception:  # not sent (a signal's exception may come after it was sent:
+                # the export is then left to its receiver, or to the end of its step)
                 self._rt.shared.withdraw(shared)
                 raise
         else:
