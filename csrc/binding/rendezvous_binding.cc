@@ -181,7 +181,7 @@ class Rendezvous {
   }
 
   nb::tuple recv(std::int64_t step, std::int32_t src, std::string name, double timeout,
-                 const nb::object& destination) {
+                 const nb::object& destination, nb::handle hand) {
     auto waiting = std::make_shared<BlockingRecv>();
     std::optional<RecvDestination> into = to_destination(destination, waiting);
     StepKey key{step, RendezvousKey{src, rv_->task(), name}};
@@ -194,12 +194,13 @@ class Rendezvous {
       if (pending) pending->give_up(Status(Code::kCancelled, "the recv was interrupted"));
       keep(key, waiting->wait());
     });
-    return to_python(waiting->wait());
+    nb::tuple answer = to_python(waiting->wait());
+    put_in_hand(hand, nb::make_tuple(step, src, key.key.name, answer));
+    return answer;
   }
 
-  std::vector<nb::tuple> recv_many(const std::vector<std::int64_t>& steps,
-                                   const std::vector<std::int32_t>& srcs,
-                                   const std::vector<std::string>& names, double timeout) {
+  nb::list recv_many(const std::vector<std::int64_t>& steps, const std::vector<std::int32_t>& srcs,
+                     const std::vector<std::string>& names, double timeout, nb::handle hand) {
     const std::size_t n = names.size();
     if (steps.size() != n || srcs.size() != n) {
       throw nb::value_error("recv_many: steps, srcs and names differ in length");
@@ -224,9 +225,9 @@ class Rendezvous {
       }
     });
     std::vector<RecvResult> results = batch->take();
-    std::vector<nb::tuple> out;
-    out.reserve(n);
-    for (const RecvResult& result : results) out.push_back(to_python(result));
+    nb::list out;
+    for (const RecvResult& result : results) out.append(to_python(result));
+    put_in_hand(hand, nb::make_tuple(nb::cast(steps), nb::cast(srcs), nb::cast(names), out));
     return out;
   }
 
@@ -320,6 +321,13 @@ class Rendezvous {
   void keep(const StepKey& key, RecvResult result) {
     if (result.status.ok()) rv_->keep_late(key, std::move(result.value));
   }
+
+  // Puts (this core, *what) in `hand.held` (tensorverbs.in_hand) before the answers are
+  // returned: a signal's handler that runs as this call returns (Ctrl-C that came during
+  // it) finds them there, and the public call gives them back.
+  void put_in_hand(nb::handle hand, const nb::tuple& what) {
+    hand.attr("held") = nb::make_tuple(nb::find(this), what[0], what[1], what[2], what[3]);
+  }
 };
 
 }  // namespace
@@ -362,12 +370,16 @@ void bind_rendezvous(nb::module_& m) {
            "Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes "
            "registered once for all: (code, message) of each send, in order.")
       .def("recv_many", &Rendezvous::recv_many, "steps"_a, "srcs"_a, "names"_a, "timeout"_a,
+           "hand"_a,
            "Receive many tensors (blocking, the GIL released once): each entry's (code, "
-           "message, dtype, shape, is_dead, payload), in entry order. Interrupted, every "
-           "entry is given up and each tensor that came is kept for the next recv of it.")
+           "message, dtype, shape, is_dead, payload), in entry order, also put in "
+           "`hand.held` as (core, steps, srcs, names, answers) before they are returned. "
+           "Interrupted, every entry is given up and each tensor that came is kept for the "
+           "next recv of it.")
       .def("recv", &Rendezvous::recv, "step"_a, "src"_a, "name"_a, "timeout"_a,
-           "destination"_a = nb::none(),
-           "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload). "
+           "destination"_a.none(), "hand"_a,
+           "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload), "
+           "also put in `hand.held` as (core, step, src, name, answer) before it is returned. "
            "A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), "
            "lands in it where it can (payload then views it).")
       .def("recv_async", &Rendezvous::recv_async, "step"_a, "src"_a, "name"_a, "timeout"_a,

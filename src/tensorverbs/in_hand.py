@@ -2,9 +2,10 @@
 back to the protocol (each to the next recv of its key and step) when the public call is
 interrupted by a signal handler's exception (Ctrl-C) before its caller has them.
 
-The protocol puts its core's answers in :data:`IN_HAND` (and the future of a recv it starts,
-before the recv can go out) with a plain attribute store right after the core returned them (CPython runs a signal's handler as a function begins and
-after a call of native code returns, so no call may come between the two); the public
+The protocol's native core puts its answers in :data:`IN_HAND` itself, before it returns
+them (CPython runs a signal's handler as a call of native code returns: a store after the
+call would come too late), and the protocol puts there the future of a recv it starts,
+before the recv can go out (a function's start is where a handler may run); the public
 call's wrapper (:func:`tensorverbs.errors.public`) empties the hand as it returns or fails
 (a TensorverbsError, which holds or replaces them), and gives them back as an exception of
 the caller's code (a signal handler's) ends it. A leaf module: the wrapper is below every

@@ -209,8 +209,8 @@ class VerbsRendezvous(RemoteRendezvous):
         if src is None:
             return super().recv(key, step_id, timeout, device, out)
         started = time.monotonic()
-        answer = self.core.recv(step_id, src, key.name, _timeout(timeout), out and out.destination)
-        IN_HAND.held = (self.core, step_id, src, key.name, answer)  # (before any call)
+        # the core puts its answer in hand before it returns it (as a signal's handler may run)
+        answer = self.core.recv(step_id, src, key.name, _timeout(timeout), out and out.destination, IN_HAND)
         code, message, dtype, shape, is_dead, payload = answer
         if code:
             raise from_code(code, self.ids.named(message))
@@ -236,8 +236,7 @@ class VerbsRendezvous(RemoteRendezvous):
             srcs.append(src)
         started = time.monotonic()
         names = [key.name for key in keys]
-        answers = self.core.recv_many(steps, srcs, names, _timeout(timeout))
-        IN_HAND.held = (self.core, steps, srcs, names, answers)  # (before any call)
+        answers = self.core.recv_many(steps, srcs, names, _timeout(timeout), IN_HAND)  # (in hand, as recv)
         seconds = time.monotonic() - started
         results, arrived, peers = [], [], {src: str(task) for task, src in ready.items()}
         for key, step, src, answer in zip(keys, steps, srcs, answers):
