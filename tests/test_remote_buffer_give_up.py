@@ -194,3 +194,24 @@ def test_an_access_to_an_owner_that_died_fails_naming_it(variant):
     finally:
         p.worker.stop()
         p.ps.stop()
+
+
+def test_a_descriptor_of_an_owner_that_restarted_is_stale(variant):
+    """The owner dies and a new one comes up at its address, registering a buffer of its
+    own: a descriptor of the old one fails as stale (never reaching the new one's memory),
+    and the new one's descriptor reads what it holds."""
+    protocol, env = VARIANTS[variant]
+    p = start_pair(protocol, env)
+    try:
+        old = register(p, 4096, 1)
+        assert same(p.worker.read(old, timeout=WAIT), pattern(4096, 1))
+        p.ps.kill()
+        p.ps = TaskProcess(p.cluster, "ps", 0, protocol, env)
+        new = register(p, 4096, 2)
+        assert same(p.worker.read(new, timeout=WAIT), pattern(4096, 2))
+        with pytest.raises(tv.UnavailableError, match="stale"):
+            p.worker.read(old, timeout=WAIT)
+        assert same(p.worker.read(new, timeout=WAIT), pattern(4096, 2))
+    finally:
+        p.worker.stop()
+        p.ps.stop()

@@ -104,3 +104,15 @@ def test_the_token_comes_from_the_argument_the_variable_or_the_file(tmp_path):
     assert JobToken.resolve(None, {}) is None
     with pytest.raises(tv.InvalidArgumentError, match="TENSORVERBS_TOKEN_FILE"):
         JobToken.resolve(None, {"TENSORVERBS_TOKEN_FILE": str(tmp_path / "missing")})
+
+
+def test_a_task_with_another_token_cannot_reach_a_registered_buffer(job):
+    """A descriptor of the job's registered buffer is no key for a task with another token:
+    its reads and writes are refused, and the buffer is as it was for the job's own."""
+    buffer = job.ps.call("run", "remote_buffers:register_pattern", NBYTES, 3)
+    with job.worker(token="another-job") as intruder:
+        refused(lambda: intruder.read(buffer, timeout=30), within=5)
+        refused(lambda: intruder.write(buffer, pattern(NBYTES, 4), timeout=30), within=5)
+    assert job.ps.call("run", "remote_buffers:holds", buffer, 0, NBYTES, 3)
+    with job.worker(token=TOKEN) as worker:
+        assert same(worker.read(buffer, timeout=60).reshape(-1).view("uint8"), pattern(NBYTES, 3))

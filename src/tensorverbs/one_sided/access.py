@@ -290,6 +290,9 @@ class RemoteAccess:
                    request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
         peers = self._rt.peers
         status = await peers.handshake(task)
+        if status.incarnation != buffer.incarnation:  # what this task knows of it may be older
+            peers.lost(task)
+            status = await peers.handshake(task)
         if status.incarnation != buffer.incarnation:
             raise UnavailableError(f"{buffer} is stale: {task} restarted since it registered the buffer")
         stub = peers.peer(task)
