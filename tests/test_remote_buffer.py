@@ -166,7 +166,7 @@ def test_a_forged_descriptor_reaches_nothing(pair, step, forged):
            "addr": dataclasses.replace(buffer, addr=buffer.addr + (1 << 30)),
            "nbytes": dataclasses.replace(buffer, nbytes=buffer.nbytes + (1 << 20))}[forged]
     read = {"rkey": {}, "addr": {}, "nbytes": {"offset": buffer.nbytes, "nbytes": 4096}}[forged]
-    with pytest.raises(tv.NotFoundError):
+    with pytest.raises(tv.NotFoundError, match="cannot be reached"):
         pair.worker.read(bad, timeout=WAIT, **read)
     assert same(pair.worker.read(buffer, timeout=WAIT), pattern(64 << 10, step))
     pair.ps.unregister(buffer)
