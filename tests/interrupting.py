@@ -30,6 +30,30 @@ def interrupted_recv(server, name: str, source: str, step_id: int, timeout: floa
     return _interrupted(lambda: server.recv(name, source, step_id, timeout), elsewhere)
 
 
+def interrupted_wait(server, name: str, source: str, step_id: int, timeout: float, elsewhere: bool,
+                     nbytes: int, completed: bool) -> tuple[str, float] | None:
+    """:func:`interrupted_recv` of ``tensorverbs.wait`` (``tensorverbs.as_completed`` with
+    ``completed``) for a ``recv_async`` of ``name`` into an array of ``nbytes`` (a future
+    the native core does not keep an answer for: the wait is concurrent.futures'); the
+    recv cancelled once the wait ended (as a caller gives up what it waited for)."""
+    import numpy as np
+
+    import tensorverbs as tv
+
+    fut = server.recv_async(name, source, step_id, timeout, out=np.empty(nbytes, np.uint8))
+
+    def wait() -> None:
+        try:
+            if completed:
+                next(tv.as_completed([fut], timeout))
+            else:
+                tv.wait([fut], timeout)
+        finally:
+            fut.cancel()
+
+    return _interrupted(wait, elsewhere)
+
+
 def interrupted_recv_many(server, names: list[str], source: str, step_id: int,
                           timeout: float) -> tuple[str, float] | None:
     """:func:`interrupted_recv` of a batch: ``server.recv_many`` of ``names``."""

@@ -54,8 +54,11 @@ def fresh_tasks(variant):
 
 
 def _interrupt_then_retry(ps: TaskProcess, worker: TaskProcess, step: int, signum: int,
-                          raised: str, record_property, elsewhere: bool = False) -> None:
-    worker.post("run", "interrupting:interrupted_recv", "w", PS, step, RECV_TIMEOUT, elsewhere)
+                          raised: str, record_property, elsewhere: bool = False,
+                          waiting: tuple = ("interrupted_recv",)) -> None:
+    """``waiting``: the function of tests/interrupting.py that waits, and its arguments
+    after (name, source, step, timeout, elsewhere)."""
+    worker.post("run", f"interrupting:{waiting[0]}", "w", PS, step, RECV_TIMEOUT, elsewhere, *waiting[1:])
     ps.call("wait_waiters", 1)  # the worker's request waits in the ps's table: it is in recv
     sent = time.monotonic()
     os.kill(worker.process.pid, signum)
@@ -106,6 +109,19 @@ def test_a_signal_another_thread_takes_interrupts_a_recv_on_a_channel_in_use(tas
     assert worker.call("recv_pattern", "warm", PS, step, 64, 1, "uint8", 30)
     _interrupt_then_retry(ps, worker, step, signal.SIGUSR1, "Signalled", record_property,
                           elsewhere=True)
+
+
+@pytest.mark.parametrize("completed", [False, True], ids=["wait", "as_completed"])
+def test_a_signal_another_thread_takes_interrupts_a_wait_for_futures(tasks, step, record_property,
+                                                                       completed):
+    """``tensorverbs.wait`` and ``as_completed`` for a future the native core does not keep
+    an answer for (a recv into ``out``; any future on grpc) wait as concurrent.futures does:
+    a signal that another thread takes must still interrupt them."""
+    ps, worker = tasks
+    ps.call("send_pattern", "warm", WORKER, step, 64, 1)
+    assert worker.call("recv_pattern", "warm", PS, step, 64, 1, "uint8", 30)
+    _interrupt_then_retry(ps, worker, step, signal.SIGINT, "KeyboardInterrupt", record_property,
+                          elsewhere=True, waiting=("interrupted_wait", NBYTES, completed))
 
 
 def test_ctrl_c_interrupts_a_batch_which_keeps_every_tensor(tasks, step, record_property):

@@ -48,7 +48,7 @@ def wait(futures: Iterable[concurrent.futures.Future[Any]], timeout: float | Non
     not_done = fs - done
     if not came or not not_done or _returns_now(fs, list(not_done), return_when):
         return DoneAndNotDone(done, not_done)  # (no waiter added: parked answers stay parked)
-    more, not_done = concurrent.futures.wait(not_done, _left(deadline), return_when)
+    more, not_done = _futures_wait(not_done, _left(deadline), return_when)
     return DoneAndNotDone(done | more, not_done)
 
 
@@ -67,10 +67,12 @@ def as_completed(futures: Iterable[concurrent.futures.Future[Any]],
             pending.append(f)
     native = _native(pending)
     if native is None:
-        try:
-            yield from concurrent.futures.as_completed(pending, _left(deadline))
-        except concurrent.futures.TimeoutError:
-            raise _late(len(fs), timeout) from None
+        waiting = set(pending)
+        while waiting:
+            done, waiting = _futures_wait(waiting, _left(deadline), FIRST_COMPLETED)
+            if not done:
+                raise _late(len(fs), timeout)
+            yield from done
         return
     with _Arrivals(native) as arrivals:
         left = len(pending)
@@ -85,6 +87,28 @@ def as_completed(futures: Iterable[concurrent.futures.Future[Any]],
                         raise _late(len(fs), timeout)
                 left -= 1
                 yield f
+
+
+def _futures_wait(fs: set[concurrent.futures.Future[Any]], timeout: float | None,
+                  return_when: str) -> tuple[set[concurrent.futures.Future[Any]], set[concurrent.futures.Future[Any]]]:
+    """:func:`concurrent.futures.wait`; on the main thread in slices, so that a signal's
+    handler runs while it waits (also for a signal that another thread took, which wakes
+    no wait of this one). Each slice adds a waiter to every future: a cost that grows with
+    their number, where the native wait has none."""
+    if threading.current_thread() is not threading.main_thread():
+        return concurrent.futures.wait(fs, timeout, return_when)
+    done: set[concurrent.futures.Future[Any]] = set()
+    not_done = fs
+
+    def some(seconds: float) -> bool:
+        nonlocal not_done
+        more, not_done = concurrent.futures.wait(not_done, seconds, return_when)
+        done.update(more)
+        return not not_done or (return_when == FIRST_COMPLETED and bool(done)) or (
+            return_when == FIRST_EXCEPTION and any(_raised(f) for f in more))
+
+    wait_in_slices(some, timeout, _SIGNAL_SLICE)
+    return done, not_done
 
 
 class _Native(NamedTuple):
