@@ -82,7 +82,8 @@ def _interrupted(recv, elsewhere: bool) -> tuple[str, float] | None:
 
 def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
                        timeout: float) -> tuple[str | None, bool, bool]:
-    """``server.recv_async(...).result()`` on the main thread (its tensor sent while it waits), with
+    """``server.recv_async(...).result()`` on the main thread (its tensor sent while it waits:
+    :func:`send_when_told` in the sender, told as this thread begins to wait), with
     a KeyboardInterrupt raised as the first call of function ``at`` begins in this thread
     (where a signal's handler may run it, while this thread settles the future it waited
     for). Returns (the class of what ``result`` raised, or None; whether the future then
@@ -95,8 +96,13 @@ def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
     fut = server.recv_async(name, source, step_id, timeout)
     called = threading.Event()
     fut.add_done_callback(lambda _: called.set())
+    told = []
 
     def trace(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "_done_within" and not told:
+            # this thread is about to wait for the answer: the sender may send it now
+            # (sent before, its answer could come to the settler thread instead)
+            told.append(server.send(f"go:{name}", np.zeros(1, np.uint8), source, step_id))
         if event == "call" and frame.f_code.co_name == at:
             sys.settrace(None)
             raise KeyboardInterrupt(f"interrupted in {at}")
@@ -115,6 +121,14 @@ def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
     except Exception:
         got = False
     return raised, got, called.wait(timeout)
+
+
+def send_when_told(server, name: str, to: str, step_id: int, nbytes: int, timeout: float) -> None:
+    """Send ``name`` (``pattern(nbytes, step_id)``) to ``to`` once ``to`` sent ``go:<name>``."""
+    from tensorverbs.local_cluster import pattern
+
+    server.recv(f"go:{name}", to, step_id, timeout)
+    server.send(name, pattern(nbytes, step_id), to, step_id)
 
 
 #: the array of the last :func:`interrupted_read`, looked at once its owner runs again

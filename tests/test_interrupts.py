@@ -157,10 +157,10 @@ def test_ctrl_c_while_a_waiting_thread_settles_its_future_loses_nothing(tasks, s
     ps, worker = tasks
     ps.call("send_pattern", "warm", WORKER, step, 64, 1)
     assert worker.call("recv_pattern", "warm", PS, step, 64, 1, "uint8", 30)
+    ps.post("run", "interrupting:send_when_told", "s", WORKER, step, NBYTES, WAIT)
     worker.post("run", "interrupting:interrupted_settle", "s", PS, step, at, WAIT)
-    ps.call("wait_waiters", 1)  # the worker waits for the future: the answer comes to it
-    ps.call("send_pattern", "s", WORKER, step, NBYTES, step)
     raised, got, called = worker.result(timeout=WAIT * 3)
+    ps.result(timeout=WAIT)
     assert raised == "KeyboardInterrupt", "the interrupt did not reach the caller"
     assert got, "the future lost its tensor"
     assert called, "the caller's done-callback never ran"
