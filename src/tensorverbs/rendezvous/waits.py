@@ -7,10 +7,11 @@ concurrent.futures does."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 import time
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, _base
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from .. import _core
 from ..errors import DeadlineExceededError, InvalidArgumentError
@@ -18,6 +19,10 @@ from .completion import wait_in_slices
 from .future import _SIGNAL_SLICE, _THREAD_SLICE, RecvFuture
 
 _WHEN = (ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION)
+_FINISHED = (_base.CANCELLED_AND_NOTIFIED, _base.FINISHED)
+#: concurrent.futures' own: a waiter installed on every future (``return_when`` one of
+#: _WHEN, or "_AS_COMPLETED"), told of each as it finishes (typeshed leaves it out)
+_install_waiter: Callable[[Iterable[Any], str], Any] = getattr(_base, "_create_and_install_waiters")
 #: a wait for many answers settles the futures of this many while the others come
 _BATCH = 256
 
@@ -67,12 +72,10 @@ def as_completed(futures: Iterable[concurrent.futures.Future[Any]],
             pending.append(f)
     native = _native(pending)
     if native is None:
-        waiting = set(pending)
-        while waiting:
-            done, waiting = _futures_wait(waiting, _left(deadline), FIRST_COMPLETED)
-            if not done:
-                raise _late(len(fs), timeout)
-            yield from done
+        try:
+            yield from _futures_as_completed(set(pending), _left(deadline))
+        except concurrent.futures.TimeoutError:
+            raise _late(len(fs), timeout) from None
         return
     with _Arrivals(native) as arrivals:
         left = len(pending)
@@ -91,24 +94,65 @@ def as_completed(futures: Iterable[concurrent.futures.Future[Any]],
 
 def _futures_wait(fs: set[concurrent.futures.Future[Any]], timeout: float | None,
                   return_when: str) -> tuple[set[concurrent.futures.Future[Any]], set[concurrent.futures.Future[Any]]]:
-    """:func:`concurrent.futures.wait`; on the main thread in slices, so that a signal's
-    handler runs while it waits (also for a signal that another thread took, which wakes
-    no wait of this one). Each slice adds a waiter to every future: a cost that grows with
-    their number, where the native wait has none."""
+    """:func:`concurrent.futures.wait`, its waiter's event waited for in slices on the main
+    thread (:func:`_sliced`)."""
     if threading.current_thread() is not threading.main_thread():
         return concurrent.futures.wait(fs, timeout, return_when)
-    done: set[concurrent.futures.Future[Any]] = set()
-    not_done = fs
+    with _base._AcquireFutures(fs):
+        done = {f for f in fs if f._state in _FINISHED}
+        if (done and (return_when == FIRST_COMPLETED or (return_when == FIRST_EXCEPTION and any(
+                _raised(f) for f in done)))) or len(done) == len(fs):
+            return done, fs - done
+        waiter = _install_waiter(fs, return_when)
+    with _installed(fs, waiter):
+        _sliced(waiter.event, timeout)
+    done.update(waiter.finished_futures)
+    return done, fs - done
 
-    def some(seconds: float) -> bool:
-        nonlocal not_done
-        more, not_done = concurrent.futures.wait(not_done, seconds, return_when)
-        done.update(more)
-        return not not_done or (return_when == FIRST_COMPLETED and bool(done)) or (
-            return_when == FIRST_EXCEPTION and any(_raised(f) for f in more))
 
-    wait_in_slices(some, timeout, _SIGNAL_SLICE)
-    return done, not_done
+def _futures_as_completed(fs: set[concurrent.futures.Future[Any]], timeout: float | None
+                          ) -> Iterator[concurrent.futures.Future[Any]]:
+    """:func:`concurrent.futures.as_completed`, its waiter's event waited for in slices on
+    the main thread (:func:`_sliced`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield from concurrent.futures.as_completed(fs, timeout)
+        return
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    with _base._AcquireFutures(fs):
+        finished = [f for f in fs if f._state in _FINISHED]
+        waiter = _install_waiter(fs, "_AS_COMPLETED")
+    with _installed(fs, waiter):
+        left = len(fs)
+        while True:
+            for f in finished:
+                left -= 1
+                yield f
+            if not left:
+                return
+            if not _sliced(waiter.event, _left(deadline)):
+                raise concurrent.futures.TimeoutError(f"{left} (of {len(fs)}) futures unfinished")
+            with waiter.lock:
+                finished, waiter.finished_futures = waiter.finished_futures, []
+                waiter.event.clear()
+
+
+def _sliced(event: threading.Event, timeout: float | None) -> bool:
+    """``event.wait(timeout)`` in slices, so that a signal's handler runs while the main
+    thread waits (also for a signal that another thread took, which wakes no wait of
+    this one); whether it was set. One waiter for all the futures: a slice costs nothing
+    per future."""
+    return wait_in_slices(event.wait, timeout, _SIGNAL_SLICE)
+
+
+@contextlib.contextmanager
+def _installed(fs: set[concurrent.futures.Future[Any]], waiter: Any) -> Iterator[None]:
+    """While it lasts, ``waiter`` (installed on every one of ``fs``) is told of them."""
+    try:
+        yield
+    finally:
+        for f in fs:
+            with f._condition:
+                f._waiters.remove(waiter)
 
 
 class _Native(NamedTuple):
