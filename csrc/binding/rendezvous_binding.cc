@@ -7,6 +7,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -37,6 +38,11 @@ namespace {
 // How often a recv blocked on the main thread runs the signal handlers: Ctrl-C interrupts
 // it within this (plus the time to take the GIL).
 constexpr auto kSignalSlice = std::chrono::milliseconds(20);
+
+// recv_many holds its channels' messages while it starts this many entries at most (about
+// two TENSOR_REQUESTS messages' worth): a hold also delays the other messages to that
+// peer, the answers to its requests among them.
+constexpr std::size_t kHeldEntries = 1024;
 
 // A recv's destination from Python: None, or (dtype, shape, a writable C-contiguous buffer),
 // lent to the recv through its callback `owner`.
@@ -194,9 +200,17 @@ class Rendezvous {
       if (pending) pending->give_up(Status(Code::kCancelled, "the recv was interrupted"));
       keep(key, waiting->wait());
     });
-    nb::tuple answer = to_python(waiting->wait());
-    put_in_hand(hand, nb::make_tuple(step, src, key.key.name, answer));
-    return answer;
+    RecvResult result = waiting->wait();
+    try {
+      nb::tuple answer = to_python(result);
+      if (!hand.is_none()) {
+        hand.attr("held") = nb::make_tuple(nb::find(this), step, src, key.key.name, answer);
+      }
+      return answer;
+    } catch (...) {  // no memory for the answer: its tensor goes to the next recv
+      keep(key, std::move(result));
+      throw;
+    }
   }
 
   nb::list recv_many(const std::vector<std::int64_t>& steps, const std::vector<std::int32_t>& srcs,
@@ -209,9 +223,11 @@ class Rendezvous {
     std::vector<std::shared_ptr<PendingRecv>> pending(n);
     {
       GilReleased release;
-      HeldMessages held;  // the requests to each peer go out together, as few messages
-      for (std::size_t i = 0; i < n; ++i) {
-        pending[i] = rv_->recv(steps[i], srcs[i], names[i], timeout, batch->entry(i));
+      for (std::size_t first = 0; first < n; first += kHeldEntries) {
+        HeldMessages held;  // the requests to each peer go out together, as few messages
+        for (std::size_t i = first; i < std::min(n, first + kHeldEntries); ++i) {
+          pending[i] = rv_->recv(steps[i], srcs[i], names[i], timeout, batch->entry(i));
+        }
       }
     }
     wait_interruptibly(*batch, [&] {
@@ -220,15 +236,21 @@ class Rendezvous {
       }
       batch->wait();
       std::vector<RecvResult> results = batch->take();
-      for (std::size_t i = 0; i < n; ++i) {
-        keep(StepKey{steps[i], RendezvousKey{srcs[i], rv_->task(), names[i]}}, std::move(results[i]));
-      }
+      keep_all(steps, srcs, names, results);
     });
     std::vector<RecvResult> results = batch->take();
-    nb::list out;
-    for (const RecvResult& result : results) out.append(to_python(result));
-    put_in_hand(hand, nb::make_tuple(nb::cast(steps), nb::cast(srcs), nb::cast(names), out));
-    return out;
+    try {
+      nb::list out;
+      for (const RecvResult& result : results) out.append(to_python(result));
+      if (!hand.is_none()) {
+        hand.attr("held") = nb::make_tuple(nb::find(this), nb::cast(steps), nb::cast(srcs),
+                                           nb::cast(names), out);
+      }
+      return out;
+    } catch (...) {  // no memory for the answers: their tensors go to the next recvs
+      keep_all(steps, srcs, names, results);
+      throw;
+    }
   }
 
   nb::object recv_async(std::int64_t step, std::int32_t src, std::string name, double timeout,
@@ -322,12 +344,14 @@ class Rendezvous {
     if (result.status.ok()) rv_->keep_late(key, std::move(result.value));
   }
 
-  // Puts (this core, *what) in `hand.held` (tensorverbs.in_hand) before the answers are
-  // returned: a signal's handler that runs as this call returns (Ctrl-C that came during
-  // it) finds them there, and the public call gives them back.
-  void put_in_hand(nb::handle hand, const nb::tuple& what) {
-    hand.attr("held") = nb::make_tuple(nb::find(this), what[0], what[1], what[2], what[3]);
+  // keep() of each of a batch's results.
+  void keep_all(const std::vector<std::int64_t>& steps, const std::vector<std::int32_t>& srcs,
+                const std::vector<std::string>& names, std::vector<RecvResult>& results) {
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      keep(StepKey{steps[i], RendezvousKey{srcs[i], rv_->task(), names[i]}}, std::move(results[i]));
+    }
   }
+
 };
 
 }  // namespace
@@ -370,16 +394,19 @@ void bind_rendezvous(nb::module_& m) {
            "Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes "
            "registered once for all: (code, message) of each send, in order.")
       .def("recv_many", &Rendezvous::recv_many, "steps"_a, "srcs"_a, "names"_a, "timeout"_a,
-           "hand"_a,
+           "hand"_a.none(),
            "Receive many tensors (blocking, the GIL released once): each entry's (code, "
            "message, dtype, shape, is_dead, payload), in entry order, also put in "
-           "`hand.held` as (core, steps, srcs, names, answers) before they are returned. "
+           "`hand.held` (unless None) as (core, steps, srcs, names, answers) before they are "
+           "returned, so that a signal's handler that runs as the call returns (Ctrl-C during "
+           "it) finds them there (tensorverbs.in_hand). "
            "Interrupted, every entry is given up and each tensor that came is kept for the "
            "next recv of it.")
       .def("recv", &Rendezvous::recv, "step"_a, "src"_a, "name"_a, "timeout"_a,
-           "destination"_a.none(), "hand"_a,
+           "destination"_a.none(), "hand"_a.none(),
            "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload), "
-           "also put in `hand.held` as (core, step, src, name, answer) before it is returned. "
+           "also put in `hand.held` (unless None) as (core, step, src, name, answer) before it "
+           "is returned, as recv_many does. "
            "A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), "
            "lands in it where it can (payload then views it).")
       .def("recv_async", &Rendezvous::recv_async, "step"_a, "src"_a, "name"_a, "timeout"_a,

@@ -24,6 +24,10 @@ class HeldMessages {
   static HeldMessages* current();
   // Whether `channel` is held by this scope.
   bool holds(const RdmaChannel* channel) const;
+  // Room for one more channel, so that the add() that follows cannot fail.
+  void make_room() {
+    if (channels_.size() == channels_.capacity()) channels_.reserve(2 * channels_.size() + 4);
+  }
   // `channel` (held already: RdmaChannel does it) is released as this scope ends.
   void add(std::shared_ptr<RdmaChannel> channel);
 

@@ -195,9 +195,11 @@ void RdmaChannel::release_held() {
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    buffer_->release();
+    if (error_) return;  // (nothing it holds goes out)
     std::vector<verbs::SendWr>& wrs = scratch_locked();
-    buffer_->release(&wrs);
-    if (error_ || wrs.empty()) return;
+    buffer_->drain(&wrs);
+    if (wrs.empty()) return;
     status = post_locked(wrs);
   }
   if (!status.ok()) fail(status);
@@ -207,6 +209,7 @@ void RdmaChannel::send(RdmaMessage message) {
   std::uint64_t sequence = 0;
   Status status;
   HeldMessages* const held = HeldMessages::current();
+  if (held != nullptr && !held->holds(this)) held->make_room();  // (add() below cannot fail)
   bool newly_held = false;
   {
     std::lock_guard<std::mutex> lock(mu_);

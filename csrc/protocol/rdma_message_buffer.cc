@@ -104,11 +104,6 @@ void RdmaMessageBuffer::post(std::size_t length, std::vector<verbs::SendWr>* out
   out->push_back(wr);
 }
 
-void RdmaMessageBuffer::release(std::vector<verbs::SendWr>* out) {
-  if (holds_ > 0) --holds_;
-  drain(out);
-}
-
 void RdmaMessageBuffer::drain(std::vector<verbs::SendWr>* out) {
   while (connected_ && holds_ == 0 && !queue_.empty() && sent_ - peer_taken_ < slots_) {
     Waiting& next = queue_.front();

@@ -55,10 +55,14 @@ class RdmaMessageBuffer {
               bool* batched = nullptr);
   // While held (hold() more often than release()), every message waits as if no slot were
   // free, requests gathering into TENSOR_REQUESTS messages as many as fit: a batch of recvs
-  // asks the peer in as few messages as its requests fill. release() appends the writes of
-  // those that fit once the last hold ends.
+  // asks the peer in as few messages as its requests fill. Once the last hold ends, drain()
+  // appends the writes of those that fit.
   void hold() { ++holds_; }
-  void release(std::vector<verbs::SendWr>* out);
+  void release() {
+    if (holds_ > 0) --holds_;
+  }
+  // Appends the writes of the queued messages that fit (none while held).
+  void drain(std::vector<verbs::SendWr>* out);
   // The peer has taken `count` (mod 2^32) of our messages: frees their slots and appends
   // the writes of queued messages that now fit (none while held). Returns the number taken
   // so far.
@@ -95,7 +99,6 @@ class RdmaMessageBuffer {
   };
 
   void post(std::size_t length, std::vector<verbs::SendWr>* out);
-  void drain(std::vector<verbs::SendWr>* out);
   // Whether `message` joined (or started) the TENSOR_REQUESTS waiting last.
   bool gather(const RdmaMessage& message, bool* started);
 

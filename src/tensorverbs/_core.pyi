@@ -156,14 +156,14 @@ class Rendezvous:
         Offer one tensor to each of `dsts` (a SendTicket each in `tickets`), its bytes registered once for all: (code, message) of each send, in order.
         """
 
-    def recv_many(self, steps: Sequence[int], srcs: Sequence[int], names: Sequence[str], timeout: float, hand: object) -> list:
+    def recv_many(self, steps: Sequence[int], srcs: Sequence[int], names: Sequence[str], timeout: float, hand: object | None) -> list:
         """
-        Receive many tensors (blocking, the GIL released once): each entry's (code, message, dtype, shape, is_dead, payload), in entry order, also put in `hand.held` as (core, steps, srcs, names, answers) before they are returned. Interrupted, every entry is given up and each tensor that came is kept for the next recv of it.
+        Receive many tensors (blocking, the GIL released once): each entry's (code, message, dtype, shape, is_dead, payload), in entry order, also put in `hand.held` (unless None) as (core, steps, srcs, names, answers) before they are returned, so that a signal's handler that runs as the call returns (Ctrl-C during it) finds them there (tensorverbs.in_hand). Interrupted, every entry is given up and each tensor that came is kept for the next recv of it.
         """
 
-    def recv(self, step: int, src: int, name: str, timeout: float, destination: object | None, hand: object) -> tuple:
+    def recv(self, step: int, src: int, name: str, timeout: float, destination: object | None, hand: object | None) -> tuple:
         """
-        Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload), also put in `hand.held` as (core, step, src, name, answer) before it is returned. A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), lands in it where it can (payload then views it).
+        Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload), also put in `hand.held` (unless None) as (core, step, src, name, answer) before it is returned, as recv_many does. A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), lands in it where it can (payload then views it).
         """
 
     def recv_async(self, step: int, src: int, name: str, timeout: float, future: object, parked: object | None = None, call: object | None = None, settle: object | None = None, destination: object | None = None) -> RecvHandle:

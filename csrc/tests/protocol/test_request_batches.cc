@@ -228,10 +228,12 @@ TEST_F(GatheringBuffer, HeldRequestsWaitWithSlotsFreeAndGoTogetherWhenTheLastHol
   EXPECT_EQ(send(request(5, std::nullopt, 9)), std::make_pair(std::uint64_t{2}, false));
   EXPECT_EQ(send(request(6)), std::make_pair(std::uint64_t{3}, true));
   buffer_->credit(0, &wrs_);
-  buffer_->release(&wrs_);
+  buffer_->release();
+  buffer_->drain(&wrs_);
   EXPECT_TRUE(posted().empty());  // one hold is left
   EXPECT_NE(buffer_->describe().find("held"), std::string::npos);
-  buffer_->release(&wrs_);
+  buffer_->release();
+  buffer_->drain(&wrs_);
   std::vector<RdmaMessage> got = posted();
   ASSERT_EQ(got.size(), 2u);  // as many as the slots take, in order
   EXPECT_EQ(got[0].type, MessageType::kTensorRequests);
