@@ -185,12 +185,6 @@ bool RdmaChannel::drain() {
   return left && status.ok();
 }
 
-bool RdmaChannel::hold_locked(HeldMessages* held) {
-  if (held == nullptr || held->holds(this)) return false;
-  buffer_->hold();
-  return true;
-}
-
 void RdmaChannel::release_held() {
   Status status;
   {
@@ -209,7 +203,8 @@ void RdmaChannel::send(RdmaMessage message) {
   std::uint64_t sequence = 0;
   Status status;
   HeldMessages* const held = HeldMessages::current();
-  if (held != nullptr && !held->holds(this)) held->make_room();  // (add() below cannot fail)
+  const bool to_hold = held != nullptr && !held->holds(this);  // (the scope's first message)
+  if (to_hold) held->make_room();  // (the add() below cannot fail)
   bool newly_held = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -218,7 +213,10 @@ void RdmaChannel::send(RdmaMessage message) {
       early_.emplace_back(std::move(message), nullptr);
       return;
     }
-    newly_held = hold_locked(held);
+    if (to_hold) {
+      buffer_->hold();
+      newly_held = true;
+    }
     std::vector<verbs::SendWr>& wrs = scratch_locked();
     bool batched = false;
     status = buffer_->send(message, &wrs, &sequence, &batched);

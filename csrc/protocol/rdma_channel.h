@@ -42,7 +42,6 @@
 
 namespace tensorverbs {
 
-class HeldMessages;
 class RdmaChannel;
 class RdmaTensorRequest;
 class RdmaTensorResponse;
@@ -174,9 +173,6 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
     return scratch_;
   }
   Status drain_locked();
-  // Holds the message buffer for `held` (the sending thread's scope) unless it holds it
-  // already; true if it started holding it (the caller adds the channel to the scope).
-  bool hold_locked(HeldMessages* held);
   // Sends what was sent before the channel was connected (the peer may ask first: its side
   // connects before this one), then what waits in the backlog.
   Status send_early_locked();

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from variants import VARIANTS, start_pair
+from variants import VARIANTS, pair_of
 
 WAIT = 30.0
 
@@ -20,11 +20,7 @@ WAIT = 30.0
 @pytest.fixture(params=[name for name in VARIANTS if VARIANTS[name][0] == "grpc+verbs"])
 def fresh_pair(request):
     """A pair whose worker has not talked to its ps yet (no channel)."""
-    protocol, env = VARIANTS[request.param]
-    p = start_pair(protocol, env)
-    yield p
-    p.worker.stop()
-    p.ps.stop()
+    yield from pair_of(request.param)
 
 
 def _loop_starts_it_before_return(frame: Any, event: str, arg: Any) -> None:
