@@ -81,13 +81,15 @@ def _interrupted(recv, elsewhere: bool) -> tuple[str, float] | None:
 
 
 def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
-                       timeout: float) -> tuple[str | None, bool, bool]:
+                       timeout: float) -> tuple[str | None, bool, bool, bool]:
     """``server.recv_async(...).result()`` on the main thread (its tensor sent while it waits:
     :func:`send_when_told` in the sender, told as this thread begins to wait), with
     a KeyboardInterrupt raised as the first call of function ``at`` begins in this thread
     (where a signal's handler may run it, while this thread settles the future it waited
     for). Returns (the class of what ``result`` raised, or None; whether the future then
-    gives the tensor within ``timeout``; whether a done-callback added before ran)."""
+    gives the tensor within ``timeout``; whether a done-callback added before ran; whether
+    the interrupt was raised: False when the answer came before this thread waited for it,
+    and the core's settler thread settled the future)."""
     import sys
     import threading
 
@@ -96,7 +98,8 @@ def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
     fut = server.recv_async(name, source, step_id, timeout)
     called = threading.Event()
     fut.add_done_callback(lambda _: called.set())
-    told = []
+    told: list[Any] = []
+    fired: list[str] = []
 
     def trace(frame, event, arg):
         if event == "call" and frame.f_code.co_name == "_done_within" and not told:
@@ -105,6 +108,7 @@ def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
             told.append(server.send(f"go:{name}", np.zeros(1, np.uint8), source, step_id))
         if event == "call" and frame.f_code.co_name == at:
             sys.settrace(None)
+            fired.append(at)
             raise KeyboardInterrupt(f"interrupted in {at}")
         return None
 
@@ -120,7 +124,7 @@ def interrupted_settle(server, name: str, source: str, step_id: int, at: str,
         got = isinstance(fut.result(timeout), np.ndarray)
     except Exception:
         got = False
-    return raised, got, called.wait(timeout)
+    return raised, got, called.wait(timeout), bool(fired)
 
 
 def send_when_told(server, name: str, to: str, step_id: int, nbytes: int, timeout: float) -> None:

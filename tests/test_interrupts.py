@@ -21,6 +21,9 @@ NBYTES = 1 << 20  # large enough to land by RDMA write on grpc+verbs
 RECV_TIMEOUT = 600.0
 #: how long the test waits for the signal's exception to reach the recv's caller
 WAIT = 60.0
+#: tries of the settle-interrupt test: the main thread settles its future only if the
+#: answer comes once it waits (in an emulated guest it may come just before)
+SETTLE_ATTEMPTS = 5
 
 
 def _start(variant: str):
@@ -151,16 +154,25 @@ def test_ctrl_c_while_a_waiting_thread_settles_its_future_loses_nothing(tasks, s
     delivered (Delivery.settle_host) or before the future is settled (set_result), reaches the caller;
     the future still gives the tensor and the caller's done-callback still runs. (The
     future has no done-callback of its own before the caller's: a cancel reaches the
-    transfer through RecvFuture.on_cancel.)"""
+    transfer through RecvFuture.on_cancel.) An answer that comes before the main thread
+    waits is settled by the settler thread instead: that try loses nothing, and the test
+    tries again."""
     if VARIANTS[variant][0] != "grpc+verbs":
         pytest.skip("on grpc the event loop settles the future")
     ps, worker = tasks
     ps.call("send_pattern", "warm", WORKER, step, 64, 1)
     assert worker.call("recv_pattern", "warm", PS, step, 64, 1, "uint8", 30)
-    ps.post("run", "interrupting:send_when_told", "s", WORKER, step, NBYTES, WAIT)
-    worker.post("run", "interrupting:interrupted_settle", "s", PS, step, at, WAIT)
-    raised, got, called = worker.result(timeout=WAIT * 3)
-    ps.result(timeout=WAIT)
-    assert raised == "KeyboardInterrupt", "the interrupt did not reach the caller"
-    assert got, "the future lost its tensor"
-    assert called, "the caller's done-callback never ran"
+    for attempt in range(SETTLE_ATTEMPTS):
+        name = f"s{attempt}"
+        ps.post("run", "interrupting:send_when_told", name, WORKER, step, NBYTES, WAIT)
+        worker.post("run", "interrupting:interrupted_settle", name, PS, step, at, WAIT)
+        raised, got, called, fired = worker.result(timeout=WAIT * 3)
+        ps.result(timeout=WAIT)
+        assert got, "the future lost its tensor"
+        assert called, "the caller's done-callback never ran"
+        if fired:  # the main thread settled the future, and was interrupted doing it
+            assert raised == "KeyboardInterrupt", "the interrupt did not reach the caller"
+            return
+        assert raised is None, f"result() raised {raised}"
+    pytest.fail(f"the main thread never settled its future: each of {SETTLE_ATTEMPTS} answers came "
+                "before it waited, and the settler thread settled it")
