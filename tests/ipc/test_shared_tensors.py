@@ -61,6 +61,26 @@ def test_a_stand_in_tensor_is_passed_by_handle(ipc_pair, step, nbytes):
     assert released(ipc_pair.worker)
 
 
+def test_a_batch_by_handle_is_released_in_full(ipc_pair, step):
+    """The receiver tells the sender of the tensors it copied out in a few calls (one in
+    flight at a time, each carrying what was released until it went): every export of a
+    batch is freed, also those released while a call was under way."""
+    n = 300
+    w0 = ipc_pair.worker.stats()
+    ipc_pair.worker.send_many([(f"b{i}", stand_in(4096, i), ipc_pair.PS, step) for i in range(n)])
+    got = ipc_pair.ps.recv_many([(f"b{i}", ipc_pair.WORKER, step) for i in range(n)], timeout=TIMEOUT,
+                                device="cpu:proxy")
+    assert all(same(g.view(np.ndarray), pattern(4096, i, "float32")) for i, g in enumerate(got))
+    assert ipc_pair.worker.stats()["ipc_sent"] - w0["ipc_sent"] == n
+    assert released(ipc_pair.worker)
+    # one at a time too: each recv's release may come while the last call is under way
+    for i in range(20):
+        ipc_pair.worker.send(f"one{i}", stand_in(4096, i), to=ipc_pair.PS, step_id=step)
+        one = ipc_pair.ps.recv(f"one{i}", ipc_pair.WORKER, step, timeout=TIMEOUT, device="cpu:proxy")
+        assert same(one.view(np.ndarray), pattern(4096, i, "float32"))
+    assert released(ipc_pair.worker)
+
+
 def test_the_sender_may_change_its_tensor_once_sent(ipc_pair, step):
     tensor = stand_in(4096, 2)
     ipc_pair.worker.send("x", tensor, to=ipc_pair.PS, step_id=step)

@@ -18,17 +18,17 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..devices import Cuda, Device, StandIn
-from ..errors import FailedPreconditionError, InvalidArgumentError, as_error
+from ..errors import FailedPreconditionError, InvalidArgumentError
 from ..rendezvous.local import Value
-from ..rpc import tensorverbs_pb2 as pb
 from ..tensor import DT_VARIANT
 from .cuda_ipc import CudaIpc
 from .descriptor import SharedTensorDescriptor
 from .device_ipc import DeviceIpc, Export
 from .host_registry import HostRegistry
+from .releases import Releases
 from .stand_in_ipc import StandInIpc
 
 if TYPE_CHECKING:
@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: how long a receiver's ReleaseSharedTensor may take (the sender frees at its step's end otherwise)
-RELEASE_TIMEOUT = 30.0
 #: seconds between tries to write this task's host registry entry after a write failed
 REGISTRY_RETRY = 5.0
 _MODES = {"auto": None, "1": True, "yes": True, "on": True, "true": True,
@@ -68,7 +66,8 @@ class SharedTensors:
         in ``counters`` and tells senders through ``peers``, on ``loop``, that it is done
         with theirs. ``mode``: device IPC on, off or None (auto: CUDA only)."""
         self.cluster, self.task, self.incarnation = cluster, task, incarnation
-        self.counters, self.loop, self.peers = counters, loop, peers
+        self.counters = counters
+        self.releases = Releases(task, loop, peers)
         self._exports: dict[int, tuple[int, DeviceIpc, Export]] = {}  # id -> (step, ipc, export)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -145,14 +144,15 @@ class SharedTensors:
         if entry is not None:
             entry[1].release(entry[2], consumed=False)
 
-    def release(self, incarnation: int, export_id: int) -> None:
-        """A receiver copied export ``export_id`` out: free it (nothing if unknown)."""
+    def release(self, incarnation: int, export_ids: Iterable[int]) -> None:
+        """A receiver copied exports ``export_ids`` out: free them (nothing for one unknown)."""
         if incarnation != self.incarnation:
             return
         with self._lock:
-            entry = self._exports.pop(export_id, None)
-        if entry is not None:
-            entry[1].release(entry[2], consumed=True)
+            entries = [self._exports.pop(export_id, None) for export_id in export_ids]
+        for entry in entries:
+            if entry is not None:
+                entry[1].release(entry[2], consumed=True)
 
     def drop_step(self, step_id: int | None = None) -> None:
         """Free the exports of ``step_id`` (of every step if None) no receiver released."""
@@ -204,23 +204,6 @@ class SharedTensors:
                 result = ipc.value(opened, device)
             del opened
         finally:
-            self._tell_sender(src, descriptor)
+            self.releases.add(src, descriptor.incarnation, descriptor.export_id)
         self.counters.add("ipc_received")
         return result
-
-    def _tell_sender(self, src: "TaskName", descriptor: SharedTensorDescriptor) -> None:
-        """Send ReleaseSharedTensor to ``src`` (on the event loop, not waiting for it)."""
-        release = self._release(src, descriptor)
-        try:
-            self.loop.submit(release)
-        except RuntimeError:  # this server is stopping: the sender frees it when its step ends
-            release.close()
-
-    async def _release(self, src: "TaskName", descriptor: SharedTensorDescriptor) -> None:
-        request = pb.ReleaseSharedTensorRequest(incarnation=descriptor.incarnation,
-                                                export_id=descriptor.export_id)
-        try:
-            await self.peers.peer(src).release_shared_tensor(request, timeout=RELEASE_TIMEOUT)
-        except Exception as exc:  # the sender frees it when its step ends
-            log.warning("%s: releasing a shared tensor of %s: %s", self.task, src,
-                        as_error(exc, "ReleaseSharedTensor").message)

@@ -156,7 +156,7 @@ class Servicer:
 
     async def release_shared_tensor(self, request: pb.ReleaseSharedTensorRequest,
                                     context) -> pb.ReleaseSharedTensorResponse:
-        self.rt.shared.release(request.incarnation, request.export_id)
+        self.rt.shared.release(request.incarnation, request.export_ids)
         return pb.ReleaseSharedTensorResponse()
 
     def check_request(self, src, incarnation: int) -> TensorverbsError | None:

@@ -124,12 +124,12 @@ class CancelRecvTensorResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ReleaseSharedTensorRequest(_message.Message):
-    __slots__ = ("incarnation", "export_id")
+    __slots__ = ("incarnation", "export_ids")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
-    EXPORT_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_IDS_FIELD_NUMBER: _ClassVar[int]
     incarnation: int
-    export_id: int
-    def __init__(self, incarnation: _Optional[int] = ..., export_id: _Optional[int] = ...) -> None: ...
+    export_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, incarnation: _Optional[int] = ..., export_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReleaseSharedTensorResponse(_message.Message):
     __slots__ = ()

@@ -114,8 +114,12 @@ class Sink:
             for future in pending[1:]:
                 future.result()
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-        ok = same_bytes(first, self.expected.get(nbytes)) if verify else None
+        ok = self.same(first, nbytes) if verify else None
         return {"seconds": [seconds], "cpu": cpu, "ok": ok}
+
+    def same(self, got: Any, nbytes: int) -> bool:
+        """Whether ``got``, a transfer's result, holds exactly the payload of ``nbytes``."""
+        return same_bytes(got, self.expected.get(nbytes))
 
     def accept(self, offer: Any) -> None:
         """Take what the source offered for this round (see :meth:`Source.offer`)."""
@@ -152,7 +156,7 @@ class Sink:
             seconds.append(time.perf_counter() - start)
             cpu += time.process_time()
             if verify and ok is None:
-                ok = same_bytes(out, self.expected.get(nbytes))
+                ok = self.same(out, nbytes)
             del out  # a pooled buffer returns to its pool before the next transfer
         return {"seconds": seconds, "cpu": cpu, "ok": ok}
 

@@ -27,41 +27,52 @@ def link(protocol: str, provider: str | None = None) -> dict:
     return {"cluster": cluster_spec({JOB: 2})}
 
 
-def _server(link: dict, task: int, protocol: str):
+def _server(link: dict, task: int, protocol: str, **options: Any):
     from ...server import Server
 
-    return Server(link["cluster"], JOB, task, protocol, config=RdmaConfig.from_env())
+    return Server(link["cluster"], JOB, task, protocol, config=RdmaConfig.from_env(), **options)
 
 
 class Source(BaseSource):
     """The sending task: sends the payload of each step (all in one call)."""
 
+    #: the Server's options beyond the protocol
+    options: dict[str, Any] = {}
+
     def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
-        self.server = _server(link, 0, protocol)
+        self.server = _server(link, 0, protocol, **self.options)
         self.payloads = Payloads()
+
+    def tensor(self, nbytes: int) -> Any:
+        """What is sent for a payload of ``nbytes``."""
+        return self.payloads.get(nbytes)
 
     def serve(self, nbytes: int, count: int, step: int) -> None:
         """The payload under each step, offered in one ``send_many``."""
-        array = self.payloads.get(nbytes)
-        self.server.send_many([("t", array, SINK, step + i) for i in range(count)])
+        tensor = self.tensor(nbytes)
+        self.server.send_many([("t", tensor, SINK, step + i) for i in range(count)])
 
     def close(self) -> None:
         self.server.stop()
 
 
 class Sink(BaseSink):
-    """The receiving task: receives it."""
+    """The receiving task: receives it (onto ``device``; the host if None)."""
+
+    options: dict[str, Any] = {}
+    device: str | None = None
 
     def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
         super().__init__()
-        self.server = _server(link, 1, protocol)
+        self.server = _server(link, 1, protocol, **self.options)
 
     def fetch_one(self, nbytes: int, step: int) -> Any:
-        return self.server.recv("t", source=SOURCE, step_id=step, timeout=TIMEOUT)
+        return self.server.recv("t", source=SOURCE, step_id=step, timeout=TIMEOUT, device=self.device)
 
     def start_one(self, nbytes: int, step: int) -> Future:
         """A ``recv_async``: many kept in flight at once (the in-flight rate)."""
-        return self.server.recv_async("t", source=SOURCE, step_id=step, timeout=TIMEOUT)
+        return self.server.recv_async("t", source=SOURCE, step_id=step, timeout=TIMEOUT,
+                                      device=self.device)
 
     def wait_all(self, futures: list[Future]) -> None:
         """``tensorverbs.wait``: one wait of the native core for them all."""
@@ -69,7 +80,8 @@ class Sink(BaseSink):
 
     def fetch_many(self, nbytes: int, count: int, step: int) -> list[Any]:
         """One ``recv_many`` of them all (the batch rate)."""
-        return self.server.recv_many([("t", SOURCE, step + i) for i in range(count)], timeout=TIMEOUT)
+        return self.server.recv_many([("t", SOURCE, step + i) for i in range(count)], timeout=TIMEOUT,
+                                     device=self.device)
 
     def close(self) -> None:
         self.server.stop()
