@@ -110,3 +110,20 @@ def test_a_cuda_tensor_between_two_servers_of_one_process(torch, step, protocol)
             got = b.recv("t", a.task, step + i, timeout=TIMEOUT, device="cuda:0")
             assert got.device.type == "cuda" and torch.equal(got, tensor)
         assert a.stats()["ipc_sent"] == 0
+
+
+def test_a_cuda_tensor_is_read_into_and_written_from_one_sided(pair, step, torch):
+    """One-sided access reaches host memory only (no GPUDirect): a read into a CUDA
+    ``out`` lands in a pinned host buffer first, a write of a CUDA tensor goes from a host
+    copy, and registering a CUDA tensor is refused, naming its device."""
+    nbytes = 1 << 20
+    buffer = pair.ps.run("remote_buffers:register_pattern", nbytes, step)
+    out = torch.zeros(nbytes, dtype=torch.uint8, device="cuda:0")
+    assert pair.worker.read(buffer, out, timeout=TIMEOUT) is out
+    assert same(out.cpu().numpy(), pattern(nbytes, step))
+    half = torch.from_numpy(pattern(nbytes // 2, step + 1)).to("cuda:0")
+    pair.worker.write(buffer, half, offset=nbytes // 4, timeout=TIMEOUT)
+    assert pair.ps.run("remote_buffers:holds", buffer, nbytes // 4, nbytes // 2, step + 1)
+    with pytest.raises(tv.InvalidArgumentError, match="cuda:0"):
+        pair.worker.register(out)
+    pair.ps.unregister(buffer)

@@ -16,6 +16,7 @@ import pytest
 import tensorverbs as tv
 from one_sided_pairs import ONE_SIDED_VARIANTS, WAIT, register
 from variants import pair_of
+from tensorverbs.devices import STAND_IN, StandInArray
 from tensorverbs.local_cluster import pattern, same
 
 
@@ -278,6 +279,35 @@ def test_registering_refuses_what_it_cannot_open(pair):
         worker.register(np.array([b"strings"], dtype=object))
     with pytest.raises(tv.FailedPreconditionError, match="empty"):
         worker.register(np.zeros(0))
+
+
+@pytest.mark.parametrize("nbytes", SIZES)
+def test_a_device_tensor_is_read_into_and_written_from_through_a_host_proxy(pair, step, nbytes):
+    """A tensor on a device the provider cannot reach (the ``cpu:proxy`` stand-in here, a
+    GPU without GPUDirect alike) is read into through a host landing, and written from
+    through a host copy: the owner's buffer stays in host memory."""
+    buffer = register(pair, nbytes, step)
+    out = STAND_IN.from_host(np.zeros(nbytes, np.uint8))
+    assert pair.worker.read(buffer, out, timeout=WAIT) is out
+    assert isinstance(out, StandInArray) and same(out.view(np.ndarray), pattern(nbytes, step))
+    part = STAND_IN.from_host(np.zeros(nbytes // 2, np.uint8))
+    first, second = pair.worker.read_many([(buffer, part), (buffer, None, nbytes // 2)], timeout=WAIT)
+    assert first is part and same(part.view(np.ndarray), pattern(nbytes, step)[:nbytes // 2])
+    assert same(second, pattern(nbytes, step)[nbytes // 2:])
+    pair.worker.write(buffer, STAND_IN.from_host(pattern(nbytes // 2, step + 1)), offset=nbytes // 4,
+                      timeout=WAIT)
+    assert pair.ps.run("remote_buffers:holds", buffer, nbytes // 4, nbytes // 2, step + 1)
+    pair.ps.unregister(buffer)
+
+
+def test_a_device_tensor_cannot_be_registered(pair):
+    """Registering needs memory the provider reaches (no GPUDirect here): a device tensor
+    is refused, naming its device and what to do instead."""
+    with pytest.raises(tv.InvalidArgumentError, match="cpu:proxy.*host"):
+        pair.worker.register(STAND_IN.from_host(np.zeros(64, np.uint8)))
+    with pytest.raises(tv.InvalidArgumentError, match="C-contiguous"):
+        pair.worker.read(register(pair, 64, 1), STAND_IN.from_host(np.zeros((8, 16), np.uint8))[:, ::2],
+                         timeout=WAIT)
 
 
 def test_memory_freed_by_the_garbage_collector_amid_allocations_deadlocks_nothing(pair):

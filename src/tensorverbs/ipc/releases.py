@@ -73,7 +73,7 @@ class Releases:
                     ids = [export_id for _, export_id in entries]
                     await self._call(src, pb.ReleaseSharedTensorRequest(incarnation=incarnation,
                                                                          export_ids=ids))
-        except BaseException:  # cancelled as the loop stops: the sender frees them at their steps' ends
+        except BaseException:  # cancelled as the loop stops: each sender frees them as steps end
             with self._lock:
                 self._pending.pop(src, None)
             raise
@@ -82,5 +82,5 @@ class Releases:
         try:
             await self.peers.peer(src).release_shared_tensor(request, timeout=RELEASE_TIMEOUT)
         except Exception as exc:  # the sender frees them when their steps end
-            log.warning("%s: releasing %d shared tensors of %s: %s", self.task, len(request.export_ids),
-                        src, as_error(exc, "ReleaseSharedTensor").message)
+            log.warning("%s: releasing %d shared tensors of %s: %s", self.task,
+                        len(request.export_ids), src, as_error(exc, "ReleaseSharedTensor").message)

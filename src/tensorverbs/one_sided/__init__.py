@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import numpy as np
 
+from ..devices import HOST, Device, device_of
 from ..errors import FailedPreconditionError, InvalidArgumentError
 from ..rpc import tensorverbs_pb2 as pb
 from .access import BOUNCE_BYTES, RemoteAccess
@@ -76,32 +77,40 @@ class OneSided:
                   cancel: threading.Event | None = None) -> list[Any]:
         """Each entry's read (buffer, out, offset, nbytes), as :meth:`read`; the reads of
         one owner in one go. An argument of an entry that is wrong is named by its index."""
-        reads, results, total = [], [], 0
+        reads, results, stores, total = [], [], [], 0
         for i, (buffer, out, offset, nbytes) in enumerate(entries):
             try:
                 buffer = _checked(buffer)
-                into, result = self._target(buffer, out, offset, nbytes)
+                into, result, device = self._target(buffer, out, offset, nbytes)
             except InvalidArgumentError as exc:
                 raise (InvalidArgumentError(f"entry {i}: {exc.message}") if len(entries) > 1 else exc) from None
             if self._is_mine(buffer):
                 into.reshape(-1).view(np.uint8)[:] = self._registrations.local(buffer)[offset:offset + into.nbytes]
             else:
                 reads.append((buffer, into, offset, i if len(entries) > 1 else None))
+            if device is not HOST:
+                stores.append((device, out, into))
             results.append(result)
             total += into.nbytes
         self._access.read_many(reads, timeout, cancel)
+        for device, out, landing in stores:  # a device out: from its host landing
+            device.store(out, landing)
         self._rt.counters.add("remote_reads", len(entries))
         self._rt.counters.add("remote_bytes_read", total)
         return results
 
-    def _target(self, buffer: RemoteBuffer, out: Any, offset: int, nbytes: int | None) -> tuple[np.ndarray, Any]:
-        """(where a read of ``buffer`` lands, what it returns): ``out``, or a new array."""
+    def _target(self, buffer: RemoteBuffer, out: Any, offset: int,
+                nbytes: int | None) -> tuple[np.ndarray, Any, Device]:
+        """(where a read of ``buffer`` lands, what it returns, the device of that): ``out``,
+        or a new array; a host landing for an ``out`` on a device the provider cannot reach
+        (a GPU without GPUDirect), copied into ``out`` once read."""
         if out is not None:
-            into = host_buffer(out, "out", writable=True)
+            device = device_of(out)
+            into = host_buffer(out if device is HOST else device.landing(out), "out", writable=True)
             if nbytes is not None and nbytes != into.nbytes:
                 raise InvalidArgumentError(f"nbytes {nbytes} disagrees with out's {into.nbytes} bytes")
             buffer.span(offset, into.nbytes)
-            return into, out
+            return into, out, device
         offset, nbytes = buffer.span(offset, nbytes)
         dtype = buffer.numpy_dtype
         if offset % dtype.itemsize or nbytes % dtype.itemsize:
@@ -111,13 +120,16 @@ class OneSided:
         shape = buffer.shape if nbytes == buffer.nbytes else (nbytes // dtype.itemsize,)
         into = (np.empty(shape, dtype) if nbytes <= BOUNCE_BYTES or self._is_mine(buffer)
                 else self._verbs.allocate(nbytes).view(dtype).reshape(shape))
-        return into, into
+        return into, into, HOST
 
     def write(self, buffer: RemoteBuffer, tensor: Any, offset: int, timeout: float | None,
               cancel: threading.Event | None = None) -> None:
-        """Write ``tensor``'s bytes into the buffer at ``offset``."""
+        """Write ``tensor``'s bytes into the buffer at ``offset`` (from a host copy of a
+        tensor on a device the provider cannot reach)."""
         buffer = _checked(buffer)
-        data = host_buffer(tensor, "the tensor to write", writable=False)
+        device = device_of(tensor)
+        data = host_buffer(tensor if device is HOST else device.to_host(tensor), "the tensor to write",
+                           writable=False)
         buffer.span(offset, data.nbytes)
         if self._is_mine(buffer):
             if not buffer.writable:

@@ -63,8 +63,11 @@ def host_buffer(value: Any, what: str, writable: bool) -> np.ndarray:
     tensor) as a C-contiguous numpy array sharing its memory; InvalidArgumentError naming
     ``what`` if it is not one (on a GPU, not contiguous, strings, or read-only when
     ``writable``)."""
-    if device_of(value) is not HOST:
-        raise InvalidArgumentError(f"{what} must be a host tensor: one-sided access moves host memory")
+    device = device_of(value)
+    if device is not HOST:
+        raise InvalidArgumentError(
+            f"{what} is on {device.name}, which one-sided access cannot reach (it reaches host "
+            "memory only: no GPUDirect); give a host tensor")
     array = host_view(value) if is_tensor(value) else value
     if not isinstance(array, np.ndarray):
         raise InvalidArgumentError(f"{what} must be a numpy array or a host tensor, not {type(value).__name__}")

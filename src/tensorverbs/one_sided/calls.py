@@ -46,9 +46,10 @@ class OneSidedCalls:
     def read(self, buffer: RemoteBuffer, out: Any = None, *, offset: int = 0,
              nbytes: int | None = None, timeout: float | None = None) -> Any:
         """Read ``buffer`` (any task's :class:`RemoteBuffer`) one-sided, from byte
-        ``offset``: into ``out`` (a writable, C-contiguous host tensor; ``out.nbytes``
-        bytes) and return it, or without ``out`` into a new array: the buffer's dtype and
-        shape for the whole buffer, else ``nbytes`` bytes as a flat array of its dtype.
+        ``offset``: into ``out`` (a writable, C-contiguous tensor, ``out.nbytes`` bytes; on
+        a GPU through a host landing) and return it, or without ``out`` into a new array:
+        the buffer's dtype and shape for the whole buffer, else ``nbytes`` bytes as a flat
+        array of its dtype.
         InvalidArgumentError for a range out of the buffer's bounds; NotFoundError for a
         buffer unregistered (or a forged descriptor); UnavailableError if its task
         restarted or is gone; DeadlineExceededError after ``timeout`` seconds. A failed
@@ -100,9 +101,9 @@ class OneSidedCalls:
     @public
     def write(self, buffer: RemoteBuffer, tensor: Any, *, offset: int = 0,
               timeout: float | None = None) -> None:
-        """Write ``tensor``'s bytes (a C-contiguous host tensor) into ``buffer`` at byte
-        ``offset``, one-sided; it has landed when this returns. Errors as :meth:`read`;
-        FailedPreconditionError for a buffer registered read-only."""
+        """Write ``tensor``'s bytes (a C-contiguous tensor; on a GPU from a host copy) into
+        ``buffer`` at byte ``offset``, one-sided; it has landed when this returns. Errors
+        as :meth:`read`; FailedPreconditionError for a buffer registered read-only."""
         self._write(buffer, tensor, offset, timeout, None)
 
     @public
