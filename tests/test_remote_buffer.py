@@ -16,6 +16,7 @@ import pytest
 import tensorverbs as tv
 from one_sided_pairs import ONE_SIDED_VARIANTS, WAIT, register
 from variants import pair_of
+from tensorverbs import one_sided
 from tensorverbs.devices import STAND_IN, StandInArray
 from tensorverbs.local_cluster import pattern, same
 
@@ -298,6 +299,22 @@ def test_a_device_tensor_is_read_into_and_written_from_through_a_host_proxy(pair
                       timeout=WAIT)
     assert pair.ps.run("remote_buffers:holds", buffer, nbytes // 4, nbytes // 2, step + 1)
     pair.ps.unregister(buffer)
+
+
+def test_a_batch_into_device_tensors_is_staged_in_turns(pair, step, monkeypatch):
+    """A read_many into device outs holds at most STAGING_BYTES of host landings at once:
+    beyond, it reads and copies to the devices in turns; every out gets its bytes."""
+    monkeypatch.setattr(one_sided, "STAGING_BYTES", 3 * 4096)
+    buffers = [register(pair, 4096, step + i) for i in range(8)]
+    outs = [STAND_IN.from_host(np.zeros(4096, np.uint8)) for _ in buffers]
+    host = np.zeros(4096, np.uint8)
+    got = pair.worker.read_many([(b, o) for b, o in zip(buffers, outs)] + [(buffers[0], host)],
+                                timeout=WAIT)
+    assert all(g is o for g, o in zip(got, outs)) and got[-1] is host
+    assert all(same(o.view(np.ndarray), pattern(4096, step + i)) for i, o in enumerate(outs))
+    assert same(host, pattern(4096, step))
+    for buffer in buffers:
+        pair.ps.unregister(buffer)
 
 
 def test_a_device_tensor_cannot_be_registered(pair):

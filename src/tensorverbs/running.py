@@ -75,6 +75,8 @@ class Running:
                 self.lanes.close()
 
     async def _close(self, rt: TaskRuntime) -> None:
+        if hasattr(rt, "shared"):  # the releases of what it received by handle, before the channels close
+            await rt.shared.releases.close()
         if self.grpc is not None:
             await self.grpc.stop(grace=0.5)
         await rt.peers.close()

@@ -9,6 +9,7 @@ import gc
 import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 
@@ -19,6 +20,8 @@ from tensorverbs.ipc.host_registry import HostRegistry
 from tensorverbs.local_cluster import cluster_spec, pattern, same
 from tensorverbs.rendezvous.key import RendezvousKey
 from tensorverbs.rendezvous.local import Value
+from tensorverbs.rpc import tensorverbs_pb2 as pb
+from tensorverbs.rpc.options import RELEASE_BATCH, method
 from interrupt_points import interrupt_at
 from variants import VARIANTS, start_pair
 
@@ -79,6 +82,43 @@ def test_a_batch_by_handle_is_released_in_full(ipc_pair, step):
         one = ipc_pair.ps.recv(f"one{i}", ipc_pair.WORKER, step, timeout=TIMEOUT, device="cpu:proxy")
         assert same(one.view(np.ndarray), pattern(4096, i, "float32"))
     assert released(ipc_pair.worker)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "grpc+verbs"])
+def test_a_receiver_that_stops_at_once_still_releases_what_it_received(protocol, step):
+    """A receiver collects its releases for a moment before it tells the sender: stopping
+    right after a recv, it tells the sender before its channels close (the sender would
+    otherwise hold its copy until the step ends)."""
+    p = start_pair(protocol, {}, device_ipc=True)
+    try:
+        p.worker.send("x", stand_in(4096, 3), to=p.PS, step_id=step)
+        got = p.ps.recv("x", p.WORKER, step, timeout=TIMEOUT, device="cpu:proxy")
+        assert same(got.view(np.ndarray), pattern(4096, 3, "float32"))
+        p.ps.stop()
+        assert released(p.worker)
+    finally:
+        p.worker.stop()
+        p.ps.stop()
+
+
+def test_a_release_of_too_many_exports_at_once_is_refused(step):
+    """ReleaseSharedTensor carries at most RELEASE_BATCH exports (a peer of the job cannot
+    make a task pop millions under its lock); the task goes on serving."""
+    cluster = cluster_spec({"ps": 1})
+    with tv.Server(cluster, "ps", 0, device_ipc=True) as server:
+        with grpc.insecure_channel(cluster["ps"][0]) as channel:
+            release = channel.unary_unary(method("ReleaseSharedTensor"),
+                                          request_serializer=pb.ReleaseSharedTensorRequest.SerializeToString,
+                                          response_deserializer=pb.ReleaseSharedTensorResponse.FromString)
+            with pytest.raises(grpc.RpcError) as refused:
+                release(pb.ReleaseSharedTensorRequest(incarnation=server.incarnation,
+                                                      export_ids=range(RELEASE_BATCH + 1)), timeout=TIMEOUT)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "at most" in refused.value.details()
+            release(pb.ReleaseSharedTensorRequest(incarnation=server.incarnation, export_ids=range(10)),
+                    timeout=TIMEOUT)
+        server.send("x", np.arange(4, dtype=np.float32), to=server.task, step_id=step)
+        assert same(server.recv("x", server.task, step, timeout=TIMEOUT), np.arange(4, dtype=np.float32))
 
 
 def test_the_sender_may_change_its_tensor_once_sent(ipc_pair, step):

@@ -150,19 +150,21 @@ class SharedTensors:
             return
         with self._lock:
             entries = [self._exports.pop(export_id, None) for export_id in export_ids]
-        for entry in entries:
-            if entry is not None:
-                entry[1].release(entry[2], consumed=True)
+        self._free([entry for entry in entries if entry is not None], consumed=True)
 
     def drop_step(self, step_id: int | None = None) -> None:
         """Free the exports of ``step_id`` (of every step if None) no receiver released."""
         with self._lock:
             ids = [i for i, (step, _, _) in self._exports.items() if step_id in (None, step)]
             dropped = [self._exports.pop(i) for i in ids]
-        for _, ipc, export in dropped:
+        self._free(dropped, consumed=False)
+
+    def _free(self, entries: list[tuple[int, DeviceIpc, Export]], consumed: bool) -> None:
+        """Free the exports of ``entries`` (popped): each, whatever freeing another raised."""
+        for _, ipc, export in entries:
             try:
-                ipc.release(export, consumed=False)
-            except Exception as exc:  # freeing must not fail the cleanup of the step
+                ipc.release(export, consumed=consumed)
+            except Exception as exc:  # freeing must not fail the cleanup of the step, nor the others
                 log.warning("%s: freeing a shared tensor: %s", self.task, exc)
 
     def exports(self) -> int:

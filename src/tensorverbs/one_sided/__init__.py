@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import numpy as np
 
 from ..devices import HOST, Device, device_of
-from ..errors import FailedPreconditionError, InvalidArgumentError
+from ..errors import FailedPreconditionError, InvalidArgumentError, as_error
 from ..rpc import tensorverbs_pb2 as pb
 from .access import BOUNCE_BYTES, RemoteAccess
 from .buffer import RemoteBuffer, host_buffer
@@ -32,6 +33,9 @@ __all__ = ["OneSided", "RemoteBuffer"]
 
 #: threads that carry out the accesses awaited in asyncio (each waits for its completions)
 ASYNC_THREADS = 8
+#: the host landings of device outs (GPU tensors) one read_many holds at once: more are
+#: read, and copied to their devices, in turns
+STAGING_BYTES = 256 << 20
 T = TypeVar("T")
 
 
@@ -77,7 +81,10 @@ class OneSided:
                   cancel: threading.Event | None = None) -> list[Any]:
         """Each entry's read (buffer, out, offset, nbytes), as :meth:`read`; the reads of
         one owner in one go. An argument of an entry that is wrong is named by its index."""
-        reads, results, stores, total = [], [], [], 0
+        reads: list[tuple[RemoteBuffer, np.ndarray, int, int | None]] = []
+        stores: list[tuple[int, Device, Any, np.ndarray]] = []
+        results, total, staged = [], 0, 0
+        deadline = None if timeout is None else time.monotonic() + timeout
         for i, (buffer, out, offset, nbytes) in enumerate(entries):
             try:
                 buffer = _checked(buffer)
@@ -89,15 +96,32 @@ class OneSided:
             else:
                 reads.append((buffer, into, offset, i if len(entries) > 1 else None))
             if device is not HOST:
-                stores.append((device, out, into))
+                stores.append((i, device, out, into))
+                staged += into.nbytes
             results.append(result)
             total += into.nbytes
-        self._access.read_many(reads, timeout, cancel)
-        for device, out, landing in stores:  # a device out: from its host landing
-            device.store(out, landing)
+            if staged >= STAGING_BYTES:  # read these, and copy them to their devices, first
+                self._read_and_store(reads, stores, deadline, cancel, len(entries) > 1)
+                reads, stores, staged = [], [], 0
+        self._read_and_store(reads, stores, deadline, cancel, len(entries) > 1)
         self._rt.counters.add("remote_reads", len(entries))
         self._rt.counters.add("remote_bytes_read", total)
         return results
+
+    def _read_and_store(self, reads: list[tuple[RemoteBuffer, np.ndarray, int, int | None]],
+                        stores: list[tuple[int, Device, Any, np.ndarray]], deadline: float | None,
+                        cancel: threading.Event | None, many: bool) -> None:
+        """The ``reads``, then each device out of ``stores`` filled from its host landing."""
+        if reads:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._access.read_many(reads, timeout, cancel)
+        for i, device, out, landing in stores:
+            try:
+                device.store(out, landing)
+            except Exception as exc:
+                what = f"entry {i}: " if many else ""
+                raise as_error(exc, f"{what}the bytes were read; copying them into out on "
+                                    f"{device.name}") from exc
 
     def _target(self, buffer: RemoteBuffer, out: Any, offset: int,
                 nbytes: int | None) -> tuple[np.ndarray, Any, Device]:

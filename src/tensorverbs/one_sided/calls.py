@@ -101,9 +101,10 @@ class OneSidedCalls:
     @public
     def write(self, buffer: RemoteBuffer, tensor: Any, *, offset: int = 0,
               timeout: float | None = None) -> None:
-        """Write ``tensor``'s bytes (a C-contiguous tensor; on a GPU from a host copy) into
-        ``buffer`` at byte ``offset``, one-sided; it has landed when this returns. Errors
-        as :meth:`read`; FailedPreconditionError for a buffer registered read-only."""
+        """Write ``tensor``'s bytes (a C-contiguous host tensor, or one on a GPU, from a
+        host copy) into ``buffer`` at byte ``offset``, one-sided; it has landed when this
+        returns. Errors as :meth:`read`; FailedPreconditionError for a buffer registered
+        read-only."""
         self._write(buffer, tensor, offset, timeout, None)
 
     @public

@@ -15,6 +15,8 @@ lifted.
 from __future__ import annotations
 
 KEEPALIVE_MS = 2000
+#: the most exports one ReleaseSharedTensor may release (a task refuses a call of more)
+RELEASE_BATCH = 4096
 #: how long one connection attempt may take to get the peer's first HTTP/2 frame (gRPC
 #: sets it with "grpc.min_reconnect_backoff_ms"): a peer busy in a set-up storm may answer
 #: late, and an attempt given up before its answer is retried only to be given up again

@@ -27,7 +27,7 @@ from ..rendezvous.key import parse_key
 from . import tensorverbs_pb2 as pb
 from .auth import JobToken, TokenInterceptor
 from .errors import to_status
-from .options import SERVER_OPTIONS, SERVICE, SERVICE_ERROR
+from .options import RELEASE_BATCH, SERVER_OPTIONS, SERVICE, SERVICE_ERROR
 from .tensor_stream import tensor_messages
 from .tls import TlsConfig
 
@@ -156,6 +156,9 @@ class Servicer:
 
     async def release_shared_tensor(self, request: pb.ReleaseSharedTensorRequest,
                                     context) -> pb.ReleaseSharedTensorResponse:
+        if len(request.export_ids) > RELEASE_BATCH:
+            await _abort(context, InvalidArgumentError(f"ReleaseSharedTensor of {len(request.export_ids)} "
+                                                       f"exports: at most {RELEASE_BATCH} a call"))
         self.rt.shared.release(request.incarnation, request.export_ids)
         return pb.ReleaseSharedTensorResponse()
 
