@@ -37,7 +37,8 @@ std::vector<std::pair<std::string, std::uint64_t>> ProtocolCounters::snapshot() 
           {"bytes_received", v(bytes_received)},
           {"windows", v(windows)},
           {"channels_connected", v(channels_connected)},
-          {"messages_sent", v(messages_sent)}};
+          {"messages_sent", v(messages_sent)},
+          {"acks_sent", v(acks_sent)}};
 }
 
 }  // namespace tensorverbs

@@ -18,7 +18,7 @@ RdmaChannel::RdmaChannel(ChannelOwner& owner, std::int32_t peer, std::uint64_t i
       provider_(provider), peer_name_(owner.task_name(peer)), name_("verbs channel to " + peer_name_),
       buffer_(std::move(buffer)), max_message_bytes_(max_message_bytes),
       max_requests_(std::max<std::uint32_t>(1, max_requests)), send_depth_(qp_->send_room()) {
-  buffer_->count_messages(&owner_.counters().messages_sent);
+  buffer_->count_writes(&owner_.counters().messages_sent, &owner_.counters().acks_sent);
 }
 
 RdmaChannel::~RdmaChannel() {

@@ -181,6 +181,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   Status credit_locked(std::uint32_t count,
                        std::vector<std::shared_ptr<RdmaTensorResponse>>* delivered);
   void on_message(std::uint32_t byte_len);
+  // The message in the next slot is handled: its slot may be reused once the peer is told.
+  void taken_locked();
   void bad_message(const MessageError& error);
   std::shared_ptr<RdmaTensorRequest> find_request(std::uint32_t index);
   std::shared_ptr<RdmaTensorResponse> find_response(std::uint32_t index);

@@ -75,6 +75,10 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
   }
   DecodeResult decoded = decode(data, size);
   std::vector<std::shared_ptr<RdmaTensorResponse>> delivered;
+  // A message decoded into copies is taken before it is handled, so that what handling it
+  // sends (a request's answer) carries its credit and no ACK of its own is needed; an
+  // inline tensor's payload lies in the slot until it is handled.
+  const bool copied = decoded.message && decoded.message->type != MessageType::kTensorInline;
   if (decoded.message) {
     const RdmaMessage& message = *decoded.message;
     Status status;
@@ -82,6 +86,7 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
       std::lock_guard<std::mutex> lock(mu_);
       owner_.counters().message(message.type);
       status = credit_locked(message.acked, &delivered);
+      if (copied) taken_locked();
     }
     if (!status.ok()) fail(status);
     const std::uint32_t index = static_cast<std::uint32_t>(message.request_index);
@@ -111,12 +116,16 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
   } else {
     bad_message(decoded.error);
   }
-  {
+  if (!copied) {
     std::lock_guard<std::mutex> lock(mu_);
-    buffer_->taken();
-    took_messages_ = true;
+    taken_locked();
   }
   for (auto& response : delivered) response->on_delivered();
+}
+
+void RdmaChannel::taken_locked() {
+  buffer_->taken();
+  took_messages_ = true;
 }
 
 void RdmaChannel::bad_message(const MessageError& error) {

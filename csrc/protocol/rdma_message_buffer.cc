@@ -152,6 +152,7 @@ void RdmaMessageBuffer::ack_if_needed(std::vector<verbs::SendWr>* out) {
 
 void RdmaMessageBuffer::ack(std::vector<verbs::SendWr>* out, bool signaled) {
   if (!connected_) return;
+  if (acks_ != nullptr) acks_->fetch_add(1, std::memory_order_relaxed);
   std::uint8_t* word = tx_->data() + std::size_t{slots_} * kSlotBytes;
   little_endian::store(word, static_cast<std::uint32_t>(taken_));
   told_ = taken_;

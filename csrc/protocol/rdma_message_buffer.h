@@ -40,8 +40,12 @@ class RdmaMessageBuffer {
   // The region the peer writes into: `slots` slots, then the ACK word.
   const verbs::MemoryRegion& rx() const { return *rx_; }
   void connect(std::uint64_t remote_addr, std::uint32_t remote_rkey);
-  // Counts every message written from now on in `counter` (relaxed; it must outlive this).
-  void count_messages(std::atomic<std::uint64_t>* counter) { written_ = counter; }
+  // Counts every message written from now on in `messages`, and every explicit ACK in
+  // `acks` (relaxed; they must outlive this).
+  void count_writes(std::atomic<std::uint64_t>* messages, std::atomic<std::uint64_t>* acks) {
+    written_ = messages;
+    acks_ = acks;
+  }
 
   // -- sending -----------------------------------------------------------------------------
   // Encodes `message` (its `acked` set here) into the next slot and appends its write to
@@ -109,6 +113,7 @@ class RdmaMessageBuffer {
   bool connected_ = false;
   std::uint32_t holds_ = 0;
   std::atomic<std::uint64_t>* written_ = nullptr;
+  std::atomic<std::uint64_t>* acks_ = nullptr;
   std::uint64_t sent_ = 0;        // messages written so far
   std::uint64_t peer_taken_ = 0;  // of those, taken by the peer
   std::uint64_t received_ = 0;    // messages arrived so far
