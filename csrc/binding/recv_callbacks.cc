@@ -8,7 +8,7 @@
 
 #include "binding/byte_view.h"
 #include "binding/py_ref.h"
-#include "core/spin_pause.h"
+#include "core/bounded_spin.h"
 
 namespace nb = nanobind;
 
@@ -49,10 +49,8 @@ void BlockingRecv::complete(RecvResult result) {
 }
 
 bool spin_for(const std::atomic<bool>& done) {
-  const auto until = std::chrono::steady_clock::now() + kSpin;
-  while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
-    spin_pause();
-  }
+  BoundedSpin spin(kSpin);
+  while (!done.load(std::memory_order_acquire) && spin.turn()) {}
   return done.load(std::memory_order_acquire);
 }
 

@@ -10,7 +10,7 @@
 #include <chrono>
 #include <utility>
 
-#include "core/spin_pause.h"
+#include "core/bounded_spin.h"
 #include "verbs/ibverbs/ib_queue_pair.h"
 #include "verbs/ibverbs/ib_work_ledger.h"
 
@@ -147,13 +147,11 @@ int IbCompletionQueue::wait(WorkCompletion* out, int max, int timeout_ms) {
   const auto start = steady_clock::now();
   const bool forever = timeout_ms < 0;
   const auto deadline = start + milliseconds(forever ? 0 : timeout_ms);
-  const auto spin_until = start + microseconds(kSpinMicros);
+  BoundedSpin spin{microseconds(kSpinMicros)};
   for (;;) {  // a bounded spin: completions often follow within microseconds
     const int n = poll(out, max);
     if (n > 0) return n;
-    const auto now = steady_clock::now();
-    if (now >= spin_until || (!forever && now >= deadline)) break;
-    spin_pause();
+    if ((!forever && steady_clock::now() >= deadline) || !spin.turn()) break;
   }
   for (;;) {
     ibv_req_notify_cq(cq_, 0);

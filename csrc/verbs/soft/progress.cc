@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-#include "core/spin_pause.h"
+#include "core/bounded_spin.h"
 #include "verbs/soft/doorbell.h"
 #include "verbs/soft/fd_passing.h"
 
@@ -105,12 +105,12 @@ void Progress::wait(Waiter& waiter, Clock::time_point deadline) {
 }
 
 void Progress::drive(Waiter& waiter, Clock::time_point deadline) {
-  Clock::time_point spin_end = Clock::now() + kSpinTime;
+  BoundedSpin spin(kSpinTime);
   for (int turn = 0;; ++turn) {
-    // sockets that carry data on every turn: a turn yields the processor (spin_pause), which
-    // on a busy machine takes longer than the system call (checking them on every 16th turn
-    // made a 4 KiB round trip over TCP 1.7x slower: 130-150 vs 78-81 us, two processes on
-    // two cores); the others (rings in shared memory carry the data) now and then
+    // sockets that carry data on every turn: a turn yields the processor, which on a busy
+    // machine takes longer than the system call (checking them on every 16th turn made a
+    // 4 KiB round trip over TCP 1.7x slower: 130-150 vs 78-81 us, two processes on two
+    // cores); the others (rings in shared memory carry the data) now and then
     bool did = hooks_->poll_memory();
     if (data_sockets_.load(std::memory_order_relaxed) > 0 || turn % kSocketPollEvery == 0) {
       did |= handle_events(0);
@@ -119,13 +119,10 @@ void Progress::drive(Waiter& waiter, Clock::time_point deadline) {
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return;
     if (did) {
-      spin_end = now + kSpinTime;
+      spin.renew();
       continue;
     }
-    if (now < spin_end) {
-      spin_pause();
-      continue;
-    }
+    if (spin.turn()) continue;
     // sleep: the flag first, then the last look, then epoll
     if (!waiter.arm()) return;
     waiting_->store(1, std::memory_order_seq_cst);  // then the last look (seq_cst loads)
@@ -139,7 +136,7 @@ void Progress::drive(Waiter& waiter, Clock::time_point deadline) {
     }
     waiting_->store(0, std::memory_order_relaxed);
     waiter.disarm();
-    spin_end = Clock::now() + kSpinTime;
+    spin.renew();
     turn = -1;  // a socket check on the next turn
   }
 }
