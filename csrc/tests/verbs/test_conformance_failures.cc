@@ -145,6 +145,35 @@ TEST_P(Conformance, WindowsGrantTheirRangeOnlyAndOnlyUntilRevoked) {
   EXPECT_TRUE(all_equal(region->data() + 2 * 4096, 4096, kPoison));
 }
 
+TEST_P(Conformance, AKeyRevokedAfterItsQueuePairFailedMeansTheConnectionBroke) {
+  // A channel that breaks revokes the windows of the requests it holds. A write through
+  // one of them that comes after finds no queue pair to answer it (a NIC retransmits, then
+  // gives up): the connection broke, which is not the refusal of a live peer.
+  auto region = b_->region(4096, kAllAccess, kPoison);
+  auto window = b_->pd->bind_window(*region, region->addr(), 4096, kRemoteWrite);
+  ASSERT_TRUE(window.ok()) << window.status().message();
+  auto& mw = *window.value();
+  auto src = a_->region(4096);
+  fill_random(src->data(), 4096, 12);
+  SendWr before = wr(1, WrOpcode::kRdmaWrite, src.get(), 0, 64, mw.addr(), mw.rkey());
+  ASSERT_TRUE(a_->qp->post_send(&before, 1).ok());
+  auto wcs = a_->completions(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  ASSERT_TRUE(wcs[0].ok()) << a_->qp->error_detail();
+  // a's side no longer makes progress by itself (its collecting thread stops): it learns
+  // that b's queue pair went only from what its next operation meets
+  a_->stop();
+  b_->qp->to_error("its channel broke");
+  mw.revoke();
+  SendWr after = wr(2, WrOpcode::kRdmaWrite, src.get(), 64, 64, mw.addr() + 64, mw.rkey());
+  ASSERT_TRUE(a_->qp->post_send(&after, 1).ok());
+  WorkCompletion wc;
+  ASSERT_EQ(a_->cq->wait(&wc, 1, 60000), 1);
+  EXPECT_TRUE(connection_broke(wc.status)) << to_string(wc.status) << ": " << a_->qp->error_detail();
+  EXPECT_EQ(std::memcmp(region->data(), src->data(), 64), 0);
+  EXPECT_TRUE(all_equal(region->data() + 64, 4096 - 64, kPoison));
+}
+
 TEST_P(Conformance, AWindowRefusesAccessOutsideItsRange) {
   auto region = b_->region(3 * 4096, kAllAccess, kPoison);
   auto window = b_->pd->bind_window(*region, region->addr() + 4096, 4096, kRemoteWrite);

@@ -50,8 +50,11 @@ EventRing::EventRing(std::shared_ptr<SharedSegment> segment, std::uint32_t capac
   h.tail.store(0, std::memory_order_relaxed);
   h.head.store(0, std::memory_order_relaxed);
   h.producer_waiting.store(0, std::memory_order_relaxed);
+  h.consumer_closed.store(0, std::memory_order_relaxed);
   h.magic.store(kRingMagic, std::memory_order_release);
 }
+
+void EventRing::close() { header().consumer_closed.store(1, std::memory_order_seq_cst); }
 
 ring_layout::Header& EventRing::header() const {
   return *at<ring_layout::Header>(segment_->data());
@@ -138,6 +141,10 @@ std::uint64_t EventRingProducer::consumed() const {
 
 void EventRingProducer::clear_waiting() {
   header().producer_waiting.store(0, std::memory_order_relaxed);
+}
+
+bool EventRingProducer::consumer_closed() const {
+  return header().consumer_closed.load(std::memory_order_seq_cst) != 0;
 }
 
 }  // namespace tensorverbs::verbs::soft

@@ -4,7 +4,7 @@
 //
 // Layout: a 256-byte header (magic, version, capacity; tail, written by the producer;
 // head, written by the consumer; producer_waiting, set by a producer that found the ring
-// full) and `capacity` 16-byte entries: seq | imm | byte_len | flags. The producer writes
+// full; consumer_closed, set by the consumer's queue pair as it enters the error state) and `capacity` 16-byte entries: seq | imm | byte_len | flags. The producer writes
 // an entry, then publishes it with a release store of tail; the consumer reads tail with
 // acquire, copies the entry, checks it, then releases the slot by storing head. Each side
 // distrusts what the other wrote: head and tail are checked against the capacity, entries
@@ -46,6 +46,7 @@ struct Header {
   alignas(64) std::atomic<std::uint64_t> tail;
   alignas(64) std::atomic<std::uint64_t> head;
   alignas(64) std::atomic<std::uint32_t> producer_waiting;
+  std::atomic<std::uint32_t> consumer_closed;
 };
 static_assert(sizeof(Header) <= kRingHeaderBytes);
 struct Entry {
@@ -75,6 +76,9 @@ class EventRing {
   bool peek(RingEvent* event, Status* error) const;
   // Consumes the event peek() returned; true when the producer waits for room.
   bool pop();
+  // The consumer's queue pair entered the error state: it answers nothing from now on (the
+  // producer may tell a key it revoked since from one it refuses).
+  void close();
 
  private:
   EventRing(std::shared_ptr<SharedSegment> segment, std::uint32_t capacity);
@@ -99,6 +103,9 @@ class EventRingProducer {
   // The consumer's head as last seen, for telling whether room was made since.
   std::uint64_t consumed() const;
   void clear_waiting();
+  // Whether the consumer's queue pair entered the error state (seq_cst: after whatever it
+  // did next, such as revoking keys, was seen).
+  bool consumer_closed() const;
 
  private:
   EventRingProducer(std::shared_ptr<SharedSegment> segment, std::uint32_t capacity);

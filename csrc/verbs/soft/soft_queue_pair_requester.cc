@@ -140,7 +140,14 @@ bool SoftQueuePair::execute_shm_locked(SendOp& op, std::uint8_t* local, bool* us
     Status ok = pin_remote_locked(wr, &pinned);
     if (!ok.ok()) {
       *used = true;
-      finish_locked(op, WcStatus::kRemAccessErr, ok.message());
+      if (peer_ring_ && peer_ring_->consumer_closed()) {
+        // revoked as the peer's queue pair failed, or after: no queue pair answers, as a
+        // NIC's retransmissions would find none (the connection broke; no access error)
+        finish_locked(op, WcStatus::kRetryExcErr,
+                      "the peer's queue pair is in the error state (" + ok.message() + ")");
+      } else {
+        finish_locked(op, WcStatus::kRemAccessErr, ok.message());
+      }
       return true;
     }
     std::shared_ptr<SharedSegment> segment;
