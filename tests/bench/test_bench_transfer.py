@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 
 import numpy as np
 import pytest
 
-from tensorverbs.bench import cpu_profile, transfer, transfer_goals
+from tensorverbs.bench import busy, cpu_profile, transfer, transfer_goals
 from tensorverbs.bench.contenders import by_name
 from tensorverbs.bench.contenders import nixl as nixl_contender
 from tensorverbs.bench.contenders.base import CALLS, FLIGHT_CALLS, payload, same_bytes
@@ -154,7 +155,7 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
 def test_command_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "t.json", tmp_path / "t.png"
     code = transfer.main(["--sizes", "4KiB,16KiB", "--rounds", "1", "--max-transfers", "2",
-                          "--in-flight", "10", "--call-transfers", "2",
+                          "--in-flight", "10", "--call-transfers", "2", "--busy", "1",
                           "--contenders", "grpc+verbs,memcpy,raw unix",
                           "--json", str(out), "--plot", str(png)])
     assert code == 0
@@ -162,6 +163,7 @@ def test_command_writes_json_and_plot(tmp_path):
     assert data["benchmark"] == "transfer" and data["command"].startswith("tensorverbs bench transfer")
     assert {"cpus", "python", "numpy"} <= set(data["machine"])
     assert data["settings"]["sizes"] == [4096, 16384] and data["settings"]["in_flight"] == 10
+    assert data["settings"]["busy_neighbours"] == 1
     assert set(data["contenders"]) == {"grpc+verbs", "memcpy", "raw unix"}
     row = data["results"][0]
     assert {"contender", "bytes", "verified", "seconds", "gbps", "gbps_p25", "gbps_p75",
@@ -175,6 +177,24 @@ def test_command_writes_json_and_plot(tmp_path):
     goal = next(g for g in data["goals"] if "round trip" in g["goal"])
     assert {"goal", "measured", "ratio", "met"} <= set(goal)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _cpu_ticks(pid: int) -> int:
+    """The user and system CPU time of process `pid` so far, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        after_name = f.read().rsplit(")", 1)[1].split()
+    return int(after_name[11]) + int(after_name[12])  # utime, stime
+
+
+def test_busy_neighbours_compute_while_the_block_runs_and_are_gone_after():
+    with busy.neighbours(2) as processes:
+        assert len(processes) == 2
+        deadline = time.monotonic() + 60
+        while any(_cpu_ticks(p.pid) == 0 for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling what the kernel counts, until a deadline
+        assert all(_cpu_ticks(p.pid) > 0 for p in processes), "a neighbour did not compute"
+        assert all(p.is_alive() for p in processes)
+    assert all(p.exitcode is not None for p in processes)
 
 
 @pytest.mark.skipif(cpu_profile.unavailable() is not None, reason=str(cpu_profile.unavailable()))

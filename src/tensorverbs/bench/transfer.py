@@ -16,7 +16,8 @@ as many; tensors per second, Python calls included; and the same in one batch ca
 (tensorverbs' ``recv_many``). Then 4 KiB as applications call it:
 the blocking ``recv(..., timeout=)`` in a loop, ``recv_async(...).result()``, and a
 blocking recv after the process sat idle for 20 ms (its caches and its threads cold).
-Last, the goals, each with the figure it bounds.
+Last, the goals, each with the figure it bounds. ``--busy N`` runs it all beside N
+processes that keep the processors busy (a machine shared with other work).
 
     tensorverbs bench transfer --max-size 256MiB --rounds 8 --plot transfer.png
 """
@@ -31,7 +32,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..verbs.config import parse_size
-from . import cpu_profile, report
+from . import busy, cpu_profile, report
 from .contenders import Contender, Pair, by_name
 from .contenders.base import CALLS, FLIGHT_CALLS, IDLE_GAP
 from .peer import PeerError
@@ -292,6 +293,9 @@ def parser() -> argparse.ArgumentParser:
                    f"{CALL_TRANSFERS}; 0 skips)")
     p.add_argument("--contenders", help="comma-separated names (default: all available): "
                    + ", ".join(c.name for c in by_name()))
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="N processes that keep the processors busy beside the contenders for "
+                   "the whole run, as other work on a shared machine (default 0)")
     p.add_argument("--profile", nargs="?", type=float, const=10.0, metavar="SECONDS",
                    help="instead of the sweep: sample the 4 KiB loop of each contender (default "
                    "grpc+verbs) with perf for SECONDS (default 10) and print where the CPU goes")
@@ -386,9 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sizes = _sizes(p, args)
     if (args.rounds < 1 or args.warmup < 0 or args.max_transfers < 1 or args.in_flight < 0
-            or args.call_transfers < 0):
-        p.error("give --rounds >= 1, --warmup >= 0, --max-transfers >= 1, --in-flight >= 0 "
-                "and --call-transfers >= 0")
+            or args.call_transfers < 0 or args.busy < 0):
+        p.error("give --rounds >= 1, --warmup >= 0, --max-transfers >= 1, --in-flight >= 0, "
+                "--call-transfers >= 0 and --busy >= 0")
     try:
         contenders = by_name(args.contenders.split(",") if args.contenders else None)
         round_bytes = parse_size(args.round_bytes)
@@ -397,8 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         return run_profile(contenders if args.contenders else by_name(["grpc+verbs"]),
                            args.profile)
-    result = run(contenders, sizes, args.rounds, args.warmup, round_bytes, args.max_transfers,
-                 args.in_flight, args.call_transfers)
+    with busy.neighbours(args.busy):
+        result = run(contenders, sizes, args.rounds, args.warmup, round_bytes,
+                     args.max_transfers, args.in_flight, args.call_transfers)
+    result["settings"]["busy_neighbours"] = args.busy
     show(result)
     plotted = report.save(result, ["transfer", *argv], args.json, args.plot, plot)
     bad = [r for r in result["results"] + result["in_flight"] + result["calls"]
