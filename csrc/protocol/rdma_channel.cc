@@ -327,6 +327,11 @@ Status RdmaChannel::credit_locked(std::uint32_t count,
   return post_locked(wrs);
 }
 
+std::string RdmaChannel::gone_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gone_why_ ? gone_why_->message() : std::string();
+}
+
 bool RdmaChannel::fail(const Status& why, bool transient) {
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests;
   std::deque<std::shared_ptr<RdmaTensorRequest>> queued;
@@ -338,6 +343,7 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
   if (!transient) gone_.store(true, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!transient && !gone_why_) gone_why_ = why;
     if (failed_) return false;
     failed_ = true;
     if (!error_) error_ = why;

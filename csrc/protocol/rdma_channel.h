@@ -164,6 +164,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // Whether it failed for good (a fail() that was not transient, even after a transient
   // one): a request of it that its transient failure would hold fails instead.
   bool gone() const { return gone_.load(std::memory_order_acquire); }
+  // Why it failed for good (the first such fail()'s reason); empty while it has not.
+  std::string gone_reason() const;
 
  private:
   // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.
@@ -199,6 +201,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   bool connecting_ = false;                  // connect() is dialing, without the lock
   std::condition_variable connected_;        // it has returned
   std::optional<Status> error_;
+  std::optional<Status> gone_why_;  // the first fail() that was not transient
   bool failed_ = false;  // fail() ran
   std::atomic<bool> gone_{false};
   // the smaller of both sides' once connected; read without mu_ by transfers

@@ -158,19 +158,25 @@ void RdmaRendezvous::fail_channel(std::int32_t peer, const Status& why, bool tra
   for (auto& request : take_held(peer)) request->give_up(why);
 }
 
-bool RdmaRendezvous::hold(const std::shared_ptr<RdmaTensorRequest>& request) {
+bool RdmaRendezvous::hold(const std::shared_ptr<RdmaTensorRequest>& request,
+                          std::string* why_not) {
   std::shared_ptr<RdmaChannel> channel;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!settings_.recover || stopped_) return false;
+    if (!settings_.recover || stopped_) {
+      if (why_not) *why_not = stopped_ ? "this task stopped" : "this task does not recover channels";
+      return false;
+    }
     auto it = channels_.find(request->peer());
-    if (it != channels_.end() && it->second->gone()) return false;  // the peer is gone
-    if (it != channels_.end() && it->second->ready()) {
-      channel = it->second;  // set up again already
-    } else {
+    if (it == channels_.end() || (!it->second->gone() && !it->second->ready())) {
       held_[request->peer()].push_back(request);
       return true;
     }
+    channel = it->second;  // set up again already, or gone
+  }
+  if (channel->gone()) {  // the peer is gone (the reason under the channel's lock, not ours)
+    if (why_not) *why_not = "its channel failed for good (" + channel->gone_reason() + ")";
+    return false;
   }
   resume(request, channel);
   return true;

@@ -129,8 +129,9 @@ class RdmaRendezvous final : public ChannelOwner {
   void forget(const PendingRecv* recv) { recvs_.forget(recv); }
   bool recovers() const { return settings_.recover; }
   // Holds `request` (its channel broke) until the peer's channel is set up again, or asks
-  // again at once if it is; false when the rendezvous does not recover channels or stopped.
-  bool hold(const std::shared_ptr<RdmaTensorRequest>& request);
+  // again at once if it is; false when the rendezvous does not recover channels, stopped,
+  // or the peer's channel failed for good (`why_not`, when given, says which).
+  bool hold(const std::shared_ptr<RdmaTensorRequest>& request, std::string* why_not = nullptr);
   // Tracks and starts `request` (a late tensor of its key answers it instead).
   void start_request(const std::shared_ptr<RdmaTensorRequest>& request);
 

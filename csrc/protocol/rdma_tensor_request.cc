@@ -320,18 +320,26 @@ void RdmaTensorRequest::on_malformed(const Status& why) {
   finish(why, std::nullopt);
 }
 
-bool RdmaTensorRequest::may_hold_locked() const {
-  return rendezvous_.recovers() && attempt_ < kMaxAttempts && caller_ && !deferred_ &&
-         (state_ == State::kRequested || state_ == State::kReRequested ||
-          (state_ == State::kReading && !read_outstanding_locked()));
+std::string RdmaTensorRequest::why_not_held_locked() const {
+  if (!rendezvous_.recovers()) return "this task does not recover channels";
+  if (attempt_ >= kMaxAttempts) return "it was asked " + std::to_string(attempt_) + " times";
+  if (!caller_) return "its caller left";
+  if (deferred_) return "it ends with " + deferred_->message();
+  if (state_ == State::kRequested || state_ == State::kReRequested ||
+      (state_ == State::kReading && !read_outstanding_locked())) {
+    return "";
+  }
+  return state_ == State::kReading ? "its read may still be landing" : "the tensor was on its way";
 }
 
 void RdmaTensorRequest::fail(const Status& why, bool transient) {
   bool held = false;
+  std::string why_not;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kRevoking) return;  // the tensor is here: it is handed over
-    if (transient && may_hold_locked()) {
+    if (transient) why_not = why_not_held_locked();
+    if (transient && why_not.empty()) {
       // Its queue pair is in the error state: nothing new lands there. A copy into the
       // caller's memory that may still be finishing (the soft provider's) ends the recv
       // as before instead: the successor would land there too.
@@ -341,11 +349,15 @@ void RdmaTensorRequest::fail(const Status& why, bool transient) {
         sent_ = false;  // nothing is asked for until the successor asks
         broke_ = why;
         held = true;
+      } else {
+        why_not = "the tensor was being copied into its destination";
       }
     }
   }
-  if (held && rendezvous_.hold(shared_from_this())) return;
-  finish(why, std::nullopt, false);
+  if (held && rendezvous_.hold(shared_from_this(), &why_not)) return;
+  // a transient failure that does not ask again says why not (else a user cannot tell)
+  finish(why_not.empty() ? why : Status(why.code(), why.message() + "; not asked again: " + why_not),
+         std::nullopt, false);
 }
 
 void RdmaTensorRequest::resume(const std::shared_ptr<RdmaChannel>& channel) {

@@ -93,8 +93,9 @@ class RdmaTensorRequest : public PendingRecv,
   // Whether our read was posted and its completion not seen yet.
   bool read_outstanding_locked() const;                  // under mu_
   void finish(Status status, std::optional<TensorValue> value, bool registered = true);
-  // Whether the request may be held for a new channel now that its own broke.
-  bool may_hold_locked() const;                          // under mu_
+  // Why the request may not be held for a new channel now that its own broke; empty
+  // when it may.
+  std::string why_not_held_locked() const;               // under mu_
   std::shared_ptr<RdmaTensorRequest> successor() const;
 
   RdmaRendezvous& rendezvous_;

@@ -105,7 +105,9 @@ TEST_P(ChannelRecovery, ARecvHeldAfterItsChannelFailedForGoodFailsInstead) {
   auto caller = std::make_shared<Waiting>();
   auto late = std::make_shared<RdmaTensorRequest>(*worker_, nullptr,
                                                   StepKey{9, RendezvousKey{kPs, kWorker, "late"}}, caller);
-  EXPECT_FALSE(worker_->hold(late));  // (the pass then fails it with the transport's error)
+  std::string why_not;  // (the pass then fails it with the transport's error, and this)
+  EXPECT_FALSE(worker_->hold(late, &why_not));
+  EXPECT_EQ(why_not, "its channel failed for good (the ps is unavailable)");
 }
 
 TEST_P(ChannelRecovery, StopEndsHeldRecvsAndTheWaitForLostChannels) {
