@@ -239,6 +239,8 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
       early_.emplace_back(std::move(message), std::move(response));
       return;
     }
+    // failed already: only the tensor goes back (failing the channel again with its own
+    // error would take a transient failure for one for good, and end the recvs it holds)
     if (!error_) {
       std::vector<verbs::SendWr>& wrs = scratch_locked();
       status = buffer_->send(message, &wrs, &sequence);
@@ -248,11 +250,9 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
         status = post_locked(wrs);
         if (status.ok()) return;
       }
-    } else {
-      status = *error_;
     }
   }
-  fail(status);
+  if (!status.ok()) fail(status);
   response->abandon();  // the tensor goes back (fail() did it if it was registered)
 }
 
