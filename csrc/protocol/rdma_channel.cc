@@ -338,12 +338,15 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> waiting;
   Status failed;
-  // (before the look at failed_: a transient failure's pass may still be holding the
-  // requests it took, after this fail's rendezvous has given up those held so far)
-  if (!transient) gone_.store(true, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!transient && !gone_why_) gone_why_ = why;
+    // (before the look at failed_: a transient failure's pass may still be holding the
+    // requests it took, after this fail's rendezvous has given up those held so far; the
+    // reason first, for whoever sees gone_)
+    if (!transient) {
+      if (!gone_why_) gone_why_ = why;
+      gone_.store(true, std::memory_order_release);
+    }
     if (failed_) return false;
     failed_ = true;
     if (!error_) error_ = why;

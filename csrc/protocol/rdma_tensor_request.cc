@@ -70,7 +70,9 @@ std::string RdmaTensorRequest::progress() const {
 void RdmaTensorRequest::start() {
   auto admitted = channel_->add_request(shared_from_this());
   if (!admitted.ok()) {
-    finish(admitted.status(), std::nullopt, false);
+    // the channel failed since it was chosen (a successor resumed on a channel that broke
+    // at once): under the transport, it is held for the next one as its requests were
+    fail(admitted.status(), !channel_->gone());
     return;
   }
   // queued behind the requests in flight: the channel sends it when one of them ends

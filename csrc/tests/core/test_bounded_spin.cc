@@ -41,14 +41,15 @@ TEST(BoundedSpin, ACrowdedProcessSleepsAtOnceUntilTheCrowdingIsOver) {
 TEST(BoundedSpin, ACrowdingThatComesBackLastsLonger) {
   using namespace std::chrono;
   BoundedSpin::crowded_until(Clock::time_point{});
-  const Clock::time_point earlier = Clock::now() - 15ms;
-  BoundedSpin::crowded_at(earlier);  // crowded for kCrowdedFor: over 5 ms ago
+  const Clock::time_point earlier = Clock::now() - 100ms;
+  BoundedSpin::crowded_at(earlier);  // crowded for kCrowdedFor: over 90 ms ago
   const Clock::time_point before = Clock::now();
   const bool turned = BoundedSpin(1h).turn();
   EXPECT_TRUE(turned || Clock::now() - before >= BoundedSpin::kCrowdedYield);
   BoundedSpin::crowded_until(Clock::time_point{});
-  BoundedSpin::crowded_at(earlier);
-  BoundedSpin::crowded_at(earlier);  // back within twice its span: twice as long, not over
+  // coming back each time within twice its span, it doubles up to kCrowdedForAtMost (1 s):
+  // crowded until 900 ms from now
+  for (int i = 0; i < 8; ++i) BoundedSpin::crowded_at(earlier);
   EXPECT_FALSE(BoundedSpin(1h).turn());
   BoundedSpin::crowded_until(Clock::time_point{});
 }
