@@ -4,7 +4,8 @@
 //
 // Layout: a 256-byte header (magic, version, capacity; tail, written by the producer;
 // head, written by the consumer; producer_waiting, set by a producer that found the ring
-// full; consumer_closed, set by the consumer's queue pair as it enters the error state) and `capacity` 16-byte entries: seq | imm | byte_len | flags. The producer writes
+// full; consumer_closed, set by the consumer's queue pair as it enters the error state)
+// and `capacity` 16-byte entries: seq | imm | byte_len | flags. The producer writes
 // an entry, then publishes it with a release store of tail; the consumer reads tail with
 // acquire, copies the entry, checks it, then releases the slot by storing head. Each side
 // distrusts what the other wrote: head and tail are checked against the capacity, entries
