@@ -164,7 +164,9 @@ bool RdmaRendezvous::hold(const std::shared_ptr<RdmaTensorRequest>& request,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!settings_.recover || stopped_) {
-      if (why_not) *why_not = stopped_ ? "this task stopped" : "this task does not recover channels";
+      if (why_not) {
+        *why_not = stopped_ ? "this task stopped" : "this task does not recover channels";
+      }
       return false;
     }
     auto it = channels_.find(request->peer());

@@ -358,7 +358,8 @@ void RdmaTensorRequest::fail(const Status& why, bool transient) {
   }
   if (held && rendezvous_.hold(shared_from_this(), &why_not)) return;
   // a transient failure that does not ask again says why not (else a user cannot tell)
-  finish(why_not.empty() ? why : Status(why.code(), why.message() + "; not asked again: " + why_not),
+  finish(why_not.empty() ? why
+                         : Status(why.code(), why.message() + "; not asked again: " + why_not),
          std::nullopt, false);
 }
 

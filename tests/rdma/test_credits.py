@@ -31,4 +31,5 @@ def test_an_answered_request_needs_no_ack_of_its_own(vpair, step):
     ps_after, worker_after = vpair.ps.stats(), vpair.worker.stats()
     assert worker_after["tensor_requests"] - worker_before["tensor_requests"] == COUNT
     assert ps_after["inline_tensors"] - ps_before["inline_tensors"] == COUNT
-    assert ps_after["acks_sent"] - ps_before["acks_sent"] == 0, "the sender acknowledged requests it answered"
+    assert ps_after["acks_sent"] - ps_before["acks_sent"] == 0, \
+        "the sender acknowledged requests it answered"

@@ -1,6 +1,6 @@
-// BoundedSpin: a spin ends when its budget is spent or a yield took long,
-// a crowded process does not spin, and a crowding that comes back lasts longer. (A yield may take long on a loaded machine, so the
-// checks hold whatever the scheduler did.)
+// BoundedSpin: a spin ends when its budget is spent or a yield took long, a crowded
+// process does not spin, and a crowding that comes back lasts longer. (A yield may take
+// long on a loaded machine, so the checks hold whatever the scheduler did.)
 #include <gtest/gtest.h>
 
 #include <chrono>

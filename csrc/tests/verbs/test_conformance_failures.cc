@@ -169,7 +169,8 @@ TEST_P(Conformance, AKeyRevokedAfterItsQueuePairFailedMeansTheConnectionBroke) {
   ASSERT_TRUE(a_->qp->post_send(&after, 1).ok());
   WorkCompletion wc;
   ASSERT_EQ(a_->cq->wait(&wc, 1, 60000), 1);
-  EXPECT_TRUE(connection_broke(wc.status)) << to_string(wc.status) << ": " << a_->qp->error_detail();
+  EXPECT_TRUE(connection_broke(wc.status))
+      << to_string(wc.status) << ": " << a_->qp->error_detail();
   EXPECT_EQ(std::memcmp(region->data(), src->data(), 64), 0);
   EXPECT_TRUE(all_equal(region->data() + 64, 4096 - 64, kPoison));
 }

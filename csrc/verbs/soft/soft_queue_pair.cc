@@ -302,7 +302,8 @@ void SoftQueuePair::enter_error_locked(const std::string& why) {
   if (state_.load() == QpState::kError) return;
   state_.store(QpState::kError, std::memory_order_release);
   if (detail_.empty()) detail_ = why;
-  if (ring_) ring_->close();  // before anything of ours is revoked: the peer tells why its access fails
+  // before anything of ours is revoked: the peer tells why its access fails
+  if (ring_) ring_->close();
   teardown_locked();  // first: nothing may touch the callers' buffers after their flush
   sends_.flush_all(copying_);  // a copy under way ends first: its operation flushes then
   emit_locked();
