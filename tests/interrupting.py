@@ -35,21 +35,24 @@ def interrupted_wait(server, name: str, source: str, step_id: int, timeout: floa
     """:func:`interrupted_recv` of ``tensorverbs.wait`` (``tensorverbs.as_completed`` with
     ``completed``) for a ``recv_async`` of ``name`` into an array of ``nbytes`` (a future
     the native core does not keep an answer for: the wait is concurrent.futures'); the
-    recv cancelled once the wait ended (as a caller gives up what it waited for)."""
+    recv cancelled once the wait ended (as a caller gives up what it waited for). The recv
+    starts where the signal is caught: the test signals once its request reached the
+    sender, which may be before ``recv_async`` returned."""
     import numpy as np
 
     import tensorverbs as tv
 
-    fut = server.recv_async(name, source, step_id, timeout, out=np.empty(nbytes, np.uint8))
-
     def wait() -> None:
+        fut = None
         try:
+            fut = server.recv_async(name, source, step_id, timeout, out=np.empty(nbytes, np.uint8))
             if completed:
                 next(tv.as_completed([fut], timeout))
             else:
                 tv.wait([fut], timeout)
         finally:
-            fut.cancel()
+            if fut is not None:
+                fut.cancel()
 
     return _interrupted(wait, elsewhere)
 
@@ -167,3 +170,11 @@ def interrupted_read(server, buffer, nbytes: int, timeout: float) -> tuple[str, 
 def read_into_untouched(server) -> bool:
     """Whether nothing landed in the array of the last :func:`interrupted_read`."""
     return not _read_into[0].any()
+
+
+def raise_named(server, name: str | None) -> None:
+    """Raise the builtin exception ``name`` (KeyboardInterrupt, SystemExit; None: nothing)."""
+    import builtins
+
+    if name is not None:
+        raise getattr(builtins, name)

@@ -118,8 +118,11 @@ class ChildProcess:
 
     def failed(self, error: BaseException | None, trace: str) -> BaseException:
         """The error to raise for ``error`` raised in the child (None: it could not cross
-        the pipe), with the child's ``trace``."""
-        return error if error is not None else RuntimeError(f"{self.name} failed:\n{trace}")
+        the pipe), with the child's ``trace``. A child's KeyboardInterrupt or SystemExit is
+        a RuntimeError here: raised as it is, it would interrupt or end the parent."""
+        if isinstance(error, Exception):
+            return error
+        return RuntimeError(f"{self.name} failed:\n{trace}")
 
     # -- commands ------------------------------------------------------------------------------
     def ready(self, timeout: float | None = None) -> None:
