@@ -11,7 +11,9 @@ from tensorverbs.local_cluster import same
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
           np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64,
           np.complex128]
-SHAPES = [(), (0,), (7,), (2, 3, 4), (3, 0, 2), (1, 1, 1, 1, 5)]
+#: ranks 9 and 32 (the most a message carries): more dims than a shape holds in place
+SHAPES = [(), (0,), (7,), (2, 3, 4), (3, 0, 2), (1, 1, 1, 1, 5), (2, 1, 1, 1, 1, 1, 1, 3, 2),
+          (1,) * 31 + (3,)]
 
 
 def sample(dtype, shape, seed: int) -> np.ndarray:

@@ -8,6 +8,7 @@
 #include <array>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "binding/byte_view.h"
 #include "binding/py_ref.h"
@@ -59,7 +60,7 @@ nb::bytes encode_message(std::uint8_t type, std::uint64_t request_index, std::st
                       std::move(error_message)};
   if (meta) {
     auto& [dtype, shape, is_dead, nbytes] = *meta;
-    message.meta = TensorMeta{dtype, std::move(shape), is_dead, nbytes};
+    message.meta = TensorMeta{dtype, shape, is_dead, nbytes};
   }
   message.acked = acked;
   message.payload = static_cast<const std::uint8_t*>(payload.data());
@@ -93,7 +94,8 @@ nb::dict decode_message(const nb::bytes& data) {
   out["rkey"] = message.rkey;
   if (message.meta) {
     const TensorMeta& meta = *message.meta;
-    out["meta"] = MetaTuple{meta.dtype, meta.shape, meta.is_dead, meta.nbytes};
+    out["meta"] = MetaTuple{meta.dtype, {meta.shape.begin(), meta.shape.end()}, meta.is_dead,
+                            meta.nbytes};
   } else {
     out["meta"] = nb::none();
   }

@@ -8,6 +8,7 @@
 
 #include "binding/byte_view.h"
 #include "binding/py_ref.h"
+#include "binding/tensor_shape_caster.h"
 #include "core/bounded_spin.h"
 
 namespace nb = nanobind;
@@ -35,7 +36,7 @@ nb::tuple to_python(const RecvResult& result) {
     payload = nb::cast(ByteView{const_cast<std::uint8_t*>(value.data), value.size(), false,
                                 value.keepalive});
   }
-  return nb::make_tuple(0, "", value.meta.dtype, nb::tuple(nb::cast(value.meta.shape)),
+  return nb::make_tuple(0, "", value.meta.dtype, nb::cast(value.meta.shape),
                         value.meta.is_dead, payload);
 }
 

@@ -23,6 +23,7 @@
 #include "binding/recv_callbacks.h"
 #include "binding/recv_handle.h"
 #include "binding/status_error.h"
+#include "binding/tensor_shape_caster.h"
 #include "binding/verbs_config.h"
 #include "protocol/held_messages.h"
 #include "protocol/rdma_rendezvous.h"
@@ -50,7 +51,7 @@ std::optional<RecvDestination> to_destination(const nb::object& spec,
                                               const std::shared_ptr<PyRecvCallback>& owner) {
   if (spec.is_none()) return std::nullopt;
   auto [dtype, shape, buffer] =
-      nb::cast<std::tuple<std::int32_t, std::vector<std::int64_t>, nb::object>>(spec);
+      nb::cast<std::tuple<std::int32_t, TensorShape, nb::object>>(spec);
   Py_buffer view;
   if (PyObject_GetBuffer(buffer.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
     throw nb::python_error();
@@ -64,7 +65,7 @@ std::optional<RecvDestination> to_destination(const nb::object& spec,
 
 // A tensor's value over the bytes of `data`: a ByteView of the core's (sharing its
 // keepalive), or any object exporting a C-contiguous buffer (kept alive).
-TensorValue to_value(std::int32_t dtype, std::vector<std::int64_t> shape, bool is_dead,
+TensorValue to_value(std::int32_t dtype, TensorShape shape, bool is_dead,
                      nb::handle data) {
   if (nb::isinstance<ByteView>(data)) {
     const ByteView& bytes = nb::cast<const ByteView&>(data);
@@ -129,7 +130,7 @@ class Rendezvous {
   }
 
   void send(std::int64_t step, std::int32_t dst, std::string name, std::int32_t dtype,
-            std::vector<std::int64_t> shape, bool is_dead, nb::handle data,
+            TensorShape shape, bool is_dead, nb::handle data,
             std::shared_ptr<SendTicket> ticket) {
     TensorValue value = to_value(dtype, std::move(shape), is_dead, data);
     value.ticket = std::move(ticket);
@@ -146,7 +147,7 @@ class Rendezvous {
   std::tuple<std::int64_t, int, std::string> send_many(
       const std::vector<std::int64_t>& steps, const std::vector<std::int32_t>& dsts,
       std::vector<std::string> names, const std::vector<std::int32_t>& dtypes,
-      std::vector<std::vector<std::int64_t>> shapes, const std::vector<bool>& deads,
+      std::vector<TensorShape> shapes, const std::vector<bool>& deads,
       const nb::list& datas, std::vector<std::shared_ptr<SendTicket>> tickets) {
     const std::size_t n = names.size();
     if (steps.size() != n || dsts.size() != n || dtypes.size() != n || shapes.size() != n ||
@@ -173,7 +174,7 @@ class Rendezvous {
 
   std::vector<std::pair<int, std::string>> broadcast(
       std::int64_t step, std::vector<std::int32_t> dsts, std::string name, std::int32_t dtype,
-      std::vector<std::int64_t> shape, bool is_dead, nb::handle data,
+      TensorShape shape, bool is_dead, nb::handle data,
       std::vector<std::shared_ptr<SendTicket>> tickets) {
     TensorValue value = to_value(dtype, std::move(shape), is_dead, data);
     std::vector<Status> sent;
@@ -275,7 +276,7 @@ class Rendezvous {
   }
 
   void give_back(std::int64_t step, std::int32_t src, std::string name, std::int32_t dtype,
-                 std::vector<std::int64_t> shape, bool is_dead, nb::handle payload) {
+                 TensorShape shape, bool is_dead, nb::handle payload) {
     TensorValue value = to_value(dtype, std::move(shape), is_dead, payload);
     GilReleased release;
     StepKey key{step, RendezvousKey{src, rv_->task(), std::move(name)}};

@@ -51,7 +51,7 @@ std::string hex(std::uint64_t value) {
 }
 
 // Dims as Python prints a list of ints: "[1, -2]".
-std::string format_list(const std::vector<std::int64_t>& dims) {
+std::string format_list(const TensorShape& dims) {
   std::string text = "[";
   for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
   return text + "]";
@@ -281,14 +281,14 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   if (std::any_of(all_dims.begin() + rank, all_dims.end(), [](std::int64_t d) { return d != 0; })) {
     return bad("dimensions beyond the rank");
   }
-  std::vector<std::int64_t> dims(all_dims.begin(), all_dims.begin() + rank);
+  TensorShape dims(all_dims.data(), rank);
   std::optional<TensorMeta> meta;
   if (dtype != 0) {
     if (!find_data_type(dtype)) return bad("unknown data_type " + std::to_string(dtype));
     if (std::any_of(dims.begin(), dims.end(), [](std::int64_t d) { return d < 0; })) {
       return bad("invalid shape " + format_list(dims));
     }
-    meta = TensorMeta{dtype, std::move(dims), is_dead == 1, nbytes};
+    meta = TensorMeta{dtype, dims, is_dead == 1, nbytes};
     if (meta->dmaable()) {
       if (std::optional<std::string> why = meta->check()) return bad(*why);
     }

@@ -24,6 +24,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/send_completion.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_landing.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_meta.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/tensor_shape.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_source.cc"
   "${CMAKE_CURRENT_LIST_DIR}/utf8.cc"
 )

@@ -33,7 +33,7 @@ inline constexpr std::size_t kRegisterFrom = 256 << 10;
 // The caller's memory for a tensor of `dtype` and `shape`: `nbytes` writable bytes at `data`.
 struct RecvDestination {
   std::int32_t dtype = 0;
-  std::vector<std::int64_t> shape;
+  TensorShape shape;
   std::uint8_t* data = nullptr;
   std::uint64_t nbytes = 0;
   std::shared_ptr<const void> keepalive;  // keeps `data` valid

@@ -35,7 +35,7 @@ constexpr std::array<DataType, 22> kDataTypes{{
 }};
 
 // The product of the dims and the item size; nothing if it does not fit 64 bits.
-std::optional<std::uint64_t> byte_count(const std::vector<std::int64_t>& shape,
+std::optional<std::uint64_t> byte_count(const TensorShape& shape,
                                         std::size_t itemsize) {
   for (const std::int64_t dim : shape) {
     if (dim == 0) return 0;
@@ -56,14 +56,6 @@ std::optional<DataType> find_data_type(std::int32_t number) {
     if (type.number == number) return type;
   }
   return std::nullopt;
-}
-
-std::string format_shape(const std::vector<std::int64_t>& shape) {
-  std::string text = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    text += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return text + (shape.size() == 1 ? ",)" : ")");
 }
 
 std::optional<std::string> TensorMeta::check() const {

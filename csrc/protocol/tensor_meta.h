@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
+
+#include "protocol/tensor_shape.h"
 
 namespace tensorverbs {
 
@@ -24,12 +25,9 @@ struct DataType {
 // Nothing for numbers tensorverbs does not know.
 std::optional<DataType> find_data_type(std::int32_t number);
 
-// A shape as Python prints a tuple of ints: "()", "(3,)", "(2, 3)".
-std::string format_shape(const std::vector<std::int64_t>& shape);
-
 struct TensorMeta {
   std::int32_t dtype = 0;
-  std::vector<std::int64_t> shape;
+  TensorShape shape;
   bool is_dead = false;
   std::uint64_t nbytes = 0;  // raw bytes when DMAable, the TensorProto's size otherwise
 

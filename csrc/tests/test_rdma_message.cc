@@ -147,7 +147,7 @@ TEST(RdmaMessage, RefusesToEncodeWhatCannotTravel) {
   message.name = "\xff";
   EXPECT_EQ(encode_into(message, slot.data()).error, "tensor name is not UTF-8");
   message = request();
-  message.meta->shape.assign(kMaxRank + 1, 1);
+  message.meta->shape = TensorShape(std::vector<std::int64_t>(kMaxRank + 1, 1));
   EXPECT_EQ(encode_into(message, slot.data()).error, "tensor of rank 33 does not fit a message");
   EXPECT_EQ(encode_into(error_status("\xc0\x80"), slot.data()).error, "error message is not UTF-8");
   message = request();
