@@ -64,12 +64,12 @@ class Janitor {
       wake_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
       wake_.wait_for(lock, kGather, [this] { return stopped_ || queue_.size() >= kBatch; });
       if (stopped_) return;
-      std::vector<PyObject*> batch;
-      batch.swap(queue_);
+      batch_.swap(queue_);  // (the queue keeps the capacity the last batch had)
       lock.unlock();
       PyGILState_STATE gil = PyGILState_Ensure();
-      for (PyObject* object : batch) Py_DECREF(object);
+      for (PyObject* object : batch_) Py_DECREF(object);
       PyGILState_Release(gil);
+      batch_.clear();
       lock.lock();
     }
   }
@@ -77,6 +77,7 @@ class Janitor {
   std::mutex mu_;
   std::condition_variable wake_;
   std::vector<PyObject*> queue_;
+  std::vector<PyObject*> batch_;  // the releasing thread's
   std::thread thread_;
   bool stopped_ = false;
 };
