@@ -351,9 +351,9 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
     failed_ = true;
     if (!error_) error_ = why;
     failed = *error_;
-    requests.swap(requests_);
+    requests = requests_.take_all();
     queued.swap(queued_);
-    responses.swap(responses_);
+    responses = responses_.take_all();
     waiting.swap(inline_);
     for (auto& [message, response] : early_) {
       if (response) waiting.emplace_back(0, std::move(response));

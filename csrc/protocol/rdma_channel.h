@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/recycling_map.h"
 #include "core/status.h"
 #include "protocol/channel_description.h"
 #include "protocol/protocol_counters.h"
@@ -210,14 +211,14 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   const std::uint32_t max_requests_;
   const std::size_t send_depth_;  // the send queue's room when nothing is posted
   bool fence_out_ = false;        // quiet()'s signaled ACK is on its way
-  std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests_;
+  RecyclingMap<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests_;
   std::deque<std::shared_ptr<RdmaTensorRequest>> queued_;  // beyond max_requests_, in order
   std::deque<verbs::SendWr> backlog_;  // work requests beyond the send queue's room, in order
   // the work requests being made to post, kept with their capacity (no allocation per
   // message): scratch_locked() hands it out cleared, with mu_ held
   std::vector<verbs::SendWr> scratch_;
   std::unordered_map<std::uint32_t, std::shared_ptr<std::atomic<bool>>> reads_;  // not yet seen
-  std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
+  RecyclingMap<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
   // inline answers waiting for the peer to take their message: (sequence, response)
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> inline_;
   bool took_messages_ = false;  // since the last after_batch()

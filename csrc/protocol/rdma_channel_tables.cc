@@ -9,7 +9,7 @@ namespace tensorverbs {
 std::uint32_t RdmaChannel::next_index_locked() {
   // indices run 0..kMaxRequestIndex and wrap; those of live requests are skipped
   const auto next = [](std::uint32_t i) { return i >= kMaxRequestIndex ? 0u : i + 1; };
-  while (requests_.count(next_index_)) next_index_ = next(next_index_);
+  while (requests_.contains(next_index_)) next_index_ = next(next_index_);
   const std::uint32_t index = next_index_;
   next_index_ = next(next_index_);
   return index;
@@ -24,7 +24,7 @@ Result<std::optional<std::uint32_t>> RdmaChannel::add_request(
     return std::optional<std::uint32_t>();
   }
   const std::uint32_t index = next_index_locked();
-  requests_.emplace(index, std::move(request));
+  requests_.insert(index, std::move(request));
   return std::optional<std::uint32_t>(index);
 }
 
@@ -39,7 +39,7 @@ void RdmaChannel::admit_queued(std::unique_lock<std::mutex>& lock) {
     std::shared_ptr<RdmaTensorRequest> request = std::move(queued_.front());
     queued_.pop_front();
     const std::uint32_t index = next_index_locked();
-    requests_.emplace(index, request);
+    requests_.insert(index, request);
     lock.unlock();
     const bool sent = request->send_request(index);  // false: it ended while queued
     lock.lock();
@@ -52,7 +52,11 @@ std::shared_ptr<RdmaTensorResponse> RdmaChannel::add_response(
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return nullptr;
-    if (!responses_.count(index)) return responses_[index] = make();
+    if (!responses_.contains(index)) {
+      std::shared_ptr<RdmaTensorResponse> response = make();
+      responses_.insert(index, response);
+      return response;
+    }
   }
   fail(Status(Code::kInternal, name() + ": the peer reused request index " + std::to_string(index)));
   return nullptr;
@@ -65,14 +69,14 @@ void RdmaChannel::remove_response(std::uint32_t index) {
 
 std::shared_ptr<RdmaTensorRequest> RdmaChannel::find_request(std::uint32_t index) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = requests_.find(index);
-  return it == requests_.end() ? nullptr : it->second;
+  const std::shared_ptr<RdmaTensorRequest>* request = requests_.find(index);
+  return request ? *request : nullptr;
 }
 
 std::shared_ptr<RdmaTensorResponse> RdmaChannel::find_response(std::uint32_t index) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = responses_.find(index);
-  return it == responses_.end() ? nullptr : it->second;
+  const std::shared_ptr<RdmaTensorResponse>* response = responses_.find(index);
+  return response ? *response : nullptr;
 }
 
 }  // namespace tensorverbs

@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/recycling_map.h"
+
+namespace tensorverbs {
+namespace {
+
+// The value of `key` in `map`, or `missing` if it has none.
+template <class Map, class Value>
+Value value_or(Map& map, std::uint32_t key, Value missing) {
+  auto* value = map.find(key);
+  return value == nullptr ? missing : *value;
+}
+
+TEST(RecyclingMap, InsertsFindsAndErasesLikeAMap) {
+  RecyclingMap<std::uint32_t, std::string> map(2);
+  EXPECT_TRUE(map.empty());
+  EXPECT_TRUE(map.insert(1, "one"));
+  EXPECT_FALSE(map.insert(1, "uno"));  // (a key is added once)
+  EXPECT_TRUE(map.insert(2, "two"));
+  EXPECT_EQ(value_or(map, 1, std::string("none")), "one");
+  EXPECT_EQ(map.find(3), nullptr);
+  EXPECT_TRUE(map.contains(2));
+  EXPECT_EQ(map.size(), 2u);
+  EXPECT_TRUE(map.erase(1));
+  EXPECT_FALSE(map.erase(1));
+  EXPECT_EQ(map.find(1), nullptr);
+  EXPECT_EQ(map.size(), 1u);
+}
+
+TEST(RecyclingMap, AnErasedValueIsDestroyedAtOnceAndItsNodeServesTheNextKey) {
+  RecyclingMap<std::uint32_t, std::shared_ptr<int>> map;
+  auto value = std::make_shared<int>(7);
+  std::weak_ptr<int> watched = value;
+  map.insert(10, std::move(value));
+  map.erase(10);
+  EXPECT_TRUE(watched.expired()) << "a kept node still held its value";
+  for (std::uint32_t key = 0; key < 1000; ++key) {  // one node, recycled
+    ASSERT_TRUE(map.insert(key, std::make_shared<int>(static_cast<int>(key))));
+    const std::shared_ptr<int> got = value_or(map, key, std::make_shared<int>(-1));
+    ASSERT_EQ(*got, static_cast<int>(key));
+    ASSERT_TRUE(map.erase(key));
+  }
+  EXPECT_TRUE(map.empty());
+}
+
+TEST(RecyclingMap, TakeAllMovesEveryEntryOut) {
+  RecyclingMap<std::uint32_t, int> map;
+  for (std::uint32_t key = 0; key < 5; ++key) map.insert(key, static_cast<int>(key) * 2);
+  map.erase(4);
+  const auto all = map.take_all();
+  EXPECT_EQ(all.size(), 4u);
+  EXPECT_EQ(all.at(3), 6);
+  EXPECT_TRUE(map.empty());
+  EXPECT_TRUE(map.insert(3, 1));  // (usable after)
+  EXPECT_EQ(value_or(map, 3, -1), 1);
+}
+
+}  // namespace
+}  // namespace tensorverbs
