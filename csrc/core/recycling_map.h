@@ -1,17 +1,37 @@
 // RecyclingMap: an unordered_map that keeps the nodes of the entries it erases and gives
 // them to the next insertions (C++17 node handles), so that a table whose size stays about
-// steady (the requests a channel has in flight) allocates nothing per entry.
+// steady (the requests a channel has in flight) allocates nothing per entry. A kept node's
+// value is emptied by `Reset` (by default assigned a fresh Value; a container's clear()
+// keeps its memory for the next) and its key is assigned the next key (a string's memory
+// serves the next too).
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <iterator>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace tensorverbs {
 
-template <class Key, class Value, class Hash = std::hash<Key>>
+// Empties a value by assigning it a fresh one.
+struct AssignFresh {
+  template <class Value>
+  void operator()(Value& value) const {
+    value = Value();
+  }
+};
+
+// Empties a container by clear(), which keeps its memory.
+struct ClearKeeping {
+  template <class Container>
+  void operator()(Container& container) const {
+    container.clear();
+  }
+};
+
+template <class Key, class Value, class Hash = std::hash<Key>, class Reset = AssignFresh>
 class RecyclingMap {
  public:
   using Map = std::unordered_map<Key, Value, Hash>;
@@ -44,18 +64,51 @@ class RecyclingMap {
     return true;
   }
 
-  // Removes `key`'s entry, its value destroyed (assigned a fresh Value) and its node kept;
-  // whether there was one.
+  // Sets `key`'s value, adding the entry if there is none.
+  void assign(const Key& key, Value value) {
+    if (Value* there = find(key)) {
+      *there = std::move(value);
+    } else {
+      insert(key, std::move(value));
+    }
+  }
+
+  // Removes `key`'s entry, its value emptied (Reset) and its node kept; whether there was one.
   bool erase(const Key& key) {
     auto it = map_.find(key);
     if (it == map_.end()) return false;
-    typename Map::node_type node = map_.extract(it);
-    if (spare_.size() < most_spare_) {
-      node.mapped() = Value();
-      spare_.push_back(std::move(node));
-    }
+    erase(it);
     return true;
   }
+
+  // Removes the entry at `it`, as erase(key); the iterator after it.
+  typename Map::iterator erase(typename Map::iterator it) {
+    auto next = std::next(it);
+    typename Map::node_type node = map_.extract(it);
+    if (spare_.size() < most_spare_) {
+      Reset()(node.mapped());
+      spare_.push_back(std::move(node));
+    }
+    return next;
+  }
+
+  // The value of `key`, added empty (on a kept node if there is one) when there is none.
+  Value& operator[](const Key& key) {
+    if (Value* there = find(key)) return *there;
+    if (spare_.empty()) return map_[key];
+    typename Map::node_type node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = key;
+    return map_.insert(std::move(node)).position->second;
+  }
+
+  // Removes every entry (their nodes are not kept).
+  void clear() { map_.clear(); }
+
+  typename Map::iterator begin() { return map_.begin(); }
+  typename Map::iterator end() { return map_.end(); }
+  typename Map::const_iterator begin() const { return map_.begin(); }
+  typename Map::const_iterator end() const { return map_.end(); }
 
   // Every entry, moved out (the map is left empty; its spare nodes stay).
   Map take_all() {

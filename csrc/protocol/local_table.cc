@@ -1,31 +1,41 @@
 #include "protocol/local_table.h"
 
 #include <string>
-#include <vector>
+#include <unordered_set>
 
 namespace tensorverbs {
 
 namespace {
 
-// Fails the sends of `items`, whose values the table drops.
-void fail_sends(const std::unordered_map<StepKey, std::deque<TensorValue>, StepKeyHash>& items,
-                const Status& why) {
-  for (const auto& [key, queue] : items) {
-    for (const TensorValue& value : queue) {
-      if (value.ticket) value.ticket->fail(why);
+// The oldest entry of `key`'s queue, taken out of it (the queue dropped once empty).
+template <typename Queues>
+auto pop_front(Queues& queues, const StepKey& key)
+    -> std::optional<std::decay_t<decltype(queues.find(key)->front())>> {
+  auto* queue = queues.find(key);
+  if (queue == nullptr) return std::nullopt;
+  auto entry = std::move(queue->front());
+  queue->pop_front();
+  if (queue->empty()) queues.erase(key);
+  return entry;
+}
+
+// Moves the entries of `step`'s queues to `out`, the queues dropped.
+template <typename Queues, typename T>
+void take_queues(Queues& queues, std::int64_t step, std::vector<T>* out) {
+  for (auto it = queues.begin(); it != queues.end();) {
+    if (it->first.step != step) {
+      ++it;
+      continue;
     }
+    for (T& entry : it->second) out->push_back(std::move(entry));
+    it = queues.erase(it);
   }
 }
 
-template <typename T>
-std::optional<T> pop_front(std::unordered_map<StepKey, std::deque<T>, StepKeyHash>& queues,
-                           const StepKey& key) {
-  auto it = queues.find(key);
-  if (it == queues.end()) return std::nullopt;
-  T entry = std::move(it->second.front());
-  it->second.pop_front();
-  if (it->second.empty()) queues.erase(it);
-  return entry;
+void fail_sends(const std::vector<TensorValue>& values, const Status& why) {
+  for (const TensorValue& value : values) {
+    if (value.ticket) value.ticket->fail(why);
+  }
 }
 
 }  // namespace
@@ -46,18 +56,16 @@ void LocalTable::offer(std::int64_t step, const RendezvousKey& key, TensorValue 
   std::optional<Pending> waiter;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Step& state = steps_[step];
-    if (state.aborted) {
-      if (refused) *refused = *state.aborted;
+    if (auto aborted = aborted_.find(step); aborted != aborted_.end()) {
+      if (refused) *refused = aborted->second;
       return;
     }
-    waiter = pop_front(state.waiters, match);
+    waiter = pop_front(waiters_, match);
     if (!waiter) {
-      auto& queue = state.items[match];
+      auto& queue = items_[match];
       first ? queue.push_front(std::move(value)) : queue.push_back(std::move(value));
       return;
     }
-    prune(step, state);
   }
   waiter->callback(Status(), std::move(value));
 }
@@ -69,17 +77,15 @@ LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
   std::optional<TensorValue> value;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Step& state = steps_[step];
-    if (state.aborted) {
-      error = *state.aborted;
+    if (auto aborted = aborted_.find(step); aborted != aborted_.end()) {
+      error = aborted->second;
     } else {
-      value = pop_front(state.items, match);
+      value = pop_front(items_, match);
       if (!value) {
         const std::uint64_t id = next_id_++;
-        state.waiters[match].push_back(Pending{id, std::move(callback)});
+        waiters_[match].push_back(Pending{id, std::move(callback)});
         return Waiter{match, id};
       }
-      prune(step, state);
     }
   }
   callback(std::move(error), value ? std::move(*value) : TensorValue{});
@@ -89,32 +95,30 @@ LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
 bool LocalTable::withdraw(const Waiter& waiter) {
   if (waiter.id == 0) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  auto step = steps_.find(waiter.key.step);
-  if (step == steps_.end()) return false;
-  auto queue = step->second.waiters.find(waiter.key);
-  if (queue == step->second.waiters.end()) return false;
-  for (auto it = queue->second.begin(); it != queue->second.end(); ++it) {
+  auto* queue = waiters_.find(waiter.key);
+  if (queue == nullptr) return false;
+  for (auto it = queue->begin(); it != queue->end(); ++it) {
     if (it->id != waiter.id) continue;
-    queue->second.erase(it);
-    if (queue->second.empty()) step->second.waiters.erase(queue);
-    prune(waiter.key.step, step->second);
+    queue->erase(it);
+    if (queue->empty()) waiters_.erase(waiter.key);
     return true;
   }
   return false;
 }
 
+void LocalTable::take_step(std::int64_t step, std::vector<TensorValue>* values,
+                           std::vector<Pending>* waiters) {
+  take_queues(items_, step, values);
+  take_queues(waiters_, step, waiters);
+}
+
 void LocalTable::abort_step(std::int64_t step, const Status& why) {
+  std::vector<TensorValue> dropped;
   std::vector<Pending> failed;
-  std::unordered_map<StepKey, std::deque<TensorValue>, StepKeyHash> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Step& state = steps_[step];
-    state.aborted = why;
-    dropped.swap(state.items);
-    for (auto& [key, queue] : state.waiters) {
-      for (Pending& waiter : queue) failed.push_back(std::move(waiter));
-    }
-    state.waiters.clear();
+    aborted_[step] = why;
+    take_step(step, &dropped, &failed);
   }
   fail_sends(dropped, why);
   for (Pending& waiter : failed) waiter.callback(why, TensorValue{});
@@ -122,44 +126,39 @@ void LocalTable::abort_step(std::int64_t step, const Status& why) {
 
 std::optional<Status> LocalTable::aborted(std::int64_t step) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = steps_.find(step);
-  if (it == steps_.end()) return std::nullopt;
-  return it->second.aborted;
+  auto it = aborted_.find(step);
+  if (it == aborted_.end()) return std::nullopt;
+  return it->second;
 }
 
 void LocalTable::cleanup_step(std::int64_t step) {
-  Step removed;
+  std::vector<TensorValue> dropped;
+  std::vector<Pending> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = steps_.find(step);
-    if (it == steps_.end()) return;
-    removed = std::move(it->second);
-    steps_.erase(it);
+    aborted_.erase(step);
+    take_step(step, &dropped, &failed);
   }
   const Status why(Code::kAborted, "step " + std::to_string(step) + " was cleaned up");
-  fail_sends(removed.items, Status(why.code(), why.message() + " before its receiver took it"));
-  for (auto& [key, queue] : removed.waiters) {
-    for (Pending& waiter : queue) waiter.callback(why, TensorValue{});
-  }
+  fail_sends(dropped, Status(why.code(), why.message() + " before its receiver took it"));
+  for (Pending& waiter : failed) waiter.callback(why, TensorValue{});
 }
 
 std::pair<std::size_t, std::size_t> LocalTable::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::size_t items = 0, waiters = 0;
-  for (const auto& [step, state] : steps_) {
-    for (const auto& [key, queue] : state.items) items += queue.size();
-    for (const auto& [key, queue] : state.waiters) waiters += queue.size();
-  }
+  for (const auto& [key, queue] : items_) items += queue.size();
+  for (const auto& [key, queue] : waiters_) waiters += queue.size();
   return {items, waiters};
 }
 
 std::size_t LocalTable::steps() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return steps_.size();
-}
-
-void LocalTable::prune(std::int64_t step, const Step& state) {
-  if (state.empty()) steps_.erase(step);
+  std::unordered_set<std::int64_t> steps;
+  for (const auto& [key, queue] : items_) steps.insert(key.step);
+  for (const auto& [key, queue] : waiters_) steps.insert(key.step);
+  for (const auto& [step, why] : aborted_) steps.insert(step);
+  return steps.size();
 }
 
 }  // namespace tensorverbs

@@ -17,7 +17,9 @@
 #include <optional>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
+#include "core/recycling_map.h"
 #include "core/status.h"
 #include "protocol/rendezvous_key.h"
 #include "protocol/tensor_value.h"
@@ -60,19 +62,20 @@ class LocalTable {
     std::uint64_t id;
     Callback callback;
   };
-  struct Step {
-    std::unordered_map<StepKey, std::deque<TensorValue>, StepKeyHash> items;
-    std::unordered_map<StepKey, std::deque<Pending>, StepKeyHash> waiters;
-    std::optional<Status> aborted;
-    bool empty() const { return items.empty() && waiters.empty() && !aborted; }
-  };
+  // Queues by step and key, whose nodes and queue memory serve the next keys.
+  template <typename T>
+  using Queues = RecyclingMap<StepKey, std::deque<T>, StepKeyHash, ClearKeeping>;
 
   void offer(std::int64_t step, const RendezvousKey& key, TensorValue value, bool first,
              Status* refused);
-  void prune(std::int64_t step, const Step& state);
+  // The step's values and waiting recvs, moved out of the table.
+  void take_step(std::int64_t step, std::vector<TensorValue>* values,
+                 std::vector<Pending>* waiters);
 
   mutable std::mutex mu_;
-  std::unordered_map<std::int64_t, Step> steps_;
+  Queues<TensorValue> items_;                          // sent, waiting for their recv
+  Queues<Pending> waiters_;                            // recvs waiting for their send
+  std::unordered_map<std::int64_t, Status> aborted_;  // until the step is cleaned up
   std::uint64_t next_id_ = 1;
 };
 

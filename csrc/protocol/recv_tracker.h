@@ -8,8 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
 
+#include "core/recycling_map.h"
 #include "core/status.h"
 #include "protocol/late_tensors.h"
 #include "protocol/pending_recv.h"
@@ -45,7 +45,7 @@ class RecvTracker {
   std::mutex mu_;
   bool stopped_ = false;
   std::uint64_t next_order_ = 0;
-  std::unordered_map<const PendingRecv*, Tracked> recvs_;
+  RecyclingMap<const PendingRecv*, Tracked> recvs_;
   LateTensors late_;
 };
 
