@@ -140,10 +140,10 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::size_t queued_requests() const;
   // Where the channel stands, for diagnostics: requests, responses, backlog, messages.
   std::string describe() const;
-  // Registers the answer to the peer's request `index`; nullptr once failed (nobody is left
-  // to answer) or if the index is in use (then the channel fails: the peer broke the rules).
-  std::shared_ptr<RdmaTensorResponse> add_response(
-      std::uint32_t index, const std::function<std::shared_ptr<RdmaTensorResponse>()>& make);
+  // Registers `response`, the answer to the peer's request `index`; false once failed
+  // (nobody is left to answer) or if the index is in use (then the channel fails: the peer
+  // broke the rules).
+  bool add_response(std::uint32_t index, std::shared_ptr<RdmaTensorResponse> response);
   void remove_response(std::uint32_t index);
 
   // -- the adapter's thread ------------------------------------------------------------------

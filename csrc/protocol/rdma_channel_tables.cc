@@ -47,19 +47,14 @@ void RdmaChannel::admit_queued(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-std::shared_ptr<RdmaTensorResponse> RdmaChannel::add_response(
-    std::uint32_t index, const std::function<std::shared_ptr<RdmaTensorResponse>()>& make) {
+bool RdmaChannel::add_response(std::uint32_t index, std::shared_ptr<RdmaTensorResponse> response) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (error_) return nullptr;
-    if (!responses_.contains(index)) {
-      std::shared_ptr<RdmaTensorResponse> response = make();
-      responses_.insert(index, response);
-      return response;
-    }
+    if (error_) return false;
+    if (responses_.insert(index, std::move(response))) return true;
   }
   fail(Status(Code::kInternal, name() + ": the peer reused request index " + std::to_string(index)));
-  return nullptr;
+  return false;
 }
 
 void RdmaChannel::remove_response(std::uint32_t index) {

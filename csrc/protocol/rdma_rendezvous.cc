@@ -379,10 +379,11 @@ void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
 
 void RdmaRendezvous::on_tensor_request(const std::shared_ptr<RdmaChannel>& channel,
                                        const RdmaMessage& message) {
-  auto response = channel->add_response(static_cast<std::uint32_t>(message.request_index), [&] {
-    return std::make_shared<RdmaTensorResponse>(*this, channel, message);
-  });
-  if (response) response->start();
+  // (made before it is known to be wanted: a std::function to make it would allocate too)
+  auto response = std::make_shared<RdmaTensorResponse>(*this, channel, message);
+  if (channel->add_response(static_cast<std::uint32_t>(message.request_index), response)) {
+    response->start();
+  }
 }
 
 Result<PoolBuffer> RdmaRendezvous::allocate(std::size_t nbytes) { return pool_->allocate(nbytes); }
