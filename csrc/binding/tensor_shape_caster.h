@@ -1,5 +1,5 @@
-// Python's shapes (a tuple or list of ints) as TensorShape and back (a tuple), without the
-// std::vector a list caster would allocate for each tensor.
+// Python's shapes (a sequence of ints: a tuple or list as it is) as TensorShape and back (a
+// tuple), without the std::vector a list caster would allocate for each tensor.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -16,10 +16,24 @@ struct type_caster<tensorverbs::TensorShape> {
   NB_TYPE_CASTER(tensorverbs::TensorShape, const_name("collections.abc.Sequence[int]"))
 
   bool from_python(handle src, std::uint8_t, cleanup_list*) noexcept {
-    PyObject* seq = src.ptr();
-    if (!PyTuple_Check(seq) && !PyList_Check(seq)) return false;
+    if (PyUnicode_Check(src.ptr()) || PyBytes_Check(src.ptr())) return false;
+    PyObject* seq = PySequence_Fast(src.ptr(), "");  // (a tuple or list as it is)
+    if (seq == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    bool ok = true;
+    try {
+      ok = read_dims(seq);
+    } catch (...) {  // no memory for the dims of a large rank
+      ok = false;
+    }
+    Py_DECREF(seq);
+    return ok;
+  }
+
+  bool read_dims(PyObject* seq) {
     const Py_ssize_t rank = PySequence_Fast_GET_SIZE(seq);
-    PyObject** items = PySequence_Fast_ITEMS(seq);
     std::int64_t small[tensorverbs::TensorShape::kInlineRank];
     std::vector<std::int64_t> large;
     std::int64_t* dims = small;
@@ -28,7 +42,16 @@ struct type_caster<tensorverbs::TensorShape> {
       dims = large.data();
     }
     for (Py_ssize_t i = 0; i < rank; ++i) {
-      PyObject* index = PyNumber_Index(items[i]);  // an int, or what has __index__
+      // an int as it is; else its __index__ (which may change the sequence: the item is
+      // held, and the sequence read again)
+      if (i >= PySequence_Fast_GET_SIZE(seq)) return false;
+      PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+      Py_INCREF(item);
+      PyObject* index = item;
+      if (!PyLong_CheckExact(item)) {
+        index = PyNumber_Index(item);
+        Py_DECREF(item);
+      }
       const long long dim = index == nullptr ? -1 : PyLong_AsLongLong(index);
       Py_XDECREF(index);
       if (dim == -1 && PyErr_Occurred()) {

@@ -48,6 +48,10 @@ class RecyclingMap {
     auto it = map_.find(key);
     return it == map_.end() ? nullptr : &it->second;
   }
+  const Value* find(const Key& key) const {
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : &it->second;
+  }
 
   // Adds (key, value) unless `key` is there already; whether it did.
   bool insert(const Key& key, Value value) {
@@ -74,7 +78,7 @@ class RecyclingMap {
   }
 
   // Removes `key`'s entry, its value emptied (Reset) and its node kept; whether there was one.
-  bool erase(const Key& key) {
+  bool erase(const Key& key) noexcept {
     auto it = map_.find(key);
     if (it == map_.end()) return false;
     erase(it);
@@ -82,12 +86,15 @@ class RecyclingMap {
   }
 
   // Removes the entry at `it`, as erase(key); the iterator after it.
-  typename Map::iterator erase(typename Map::iterator it) {
+  typename Map::iterator erase(typename Map::iterator it) noexcept {
     auto next = std::next(it);
     typename Map::node_type node = map_.extract(it);
     if (spare_.size() < most_spare_) {
       Reset()(node.mapped());
-      spare_.push_back(std::move(node));
+      try {
+        spare_.push_back(std::move(node));
+      } catch (...) {  // no memory to keep it: the node is freed instead
+      }
     }
     return next;
   }
@@ -102,8 +109,10 @@ class RecyclingMap {
     return map_.insert(std::move(node)).position->second;
   }
 
-  // Removes every entry (their nodes are not kept).
-  void clear() { map_.clear(); }
+  // Removes every entry, as erase() does.
+  void clear() noexcept {
+    while (!map_.empty()) erase(map_.begin());
+  }
 
   typename Map::iterator begin() { return map_.begin(); }
   typename Map::iterator end() { return map_.end(); }

@@ -1,7 +1,6 @@
 #include "protocol/local_table.h"
 
 #include <string>
-#include <unordered_set>
 
 namespace tensorverbs {
 
@@ -19,17 +18,13 @@ auto pop_front(Queues& queues, const StepKey& key)
   return entry;
 }
 
-// Moves the entries of `step`'s queues to `out`, the queues dropped.
+// Moves every entry of `queues` to `out`, the queues dropped.
 template <typename Queues, typename T>
-void take_queues(Queues& queues, std::int64_t step, std::vector<T>* out) {
-  for (auto it = queues.begin(); it != queues.end();) {
-    if (it->first.step != step) {
-      ++it;
-      continue;
-    }
-    for (T& entry : it->second) out->push_back(std::move(entry));
-    it = queues.erase(it);
+void take_all(Queues& queues, std::vector<T>* out) {
+  for (auto& [key, queue] : queues) {
+    for (T& entry : queue) out->push_back(std::move(entry));
   }
+  queues.clear();
 }
 
 void fail_sends(const std::vector<TensorValue>& values, const Status& why) {
@@ -56,16 +51,18 @@ void LocalTable::offer(std::int64_t step, const RendezvousKey& key, TensorValue 
   std::optional<Pending> waiter;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto aborted = aborted_.find(step); aborted != aborted_.end()) {
-      if (refused) *refused = aborted->second;
+    Step& state = steps_[step];
+    if (state.aborted) {
+      if (refused) *refused = *state.aborted;
       return;
     }
-    waiter = pop_front(waiters_, match);
+    waiter = pop_front(state.waiters, match);
     if (!waiter) {
-      auto& queue = items_[match];
+      auto& queue = state.items[match];
       first ? queue.push_front(std::move(value)) : queue.push_back(std::move(value));
       return;
     }
+    prune(step, state);
   }
   waiter->callback(Status(), std::move(value));
 }
@@ -77,15 +74,17 @@ LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
   std::optional<TensorValue> value;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto aborted = aborted_.find(step); aborted != aborted_.end()) {
-      error = aborted->second;
+    Step& state = steps_[step];
+    if (state.aborted) {
+      error = *state.aborted;
     } else {
-      value = pop_front(items_, match);
+      value = pop_front(state.items, match);
       if (!value) {
         const std::uint64_t id = next_id_++;
-        waiters_[match].push_back(Pending{id, std::move(callback)});
+        state.waiters[match].push_back(Pending{id, std::move(callback)});
         return Waiter{match, id};
       }
+      prune(step, state);
     }
   }
   callback(std::move(error), value ? std::move(*value) : TensorValue{});
@@ -95,21 +94,24 @@ LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
 bool LocalTable::withdraw(const Waiter& waiter) {
   if (waiter.id == 0) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  auto* queue = waiters_.find(waiter.key);
+  Step* state = steps_.find(waiter.key.step);
+  if (state == nullptr) return false;
+  auto* queue = state->waiters.find(waiter.key);
   if (queue == nullptr) return false;
   for (auto it = queue->begin(); it != queue->end(); ++it) {
     if (it->id != waiter.id) continue;
     queue->erase(it);
-    if (queue->empty()) waiters_.erase(waiter.key);
+    if (queue->empty()) state->waiters.erase(waiter.key);
+    prune(waiter.key.step, *state);
     return true;
   }
   return false;
 }
 
-void LocalTable::take_step(std::int64_t step, std::vector<TensorValue>* values,
-                           std::vector<Pending>* waiters) {
-  take_queues(items_, step, values);
-  take_queues(waiters_, step, waiters);
+void LocalTable::take(Step& state, std::vector<TensorValue>* values,
+                      std::vector<Pending>* waiters) {
+  take_all(state.items, values);
+  take_all(state.waiters, waiters);
 }
 
 void LocalTable::abort_step(std::int64_t step, const Status& why) {
@@ -117,8 +119,9 @@ void LocalTable::abort_step(std::int64_t step, const Status& why) {
   std::vector<Pending> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    aborted_[step] = why;
-    take_step(step, &dropped, &failed);
+    Step& state = steps_[step];
+    state.aborted = why;
+    take(state, &dropped, &failed);
   }
   fail_sends(dropped, why);
   for (Pending& waiter : failed) waiter.callback(why, TensorValue{});
@@ -126,9 +129,8 @@ void LocalTable::abort_step(std::int64_t step, const Status& why) {
 
 std::optional<Status> LocalTable::aborted(std::int64_t step) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = aborted_.find(step);
-  if (it == aborted_.end()) return std::nullopt;
-  return it->second;
+  const Step* state = steps_.find(step);
+  return state == nullptr ? std::nullopt : state->aborted;
 }
 
 void LocalTable::cleanup_step(std::int64_t step) {
@@ -136,9 +138,12 @@ void LocalTable::cleanup_step(std::int64_t step) {
   std::vector<Pending> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    aborted_.erase(step);
-    take_step(step, &dropped, &failed);
+    Step* state = steps_.find(step);
+    if (state == nullptr) return;
+    take(*state, &dropped, &failed);
+    steps_.erase(step);
   }
+  if (dropped.empty() && failed.empty()) return;
   const Status why(Code::kAborted, "step " + std::to_string(step) + " was cleaned up");
   fail_sends(dropped, Status(why.code(), why.message() + " before its receiver took it"));
   for (Pending& waiter : failed) waiter.callback(why, TensorValue{});
@@ -147,18 +152,20 @@ void LocalTable::cleanup_step(std::int64_t step) {
 std::pair<std::size_t, std::size_t> LocalTable::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::size_t items = 0, waiters = 0;
-  for (const auto& [key, queue] : items_) items += queue.size();
-  for (const auto& [key, queue] : waiters_) waiters += queue.size();
+  for (const auto& [step, state] : steps_) {
+    for (const auto& [key, queue] : state.items) items += queue.size();
+    for (const auto& [key, queue] : state.waiters) waiters += queue.size();
+  }
   return {items, waiters};
 }
 
 std::size_t LocalTable::steps() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::unordered_set<std::int64_t> steps;
-  for (const auto& [key, queue] : items_) steps.insert(key.step);
-  for (const auto& [key, queue] : waiters_) steps.insert(key.step);
-  for (const auto& [step, why] : aborted_) steps.insert(step);
-  return steps.size();
+  return steps_.size();
+}
+
+void LocalTable::prune(std::int64_t step, const Step& state) {
+  if (state.empty()) steps_.erase(step);
 }
 
 }  // namespace tensorverbs

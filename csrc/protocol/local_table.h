@@ -62,20 +62,32 @@ class LocalTable {
     std::uint64_t id;
     Callback callback;
   };
-  // Queues by step and key, whose nodes and queue memory serve the next keys.
+  // Queues by key, whose nodes and queue memory serve the next keys.
   template <typename T>
   using Queues = RecyclingMap<StepKey, std::deque<T>, StepKeyHash, ClearKeeping>;
+  // What the table holds for a step; cleared, it keeps its memory for the next step.
+  struct Step {
+    static constexpr std::size_t kSpareKeys = 64;
+    Queues<TensorValue> items{kSpareKeys};
+    Queues<Pending> waiters{kSpareKeys};
+    std::optional<Status> aborted;
+    bool empty() const { return items.empty() && waiters.empty() && !aborted; }
+    void clear() noexcept {
+      items.clear();
+      waiters.clear();
+      aborted.reset();
+    }
+  };
+  static constexpr std::size_t kSpareSteps = 16;
 
   void offer(std::int64_t step, const RendezvousKey& key, TensorValue value, bool first,
              Status* refused);
-  // The step's values and waiting recvs, moved out of the table.
-  void take_step(std::int64_t step, std::vector<TensorValue>* values,
-                 std::vector<Pending>* waiters);
+  void prune(std::int64_t step, const Step& state);
+  // The step's values and waiting recvs, moved out of `state`, which is left empty of them.
+  static void take(Step& state, std::vector<TensorValue>* values, std::vector<Pending>* waiters);
 
   mutable std::mutex mu_;
-  Queues<TensorValue> items_;                          // sent, waiting for their recv
-  Queues<Pending> waiters_;                            // recvs waiting for their send
-  std::unordered_map<std::int64_t, Status> aborted_;  // until the step is cleaned up
+  RecyclingMap<std::int64_t, Step, std::hash<std::int64_t>, ClearKeeping> steps_{kSpareSteps};
   std::uint64_t next_id_ = 1;
 };
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tensorverbs {
@@ -21,6 +22,20 @@ class TensorShape {
   TensorShape(std::initializer_list<std::int64_t> dims) : TensorShape(dims.begin(), dims.size()) {}
   TensorShape(const std::vector<std::int64_t>& dims)  // NOLINT: a vector is a shape
       : TensorShape(dims.data(), dims.size()) {}
+  TensorShape(const TensorShape&) = default;
+  TensorShape& operator=(const TensorShape&) = default;
+  // A shape moved from is empty (its spilled dims went with it).
+  TensorShape(TensorShape&& other) noexcept
+      : rank_(other.rank_), inline_(other.inline_), spill_(std::move(other.spill_)) {
+    other.rank_ = 0;
+  }
+  TensorShape& operator=(TensorShape&& other) noexcept {
+    rank_ = other.rank_;
+    inline_ = other.inline_;
+    spill_ = std::move(other.spill_);
+    other.rank_ = 0;
+    return *this;
+  }
 
   std::size_t size() const { return rank_; }
   bool empty() const { return rank_ == 0; }

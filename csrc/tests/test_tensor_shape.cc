@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "protocol/tensor_shape.h"
@@ -25,6 +26,21 @@ TEST(TensorShape, HoldsItsDimsAtEveryRank) {
     EXPECT_EQ(copy, shape);
     TensorShape moved = TensorShape(dims);
     EXPECT_EQ(moved, shape);
+  }
+}
+
+TEST(TensorShape, AShapeMovedFromIsEmpty) {
+  for (const std::size_t rank : {std::size_t{3}, TensorShape::kInlineRank + 1}) {
+    TensorShape shape(std::vector<std::int64_t>(rank, 2));
+    const TensorShape moved(std::move(shape));
+    EXPECT_EQ(moved.size(), rank);
+    EXPECT_TRUE(shape.empty());  // NOLINT(bugprone-use-after-move): what is left is checked
+    EXPECT_EQ(shape, TensorShape());
+    TensorShape other(std::vector<std::int64_t>(rank, 5));
+    TensorShape target;
+    target = std::move(other);
+    EXPECT_EQ(target, TensorShape(std::vector<std::int64_t>(rank, 5)));
+    EXPECT_TRUE(other.empty());  // NOLINT(bugprone-use-after-move)
   }
 }
 
