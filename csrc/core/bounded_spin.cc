@@ -67,7 +67,8 @@ bool cores_free_if_due(BoundedSpin::Clock::time_point now) {
 }  // namespace
 
 void BoundedSpin::crowded_until(Clock::time_point until) {
-  look_at_cores(Clock::now());  // (the next look is kProbeEvery from now)
+  const Clock::time_point now = Clock::now();
+  if (until > now) look_at_cores(now);  // (the next look is kProbeEvery from now)
   crowded_end.store(ticks(until), std::memory_order_relaxed);
   crowded_span.store(0, std::memory_order_relaxed);
   last_long_yield.store(0, std::memory_order_relaxed);

@@ -35,6 +35,7 @@ template <class Key, class Value, class Hash = std::hash<Key>, class Reset = Ass
 class RecyclingMap {
  public:
   using Map = std::unordered_map<Key, Value, Hash>;
+  using mapped_type = Value;
 
   // Keeps at most `spare` nodes of erased entries.
   explicit RecyclingMap(std::size_t spare = 256) : most_spare_(spare) {}
@@ -55,26 +56,15 @@ class RecyclingMap {
 
   // Adds (key, value) unless `key` is there already; whether it did.
   bool insert(const Key& key, Value value) {
-    if (map_.count(key)) return false;
-    if (spare_.empty()) {
-      map_.emplace(key, std::move(value));
-      return true;
-    }
-    typename Map::node_type node = std::move(spare_.back());
-    spare_.pop_back();
-    node.key() = key;
-    node.mapped() = std::move(value);
-    map_.insert(std::move(node));
+    if (contains(key)) return false;
+    add(key)->second = std::move(value);
     return true;
   }
 
-  // Sets `key`'s value, adding the entry if there is none.
-  void assign(const Key& key, Value value) {
-    if (Value* there = find(key)) {
-      *there = std::move(value);
-    } else {
-      insert(key, std::move(value));
-    }
+  // The value of `key`, added empty (on a kept node if there is one) when there is none.
+  Value& operator[](const Key& key) {
+    if (Value* there = find(key)) return *there;
+    return add(key)->second;
   }
 
   // Removes `key`'s entry, its value emptied (Reset) and its node kept; whether there was one.
@@ -99,16 +89,6 @@ class RecyclingMap {
     return next;
   }
 
-  // The value of `key`, added empty (on a kept node if there is one) when there is none.
-  Value& operator[](const Key& key) {
-    if (Value* there = find(key)) return *there;
-    if (spare_.empty()) return map_[key];
-    typename Map::node_type node = std::move(spare_.back());
-    spare_.pop_back();
-    node.key() = key;
-    return map_.insert(std::move(node)).position->second;
-  }
-
   // Removes every entry, as erase() does.
   void clear() noexcept {
     while (!map_.empty()) erase(map_.begin());
@@ -127,6 +107,15 @@ class RecyclingMap {
   }
 
  private:
+  // The entry of `key`, which has none, with an empty value: on a kept node if there is one.
+  typename Map::iterator add(const Key& key) {
+    if (spare_.empty()) return map_.try_emplace(key).first;
+    typename Map::node_type node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = key;
+    return map_.insert(std::move(node)).position;
+  }
+
   Map map_;
   std::vector<typename Map::node_type> spare_;
   std::size_t most_spare_;

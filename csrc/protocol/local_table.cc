@@ -8,8 +8,8 @@ namespace {
 
 // The oldest entry of `key`'s queue, taken out of it (the queue dropped once empty).
 template <typename Queues>
-auto pop_front(Queues& queues, const StepKey& key)
-    -> std::optional<std::decay_t<decltype(queues.find(key)->front())>> {
+std::optional<typename Queues::mapped_type::value_type> pop_front(Queues& queues,
+                                                                  const StepKey& key) {
   auto* queue = queues.find(key);
   if (queue == nullptr) return std::nullopt;
   auto entry = std::move(queue->front());

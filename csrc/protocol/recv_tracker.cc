@@ -11,7 +11,7 @@ std::optional<TensorValue> RecvTracker::track(const std::shared_ptr<PendingRecv>
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopped_) {
       if (auto late = late_.take(recv->key())) return late;
-      recvs_.assign(recv.get(), Tracked{next_order_++, recv});
+      recvs_[recv.get()] = Tracked{next_order_++, recv};
       return std::nullopt;
     }
   }

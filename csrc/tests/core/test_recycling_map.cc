@@ -60,13 +60,13 @@ TEST(RecyclingMap, TakeAllMovesEveryEntryOut) {
   EXPECT_EQ(value_or(map, 3, -1), 1);
 }
 
-TEST(RecyclingMap, AssignSetsOrAddsAndIterationSeesEveryEntry) {
+TEST(RecyclingMap, IndexingSetsOrAddsAndIterationSeesEveryEntry) {
   RecyclingMap<std::uint32_t, int> map;
-  map.assign(1, 10);
-  map.assign(1, 11);
-  map.assign(2, 20);
+  map[1] = 10;
+  map[1] = 11;
+  map[2] = 20;
   map.erase(2);
-  map.assign(3, 30);  // (on the node that 2 had)
+  map[3] = 30;  // (on the node that 2 had)
   int sum = 0;
   for (const auto& [key, value] : map) sum += static_cast<int>(key) * value;
   EXPECT_EQ(sum, 1 * 11 + 3 * 30);
