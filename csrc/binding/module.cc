@@ -48,7 +48,8 @@ nb::bytes encode_message(std::uint8_t type, std::uint64_t request_index, std::st
                          std::int64_t step_id, std::uint64_t remote_addr, std::uint32_t rkey,
                          std::optional<MetaTuple> meta, std::int32_t error_code,
                          std::string error_message, std::uint32_t acked, const nb::bytes& payload,
-                         std::vector<std::tuple<std::uint32_t, std::int64_t, std::string>> requests) {
+                         std::vector<std::tuple<std::uint32_t, std::int64_t, std::string>> requests,
+                         const std::vector<std::tuple<std::uint32_t, MetaTuple, nb::bytes>>& inlines) {
   RdmaMessage message{static_cast<MessageType>(type),
                       request_index,
                       std::move(name),
@@ -67,6 +68,12 @@ nb::bytes encode_message(std::uint8_t type, std::uint64_t request_index, std::st
   message.payload_size = payload.size();
   for (auto& [index, step, request_name] : requests) {
     message.requests.push_back(RequestEntry{index, step, std::move(request_name)});
+  }
+  for (const auto& [index, entry_meta, bytes] : inlines) {
+    const auto& [dtype, shape, is_dead, nbytes] = entry_meta;
+    if (bytes.size() != nbytes) throw nb::value_error("an inline tensor's bytes disagree with its nbytes");
+    message.inlines.push_back(InlineEntry{index, TensorMeta{dtype, shape, is_dead, nbytes},
+                                          static_cast<const std::uint8_t*>(bytes.data())});
   }
   std::array<std::uint8_t, kSlotBytes> slot{};
   const EncodeResult encoded = encode_into(message, slot.data());
@@ -108,6 +115,15 @@ nb::dict decode_message(const nb::bytes& data) {
     requests.append(nb::make_tuple(request.index, request.step_id, request.name));
   }
   out["requests"] = requests;
+  nb::list inlines;
+  for (const InlineEntry& entry : message.inlines) {
+    const TensorMeta& meta = entry.meta;
+    inlines.append(nb::make_tuple(
+        entry.index,
+        MetaTuple{meta.dtype, {meta.shape.begin(), meta.shape.end()}, meta.is_dead, meta.nbytes},
+        nb::bytes(entry.payload, meta.nbytes)));
+  }
+  out["inlines"] = inlines;
   return out;
 }
 
@@ -125,9 +141,10 @@ NB_MODULE(_core, m) {
         "step_id"_a = 0, "remote_addr"_a = 0, "rkey"_a = 0, "meta"_a = nb::none(),
         "error_code"_a = 0, "error_message"_a = "", "acked"_a = 0, "payload"_a = nb::bytes("", 0),
         "requests"_a = std::vector<std::tuple<std::uint32_t, std::int64_t, std::string>>(),
+        "inlines"_a = std::vector<std::tuple<std::uint32_t, MetaTuple, nb::bytes>>(),
         "The bytes of one control message (meta: (dtype, shape, is_dead, nbytes); requests: "
-        "TENSOR_REQUESTS' (index, step_id, name) each); ValueError if it cannot be encoded. "
-        "For tests.");
+        "TENSOR_REQUESTS' (index, step_id, name) each; inlines: TENSOR_INLINES' (index, meta, "
+        "bytes) each); ValueError if it cannot be encoded. For tests.");
   nb::enum_<MessageType>(m, "MessageType", "The control messages' types.", nb::is_arithmetic())
       .value("META_DATA_RESPONSE", MessageType::kMetaDataResponse)
       .value("TENSOR_RE_REQUEST", MessageType::kTensorReRequest)
@@ -136,7 +153,8 @@ NB_MODULE(_core, m) {
       .value("RELEASE", MessageType::kRelease)
       .value("CANCEL", MessageType::kCancel)
       .value("TENSOR_INLINE", MessageType::kTensorInline)
-      .value("TENSOR_REQUESTS", MessageType::kTensorRequests);
+      .value("TENSOR_REQUESTS", MessageType::kTensorRequests)
+      .value("TENSOR_INLINES", MessageType::kTensorInlines);
   m.attr("SLOT_BYTES") = kSlotBytes;
   m.attr("HEADER_BYTES") = kHeaderBytes;
   m.attr("MAX_TAIL_BYTES") = kMaxTailBytes;

@@ -17,8 +17,14 @@ int main(int argc, char** argv) {
   }
   RdmaMessage requests{MessageType::kTensorRequests, 0, "", 0, 0, 0, std::nullopt, 0, ""};
   requests.requests = {{0, 7, "w1"}, {kMaxRequestIndex, -1, std::string(kNameBytes, 'n')}};
+  const std::vector<std::uint8_t> bytes(24, 0xAB);
+  RdmaMessage inlines{MessageType::kTensorInlines, 0, "", 0, 0, 0, std::nullopt, 0, ""};
+  inlines.inlines = {{0, TensorMeta{1, {2, 3}, false, 24}, bytes.data()},
+                     {kMaxRequestIndex, TensorMeta{7, {}, true, 5}, bytes.data()},
+                     {3, TensorMeta{4, std::vector<std::int64_t>(kMaxRank, 0), false, 0}, nullptr}};
   const std::vector<RdmaMessage> seeds = {
       requests,
+      inlines,
       {MessageType::kMetaDataResponse, 1, "", 7, 0xC0FFEE, 0, TensorMeta{1, {2, 3}, false, 24}, 0,
        ""},
       {MessageType::kMetaDataResponse, 2, "", 7, 0, 0, TensorMeta{7, {4}, true, 1000}, 0, ""},

@@ -12,6 +12,7 @@ void ProtocolCounters::message(MessageType type) {
     case MessageType::kCancel: add(cancels); break;
     case MessageType::kTensorInline: add(inline_tensors); break;
     case MessageType::kTensorRequests: add(request_batches); break;
+    case MessageType::kTensorInlines: add(inline_batches); break;
   }
 }
 
@@ -25,6 +26,7 @@ std::vector<std::pair<std::string, std::uint64_t>> ProtocolCounters::snapshot() 
           {"cancels", v(cancels)},
           {"inline_tensors", v(inline_tensors)},
           {"request_batches", v(request_batches)},
+          {"inline_batches", v(inline_batches)},
           {"rdma_writes", v(rdma_writes)},
           {"rdma_reads", v(rdma_reads)},
           {"bytes_written", v(bytes_written)},

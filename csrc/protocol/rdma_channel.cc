@@ -112,11 +112,8 @@ Status RdmaChannel::send_early_locked() {
   std::vector<verbs::SendWr>& wrs = scratch_locked();
   for (auto& [message, response] : early_) {
     std::uint64_t sequence = 0;
-    bool batched = false;
-    Status status = buffer_->send(message, &wrs, &sequence, &batched);
+    Status status = buffer_send_locked(message, &wrs, &sequence);
     if (!status.ok()) return status;
-    owner_.counters().message(message.type);
-    if (batched) owner_.counters().message(MessageType::kTensorRequests);
     if (response) inline_.emplace_back(sequence, std::move(response));
   }
   early_.clear();
@@ -200,12 +197,9 @@ void RdmaChannel::release_held() {
 }
 
 void RdmaChannel::send(RdmaMessage message) {
-  std::uint64_t sequence = 0;
-  Status status;
-  HeldMessages* const held = HeldMessages::current();
-  const bool to_hold = held != nullptr && !held->holds(this);  // (the scope's first message)
-  if (to_hold) held->make_room();  // (the add() below cannot fail)
+  HeldMessages* const held = held_scope();
   bool newly_held = false;
+  Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return;
@@ -213,25 +207,16 @@ void RdmaChannel::send(RdmaMessage message) {
       early_.emplace_back(std::move(message), nullptr);
       return;
     }
-    if (to_hold) {
-      buffer_->hold();
-      newly_held = true;
-    }
-    std::vector<verbs::SendWr>& wrs = scratch_locked();
-    bool batched = false;
-    status = buffer_->send(message, &wrs, &sequence, &batched);
-    if (status.ok()) {
-      owner_.counters().message(message.type);
-      if (batched) owner_.counters().message(MessageType::kTensorRequests);
-      status = post_locked(wrs);
-    }
+    std::uint64_t sequence = 0;
+    status = send_locked(message, held, &newly_held, &sequence);
   }
   if (newly_held) held->add(shared_from_this());
   if (!status.ok()) fail(status);
 }
 
 void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorResponse> response) {
-  std::uint64_t sequence = 0;
+  HeldMessages* const held = held_scope();
+  bool newly_held = false;
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -242,18 +227,47 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
     // failed already: only the tensor goes back (failing the channel again with its own
     // error would take a transient failure for one for good, and end the recvs it holds)
     if (!error_) {
-      std::vector<verbs::SendWr>& wrs = scratch_locked();
-      status = buffer_->send(message, &wrs, &sequence);
-      if (status.ok()) {
-        owner_.counters().message(message.type);
-        inline_.emplace_back(sequence, response);
-        status = post_locked(wrs);
-        if (status.ok()) return;
-      }
+      std::uint64_t sequence = 0;
+      status = send_locked(message, held, &newly_held, &sequence);
+      if (status.ok()) inline_.emplace_back(sequence, std::move(response));
     }
   }
+  if (newly_held) held->add(shared_from_this());
+  if (!response) return;  // (sent)
   if (!status.ok()) fail(status);
   response->abandon();  // the tensor goes back (fail() did it if it was registered)
+}
+
+HeldMessages* RdmaChannel::held_scope() {
+  HeldMessages* const held = HeldMessages::current();
+  if (held == nullptr || held->holds(this)) return nullptr;  // (holding from its first message)
+  held->make_room();  // (the add() that follows cannot fail)
+  return held;
+}
+
+Status RdmaChannel::send_locked(RdmaMessage& message, HeldMessages* held, bool* newly_held,
+                                std::uint64_t* sequence) {
+  if (held != nullptr) {
+    buffer_->hold();
+    *newly_held = true;
+  }
+  std::vector<verbs::SendWr>& wrs = scratch_locked();
+  Status status = buffer_send_locked(message, &wrs, sequence);
+  return status.ok() ? post_locked(wrs) : status;
+}
+
+Status RdmaChannel::buffer_send_locked(RdmaMessage& message, std::vector<verbs::SendWr>* wrs,
+                                       std::uint64_t* sequence) {
+  bool batched = false;
+  Status status = buffer_->send(message, wrs, sequence, &batched);
+  if (!status.ok()) return status;
+  owner_.counters().message(message.type);
+  if (batched) {  // (a TENSOR_REQUESTS or TENSOR_INLINES it started)
+    owner_.counters().message(message.type == MessageType::kTensorInline
+                                  ? MessageType::kTensorInlines
+                                  : MessageType::kTensorRequests);
+  }
+  return status;
 }
 
 void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,

@@ -43,6 +43,8 @@
 
 namespace tensorverbs {
 
+class HeldMessages;
+
 class RdmaChannel;
 class RdmaTensorRequest;
 class RdmaTensorResponse;
@@ -104,7 +106,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // Ends a hold that send() started for a HeldMessages scope: what waits goes out.
   void release_held();
   // Sends a TENSOR_INLINE answering `response`, which finishes once the peer has taken the
-  // message (so the tensor is given back if the channel fails before).
+  // message (so the tensor is given back if the channel fails before); held as send().
   void send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorResponse> response);
 
   // Writes (with immediate) or reads `length` bytes at `local` (under `lkey`) to or from
@@ -171,6 +173,16 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
  private:
   // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.
   Status post_locked(std::vector<verbs::SendWr>& wrs);
+  // The sending thread's HeldMessages scope if it does not hold this channel yet (then
+  // with room to add it), else nullptr.
+  HeldMessages* held_scope();
+  // Sends `message` and posts what it can (held first for `held`, if given: then
+  // `*newly_held`); `sequence` as RdmaMessageBuffer::send.
+  Status send_locked(RdmaMessage& message, HeldMessages* held, bool* newly_held,
+                     std::uint64_t* sequence);
+  // RdmaMessageBuffer::send, counted.
+  Status buffer_send_locked(RdmaMessage& message, std::vector<verbs::SendWr>* wrs,
+                            std::uint64_t* sequence);
   std::vector<verbs::SendWr>& scratch_locked() {
     scratch_.clear();
     return scratch_;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "protocol/rdma_channel.h"
+#include "protocol/held_messages.h"
 #include "protocol/rdma_tensor_request.h"
 #include "protocol/rdma_tensor_response.h"
 #include "protocol/work_id.h"
@@ -78,7 +79,8 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
   // A message decoded into copies is taken before it is handled, so that what handling it
   // sends (a request's answer) carries its credit and no ACK of its own is needed; an
   // inline tensor's payload lies in the slot until it is handled.
-  const bool copied = decoded.message && decoded.message->type != MessageType::kTensorInline;
+  const bool copied = decoded.message && decoded.message->type != MessageType::kTensorInline &&
+                      decoded.message->type != MessageType::kTensorInlines;
   if (decoded.message) {
     const RdmaMessage& message = *decoded.message;
     Status status;
@@ -94,12 +96,25 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
       case MessageType::kTensorRequest:
         owner_.on_tensor_request(shared_from_this(), message);
         break;
-      case MessageType::kTensorRequests:  // each as if it had come alone
+      case MessageType::kTensorRequests: {  // each as if it had come alone
+        // the answers ready at once wait until all are made: small ones go out together
+        // (TENSOR_INLINES), as many as fit a message
+        const HeldMessages answers;
         for (const RequestEntry& entry : message.requests) {
           const RdmaMessage request{MessageType::kTensorRequest, entry.index, entry.name,
                                     entry.step_id, 0, 0, std::nullopt, 0, ""};
           owner_.counters().message(request.type);
           owner_.on_tensor_request(shared_from_this(), request);
+        }
+        break;
+      }
+      case MessageType::kTensorInlines:  // each as if it had come alone
+        for (const InlineEntry& entry : message.inlines) {
+          RdmaMessage answer{MessageType::kTensorInline, entry.index, "", 0, 0, 0, entry.meta, 0, ""};
+          answer.payload = entry.payload;
+          answer.payload_size = entry.meta.nbytes;
+          owner_.counters().message(answer.type);
+          if (auto request = find_request(entry.index)) request->on_message(answer);
         }
         break;
       case MessageType::kTensorReRequest:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <string_view>
 #include <utility>
 
@@ -32,12 +33,13 @@ constexpr std::size_t kEnd = kAcked + 4;
 }  // namespace offset
 static_assert(offset::kEnd == kHeaderBytes);
 
-constexpr std::uint8_t kMessageTypes = 8;
+constexpr std::uint8_t kMessageTypes = 9;
 
 std::string type_name(std::uint8_t type) {
   constexpr const char* kNames[kMessageTypes] = {
       "META_DATA_RESPONSE", "TENSOR_RE_REQUEST", "TENSOR_REQUEST", "ERROR_STATUS",
-      "RELEASE",            "CANCEL",            "TENSOR_INLINE",  "TENSOR_REQUESTS"};
+      "RELEASE",            "CANCEL",            "TENSOR_INLINE",  "TENSOR_REQUESTS",
+      "TENSOR_INLINES"};
   return type < kMessageTypes ? kNames[type] : "type-" + std::to_string(type);
 }
 
@@ -135,6 +137,111 @@ std::optional<std::vector<RequestEntry>> parse_requests(const std::uint8_t* tail
   return requests;
 }
 
+// Why the tensors of a TENSOR_INLINES message cannot travel; empty if they can.
+std::string inlines_error(const std::vector<InlineEntry>& inlines) {
+  if (inlines.empty()) return "TENSOR_INLINES without tensors";
+  std::size_t bytes = 0;
+  for (const InlineEntry& entry : inlines) {
+    if (entry.index > kMaxRequestIndex) return "request index " + hex(entry.index) + " is out of range";
+    if (entry.meta.dtype == 0 || entry.meta.shape.size() > kMaxRank) {
+      return "an inline tensor without a data_type or of rank " +
+             std::to_string(entry.meta.shape.size());
+    }
+    if (entry.meta.nbytes != 0 && entry.payload == nullptr) return "an inline tensor without its bytes";
+    bytes += inline_entry_bytes(entry.meta);
+  }
+  if (bytes > kMaxTailBytes) {
+    return "a TENSOR_INLINES tail of " + std::to_string(bytes) + " bytes does not fit a message";
+  }
+  return "";
+}
+
+// Writes the tensors of a TENSOR_INLINES message (checked: inlines_error()) at `out`; the
+// bytes written.
+std::size_t write_inlines(const std::vector<InlineEntry>& inlines, std::uint8_t* out) {
+  namespace le = little_endian;
+  std::uint8_t* at = out;
+  for (const InlineEntry& entry : inlines) {
+    const TensorMeta& meta = entry.meta;
+    le::store(at, entry.index);
+    at[4] = meta.is_dead ? 1 : 0;
+    le::store(at + 5, meta.dtype);
+    at[9] = static_cast<std::uint8_t>(meta.shape.size());
+    le::store(at + 10, meta.nbytes);
+    at += 18;
+    for (const std::int64_t dim : meta.shape) {
+      le::store(at, dim);
+      at += 8;
+    }
+    if (meta.nbytes != 0) std::memcpy(at, entry.payload, meta.nbytes);
+    at += meta.nbytes;
+  }
+  return static_cast<std::size_t>(at - out);
+}
+
+// The tensors of a TENSOR_INLINES tail (pointing into it), or why the bytes are not some.
+std::optional<std::vector<InlineEntry>> parse_inlines(const std::uint8_t* tail, std::size_t size,
+                                                      std::string* why) {
+  namespace le = little_endian;
+  std::vector<InlineEntry> inlines;
+  std::size_t at = 0;
+  while (at < size) {
+    const std::string which = "inline tensor " + std::to_string(inlines.size());
+    if (size - at < 18) {
+      *why = which + " cut short";
+      return std::nullopt;
+    }
+    InlineEntry entry;
+    entry.index = le::load<std::uint32_t>(tail + at);
+    const std::uint8_t is_dead = tail[at + 4];
+    const auto dtype = le::load<std::int32_t>(tail + at + 5);
+    const std::uint8_t rank = tail[at + 9];
+    const auto nbytes = le::load<std::uint64_t>(tail + at + 10);
+    at += 18;
+    if (entry.index > kMaxRequestIndex) {
+      *why = which + ": request index " + hex(entry.index) + " is out of range";
+      return std::nullopt;
+    }
+    if (is_dead > 1 || rank > kMaxRank || !find_data_type(dtype)) {
+      *why = which + ": is_dead=" + std::to_string(is_dead) + ", rank=" + std::to_string(rank) +
+             ", data_type=" + std::to_string(dtype);
+      return std::nullopt;
+    }
+    if (size - at < 8 * std::size_t{rank}) {
+      *why = which + ": its dims cut short";
+      return std::nullopt;
+    }
+    std::array<std::int64_t, kMaxRank> dims;
+    for (std::size_t i = 0; i < rank; ++i) dims[i] = le::load<std::int64_t>(tail + at + 8 * i);
+    at += 8 * std::size_t{rank};
+    entry.meta = TensorMeta{dtype, TensorShape(dims.data(), rank), is_dead == 1, nbytes};
+    if (std::any_of(entry.meta.shape.begin(), entry.meta.shape.end(),
+                    [](std::int64_t d) { return d < 0; })) {
+      *why = which + ": invalid shape " + format_list(entry.meta.shape);
+      return std::nullopt;
+    }
+    if (entry.meta.dmaable()) {
+      if (std::optional<std::string> bad = entry.meta.check()) {
+        *why = which + ": " + *bad;
+        return std::nullopt;
+      }
+    }
+    if (nbytes > size - at) {
+      *why = which + ": " + std::to_string(nbytes) + " bytes with " + std::to_string(size - at) +
+             " left";
+      return std::nullopt;
+    }
+    entry.payload = tail + at;
+    at += nbytes;
+    inlines.push_back(std::move(entry));
+  }
+  if (inlines.empty()) {
+    *why = "no tensors";
+    return std::nullopt;
+  }
+  return inlines;
+}
+
 DecodeResult failure(std::string message, std::optional<std::uint64_t> request_index = {},
                      std::optional<MessageType> type = {}) {
   return DecodeResult{std::nullopt, MessageError{std::move(message), request_index, type}};
@@ -149,7 +256,12 @@ bool RdmaMessage::operator==(const RdmaMessage& other) const {
          error_message == other.error_message && acked == other.acked &&
          payload_size == other.payload_size &&
          (payload_size == 0 || std::equal(payload, payload + payload_size, other.payload)) &&
-         requests == other.requests;
+         requests == other.requests && inlines == other.inlines;
+}
+
+bool InlineEntry::operator==(const InlineEntry& other) const {
+  return index == other.index && meta == other.meta &&
+         (meta.nbytes == 0 || std::equal(payload, payload + meta.nbytes, other.payload));
 }
 
 namespace {
@@ -183,6 +295,7 @@ std::string encode_error(const RdmaMessage& message) {
   if (why.empty() && message.type == MessageType::kTensorRequests) {
     requests_tail(message.requests, &why);
   }
+  if (why.empty() && message.type == MessageType::kTensorInlines) why = inlines_error(message.inlines);
   return why;
 }
 
@@ -205,6 +318,9 @@ EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot) {
     if (!why.empty()) return {0, why};
     tail = reinterpret_cast<const std::uint8_t*>(error.data());
     tail_size = error.size();
+  } else if (message.type == MessageType::kTensorInlines) {
+    if (std::string why = inlines_error(message.inlines); !why.empty()) return {0, why};
+    tail_size = write_inlines(message.inlines, slot + kHeaderBytes);  // (in place: no copy aside)
   }
   namespace le = little_endian;
   std::fill(slot, slot + kHeaderBytes, std::uint8_t{0});
@@ -226,7 +342,7 @@ EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot) {
   }
   le::store(slot + offset::kTailSize, static_cast<std::uint32_t>(tail_size));
   le::store(slot + offset::kAcked, message.acked);
-  if (tail_size != 0) std::copy(tail, tail + tail_size, slot + kHeaderBytes);
+  if (tail != nullptr && tail_size != 0) std::copy(tail, tail + tail_size, slot + kHeaderBytes);
   return {kHeaderBytes + tail_size, ""};
 }
 
@@ -256,9 +372,9 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   const auto acked = le::load<std::uint32_t>(data + offset::kAcked);
 
   const auto type = static_cast<MessageType>(raw_type);
-  // a TENSOR_REQUESTS message names no one request
+  // a TENSOR_REQUESTS or TENSOR_INLINES message names no one request
   const bool known = raw_type < kMessageTypes && index <= kMaxRequestIndex &&
-                     type != MessageType::kTensorRequests;
+                     type != MessageType::kTensorRequests && type != MessageType::kTensorInlines;
   const auto bad = [&](const std::string& why) {
     return failure("bad " + type_name(raw_type) + " message: " + why,
                    known ? std::optional<std::uint64_t>(index) : std::nullopt,
@@ -309,16 +425,25 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   ErrorStatus status;
   const std::uint8_t* payload = nullptr;
   std::vector<RequestEntry> requests;
-  if (type == MessageType::kTensorRequests) {
+  std::vector<InlineEntry> inlines;
+  if (type == MessageType::kTensorRequests || type == MessageType::kTensorInlines) {
     if (!name.empty() || step_id != 0 || index != 0 || remote_addr != 0 || rkey != 0 || meta) {
-      return bad("fields beside the requests");
+      return bad(type == MessageType::kTensorRequests ? "fields beside the requests"
+                                                      : "fields beside the tensors");
     }
     if (tail_size > kMaxTailBytes) return bad("a tail of " + std::to_string(tail_size) + " bytes");
     std::string why;
-    std::optional<std::vector<RequestEntry>> parsed =
-        parse_requests(data + kHeaderBytes, tail_size, &why);
-    if (!parsed) return bad(why);
-    requests = std::move(*parsed);
+    if (type == MessageType::kTensorRequests) {
+      std::optional<std::vector<RequestEntry>> parsed =
+          parse_requests(data + kHeaderBytes, tail_size, &why);
+      if (!parsed) return bad(why);
+      requests = std::move(*parsed);
+    } else {
+      std::optional<std::vector<InlineEntry>> parsed =
+          parse_inlines(data + kHeaderBytes, tail_size, &why);
+      if (!parsed) return bad(why);
+      inlines = std::move(*parsed);
+    }
   } else if (type == MessageType::kTensorInline) {
     if (tail_size != meta->nbytes) {
       return bad("an inline payload of " + std::to_string(tail_size) + " bytes for a tensor of " +
@@ -342,6 +467,7 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   message.payload = payload;
   message.payload_size = payload ? tail_size : 0;
   message.requests = std::move(requests);
+  message.inlines = std::move(inlines);
   return DecodeResult{std::move(message), MessageError{}};
 }
 

@@ -8,7 +8,11 @@
 //   tail of tail_size bytes: ERROR_STATUS an ErrorStatus proto, TENSOR_INLINE the tensor,
 //   TENSOR_REQUESTS its requests back to back, each
 //     request_index u32 | step_id i64 | name_size u16 | name (name_size bytes)
-//   (the header's other fields zero: the requests carry no meta-data and no landing)
+//   (the header's other fields zero: the requests carry no meta-data and no landing),
+//   TENSOR_INLINES its tensors back to back, each
+//     request_index u32 | is_dead u8 | data_type i32 | rank u8 | tensor_bytes u64 |
+//     dims (rank x i64) | the tensor (tensor_bytes bytes)
+//   (the header's other fields zero, as for TENSOR_REQUESTS)
 //
 // `acked` counts the peer's messages the sender has taken (mod 2^32): the credits of the
 // peer's message slots ride on every message.
@@ -39,7 +43,8 @@ inline constexpr std::int32_t kMaxErrorCode = 16;  // gRPC's largest status code
 // a request whose caller gave up), TENSOR_INLINE (sender -> receiver: a small tensor
 // carried in the message itself) and TENSOR_REQUESTS (receiver -> sender: several
 // TENSOR_REQUESTs without meta-data or landing in one message, in order: the requests that
-// waited for a message slot together).
+// waited for a message slot together) and TENSOR_INLINES (sender -> receiver: several
+// TENSOR_INLINE answers in one message, in order: the small tensors that waited together).
 enum class MessageType : std::uint8_t {
   kMetaDataResponse = 0,
   kTensorReRequest = 1,
@@ -49,6 +54,7 @@ enum class MessageType : std::uint8_t {
   kCancel = 5,
   kTensorInline = 6,
   kTensorRequests = 7,
+  kTensorInlines = 8,
 };
 
 // One request of a TENSOR_REQUESTS message.
@@ -64,6 +70,21 @@ struct RequestEntry {
 
 // The bytes a request with `name` takes in a TENSOR_REQUESTS message.
 inline std::size_t request_entry_bytes(const std::string& name) { return 14 + name.size(); }
+
+// One tensor of a TENSOR_INLINES message: the answer to request `index`.
+struct InlineEntry {
+  std::uint32_t index = 0;
+  TensorMeta meta;
+  // meta.nbytes bytes. Not owned: encoding reads them, decoding points into the bytes.
+  const std::uint8_t* payload = nullptr;
+
+  bool operator==(const InlineEntry& other) const;
+};
+
+// The bytes a tensor of `meta` takes in a TENSOR_INLINES message.
+inline std::size_t inline_entry_bytes(const TensorMeta& meta) {
+  return 18 + 8 * meta.shape.size() + meta.nbytes;
+}
 
 struct RdmaMessage {
   MessageType type = MessageType::kTensorRequest;
@@ -82,6 +103,8 @@ struct RdmaMessage {
   std::size_t payload_size = 0;
   // TENSOR_REQUESTS: its requests, in order (at most kMaxTailBytes of them encoded)
   std::vector<RequestEntry> requests{};
+  // TENSOR_INLINES: its tensors, in order (at most kMaxTailBytes of them encoded)
+  std::vector<InlineEntry> inlines{};
 
   bool operator==(const RdmaMessage& other) const;
 };
@@ -108,8 +131,10 @@ struct EncodeResult {
 // Writes `message` at the start of `slot`, which has room for kSlotBytes. An error message
 // too long for the slot is cut at a character boundary, "..." added. Fails for a name
 // longer than kNameBytes, a rank above kMaxRank, text that is not UTF-8, an inline
-// payload that is not meta->nbytes bytes or does not fit, or TENSOR_REQUESTS without
-// requests, with an empty name or an index above kMaxRequestIndex, or that do not fit.
+// payload that is not meta->nbytes bytes or does not fit, TENSOR_REQUESTS without
+// requests, with an empty name or an index above kMaxRequestIndex, or that do not fit, or
+// TENSOR_INLINES without tensors, with an index above kMaxRequestIndex, a rank above
+// kMaxRank, or that do not fit.
 EncodeResult encode_into(const RdmaMessage& message, std::uint8_t* slot);
 // Why encode_into() would refuse `message`; empty if it would not.
 std::string encode_error(const RdmaMessage& message);

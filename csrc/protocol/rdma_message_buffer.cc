@@ -64,6 +64,7 @@ Status RdmaMessageBuffer::send(RdmaMessage& message, std::vector<verbs::SendWr>*
 }
 
 bool RdmaMessageBuffer::gather(const RdmaMessage& message, bool* started) {
+  if (message.type == MessageType::kTensorInline) return gather_inline(message, started);
   const bool bare = message.type == MessageType::kTensorRequest && message.remote_addr == 0 &&
                     message.rkey == 0 && (!message.meta || message.meta->nbytes <= kMaxTailBytes);
   // (meta-data that says the tensor comes inline changes nothing in the peer's answer)
@@ -82,6 +83,33 @@ bool RdmaMessageBuffer::gather(const RdmaMessage& message, bool* started) {
   Waiting& last = queue_.back();
   last.message->requests.push_back(RequestEntry{static_cast<std::uint32_t>(message.request_index),
                                                  message.step_id, message.name});
+  last.tail += bytes;
+  return true;
+}
+
+bool RdmaMessageBuffer::gather_inline(const RdmaMessage& message, bool* started) {
+  if (queue_.empty() || !queue_.back().message || !message.meta ||
+      message.request_index > kMaxRequestIndex || !encode_error(message).empty()) {
+    return false;
+  }
+  Waiting& last = queue_.back();
+  const MessageType type = last.message->type;
+  const std::size_t bytes = inline_entry_bytes(*message.meta);
+  if (type == MessageType::kTensorInline) {  // (checked as it was queued: it encodes)
+    const RdmaMessage& first = *last.message;
+    const std::size_t first_bytes = inline_entry_bytes(*first.meta);
+    if (first_bytes + bytes > kMaxTailBytes) return false;
+    RdmaMessage inlines{MessageType::kTensorInlines, 0, "", 0, 0, 0, std::nullopt, 0, ""};
+    inlines.inlines.push_back(
+        InlineEntry{static_cast<std::uint32_t>(first.request_index), *first.meta, first.payload});
+    last.message = std::move(inlines);
+    last.tail = first_bytes;
+    *started = true;
+  } else if (type != MessageType::kTensorInlines || last.tail + bytes > kMaxTailBytes) {
+    return false;
+  }
+  last.message->inlines.push_back(
+      InlineEntry{static_cast<std::uint32_t>(message.request_index), *message.meta, message.payload});
   last.tail += bytes;
   return true;
 }

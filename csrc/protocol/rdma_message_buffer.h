@@ -7,9 +7,10 @@
 // goes back, an explicit ACK (an 8-byte write of that count into the word after the
 // peer's slots, immediate kImmAck) returns them. At most `slots` messages are in flight
 // per direction; later ones wait, in order. TENSOR_REQUESTs without meta-data or landing
-// that wait one after another travel together, as one TENSOR_REQUESTS message: a request
-// joins the last message waiting if that is one and it has room (never one with messages
-// queued behind it, so nothing overtakes). Not thread-safe: the channel locks it.
+// that wait one after another travel together, as one TENSOR_REQUESTS message, and so do
+// TENSOR_INLINE answers, as one TENSOR_INLINES message: a message joins the last message
+// waiting if that is one of its kind and it has room (never one with messages queued
+// behind it, so nothing overtakes). Not thread-safe: the channel locks it.
 #pragma once
 
 #include <atomic>
@@ -51,10 +52,11 @@ class RdmaMessageBuffer {
   // Encodes `message` (its `acked` set here) into the next slot and appends its write to
   // `out`, or queues it until a credit frees up (a request that may, in the TENSOR_REQUESTS
   // message waiting last; a TENSOR_INLINE as it is, its payload read when it is encoded:
-  // the caller keeps it until the peer has taken the message). Fails only for a message
-  // that cannot be encoded (a bug);
+  // the caller keeps it until the peer has taken the message; one that waits behind another
+  // joins it in a TENSOR_INLINES message where both fit). Fails only for a message that
+  // cannot be encoded (a bug);
   // `sequence` gets the number of the message it travels in (1, 2, ...); `batched` (if
-  // given) whether that message is a TENSOR_REQUESTS it started.
+  // given) whether that message is a TENSOR_REQUESTS or TENSOR_INLINES it started.
   Status send(RdmaMessage& message, std::vector<verbs::SendWr>* out, std::uint64_t* sequence,
               bool* batched = nullptr);
   // While held (hold() more often than release()), every message waits as if no slot were
@@ -95,16 +97,20 @@ class RdmaMessageBuffer {
                     std::uint32_t slots)
       : tx_(std::move(tx)), rx_(std::move(rx)), slots_(slots), scratch_(kSlotBytes) {}
   // A message waiting for a credit: its encoded bytes, or the message itself: TENSOR_REQUESTS
-  // being gathered, or a TENSOR_INLINE (its payload held by its response meanwhile).
+  // being gathered, or a TENSOR_INLINE or TENSOR_INLINES (the payloads held by their
+  // responses meanwhile).
   struct Waiting {
     std::string bytes;
     std::optional<RdmaMessage> message;
-    std::size_t tail = 0;  // TENSOR_REQUESTS: the bytes its requests take
+    std::size_t tail = 0;  // TENSOR_REQUESTS, TENSOR_INLINES: the bytes its entries take
   };
 
   void post(std::size_t length, std::vector<verbs::SendWr>* out);
-  // Whether `message` joined (or started) the TENSOR_REQUESTS waiting last.
+  // Whether `message` joined (or started) the TENSOR_REQUESTS or TENSOR_INLINES waiting last.
   bool gather(const RdmaMessage& message, bool* started);
+  // gather() of a TENSOR_INLINE: it joins the TENSOR_INLINES waiting last, or makes one of
+  // the TENSOR_INLINE waiting last and itself, where they fit.
+  bool gather_inline(const RdmaMessage& message, bool* started);
 
   std::unique_ptr<verbs::MemoryRegion> tx_, rx_;
   const std::uint32_t slots_;

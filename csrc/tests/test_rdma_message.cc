@@ -169,8 +169,8 @@ TEST(RdmaMessage, RejectsUnattributableMessages) {
   expect_error(bytes, "bad type-200 message: request index 0xfffffffe is out of range",
                std::nullopt, std::nullopt);
   le::store<std::uint64_t>(&bytes[kIndexAt], 7);
-  bytes[0] = 8;
-  expect_error(bytes, "bad type-8 message: unknown type", std::nullopt, std::nullopt);
+  bytes[0] = 9;
+  expect_error(bytes, "bad type-9 message: unknown type", std::nullopt, std::nullopt);
 }
 
 TEST(RdmaMessage, RejectsBadNames) {

@@ -9,9 +9,9 @@ def build_info() -> dict:
     How the core was built: compiler, cxx_standard, build_type, sanitizers, ibverbs (whether the ibverbs provider is built) and ibverbs_reason.
     """
 
-def encode_message(type: int, request_index: int, name: str = '', step_id: int = 0, remote_addr: int = 0, rkey: int = 0, meta: tuple[int, Sequence[int], bool, int] | None = None, error_code: int = 0, error_message: str = '', acked: int = 0, payload: bytes = ..., requests: Sequence[tuple[int, int, str]] = []) -> bytes:
+def encode_message(type: int, request_index: int, name: str = '', step_id: int = 0, remote_addr: int = 0, rkey: int = 0, meta: tuple[int, Sequence[int], bool, int] | None = None, error_code: int = 0, error_message: str = '', acked: int = 0, payload: bytes = ..., requests: Sequence[tuple[int, int, str]] = [], inlines: Sequence[tuple[int, tuple[int, Sequence[int], bool, int], bytes]] = []) -> bytes:
     """
-    The bytes of one control message (meta: (dtype, shape, is_dead, nbytes); requests: TENSOR_REQUESTS' (index, step_id, name) each); ValueError if it cannot be encoded. For tests.
+    The bytes of one control message (meta: (dtype, shape, is_dead, nbytes); requests: TENSOR_REQUESTS' (index, step_id, name) each; inlines: TENSOR_INLINES' (index, meta, bytes) each); ValueError if it cannot be encoded. For tests.
     """
 
 class MessageType(enum.IntEnum):
@@ -32,6 +32,8 @@ class MessageType(enum.IntEnum):
     TENSOR_INLINE = 6
 
     TENSOR_REQUESTS = 7
+
+    TENSOR_INLINES = 8
 
 SLOT_BYTES: int = 8192
 

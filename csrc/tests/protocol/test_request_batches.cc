@@ -15,46 +15,24 @@
 #include <vector>
 
 #include "core/little_endian.h"
+#include "gathering_buffer.h"
+#include "message_bytes.h"
 #include "protocol/rdma_message.h"
-#include "protocol/rdma_message_buffer.h"
-#include "soft_context.h"
 
 namespace tensorverbs {
 namespace {
 
-using Bytes = std::vector<std::uint8_t>;
+using test::Bytes;
+using test::decode_error;
+using test::encode;
+using test::kIndexAt;
+using test::with_tail;
 namespace le = little_endian;
-
-constexpr std::size_t kIndexAt = 523, kTailSizeAt = 813;
 
 RdmaMessage requests(std::vector<RequestEntry> entries) {
   RdmaMessage message{MessageType::kTensorRequests, 0, "", 0, 0, 0, std::nullopt, 0, ""};
   message.requests = std::move(entries);
   return message;
-}
-
-Bytes encode(const RdmaMessage& message) {
-  std::array<std::uint8_t, kSlotBytes> slot{};
-  const EncodeResult result = encode_into(message, slot.data());
-  EXPECT_EQ(result.error, "");
-  return Bytes(slot.begin(), slot.begin() + static_cast<std::ptrdiff_t>(result.size));
-}
-
-// The error decoding `bytes` gives: it names no request.
-std::string decode_error(const Bytes& bytes) {
-  const DecodeResult result = decode(bytes.data(), bytes.size());
-  EXPECT_FALSE(result.message.has_value());
-  EXPECT_FALSE(result.error.request_index.has_value());
-  EXPECT_FALSE(result.error.type.has_value());
-  return result.error.message;
-}
-
-// `bytes` with the tail replaced by `tail`.
-Bytes with_tail(Bytes bytes, const Bytes& tail) {
-  bytes.resize(kHeaderBytes);
-  bytes.insert(bytes.end(), tail.begin(), tail.end());
-  le::store(&bytes[kTailSizeAt], static_cast<std::uint32_t>(tail.size()));
-  return bytes;
 }
 
 Bytes entry(std::uint32_t index, std::int64_t step, const std::string& name,
@@ -115,49 +93,7 @@ TEST(TensorRequests, BadBytesFailTheChannelNotARequest) {
   EXPECT_EQ(decode_error(indexed), "bad TENSOR_REQUESTS message: fields beside the requests");
 }
 
-class GatheringBuffer : public ::testing::Test {
- protected:
-  void SetUp() override {
-    soft_ = open_soft_context();
-    ASSERT_TRUE(soft_.pd);
-    auto buffer = RdmaMessageBuffer::create(*soft_.pd, 2);
-    ASSERT_TRUE(buffer.ok());
-    buffer_ = buffer.take();
-    buffer_->connect(0x10000, 7);
-  }
-
-  // Sends a request; returns (sequence, started a TENSOR_REQUESTS).
-  std::pair<std::uint64_t, bool> send(RdmaMessage message) {
-    std::uint64_t sequence = 0;
-    bool batched = false;
-    EXPECT_TRUE(buffer_->send(message, &wrs_, &sequence, &batched).ok());
-    return {sequence, batched};
-  }
-
-  // The messages posted so far, decoded, and forgotten.
-  std::vector<RdmaMessage> posted() {
-    std::vector<RdmaMessage> out;
-    for (const verbs::SendWr& wr : wrs_) {
-      const auto* data = reinterpret_cast<const std::uint8_t*>(wr.sge.addr);
-      const DecodeResult decoded = decode(data, wr.sge.length);
-      EXPECT_TRUE(decoded.message.has_value()) << decoded.error.message;
-      if (decoded.message) out.push_back(*decoded.message);
-    }
-    wrs_.clear();
-    return out;
-  }
-
-  static RdmaMessage request(std::uint32_t index, std::optional<TensorMeta> meta = std::nullopt,
-                             std::uint32_t rkey = 0) {
-    return RdmaMessage{MessageType::kTensorRequest, index, "t" + std::to_string(index),
-                       static_cast<std::int64_t>(index) + 100, rkey ? 0x2000u : 0u, rkey, meta,
-                       0, ""};
-  }
-
-  SoftContext soft_;
-  std::unique_ptr<RdmaMessageBuffer> buffer_;
-  std::vector<verbs::SendWr> wrs_;
-};
+using test::GatheringBuffer;
 
 TEST_F(GatheringBuffer, RequestsThatWaitTravelTogetherInOrderAndNothingOvertakes) {
   EXPECT_EQ(send(request(0)), std::make_pair(std::uint64_t{1}, false));  // slots free: alone
