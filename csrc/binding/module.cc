@@ -49,7 +49,8 @@ nb::bytes encode_message(std::uint8_t type, std::uint64_t request_index, std::st
                          std::optional<MetaTuple> meta, std::int32_t error_code,
                          std::string error_message, std::uint32_t acked, const nb::bytes& payload,
                          std::vector<std::tuple<std::uint32_t, std::int64_t, std::string>> requests,
-                         const std::vector<std::tuple<std::uint32_t, MetaTuple, nb::bytes>>& inlines) {
+                         const std::vector<std::tuple<std::uint32_t, MetaTuple, nb::bytes>>&
+                             inlines) {
   RdmaMessage message{static_cast<MessageType>(type),
                       request_index,
                       std::move(name),
@@ -71,7 +72,9 @@ nb::bytes encode_message(std::uint8_t type, std::uint64_t request_index, std::st
   }
   for (const auto& [index, entry_meta, bytes] : inlines) {
     const auto& [dtype, shape, is_dead, nbytes] = entry_meta;
-    if (bytes.size() != nbytes) throw nb::value_error("an inline tensor's bytes disagree with its nbytes");
+    if (bytes.size() != nbytes) {
+      throw nb::value_error("an inline tensor's bytes disagree with its nbytes");
+    }
     message.inlines.push_back(InlineEntry{index, TensorMeta{dtype, shape, is_dead, nbytes},
                                           static_cast<const std::uint8_t*>(bytes.data())});
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/status.h"
 #include "protocol/rdma_channel.h"
 
 namespace tensorverbs {
@@ -17,7 +18,17 @@ HeldMessages::HeldMessages() : outermost_(g_current == nullptr) {
 HeldMessages::~HeldMessages() {
   if (!outermost_) return;
   g_current = nullptr;  // (before: a release sends on this thread)
-  for (const std::shared_ptr<RdmaChannel>& channel : channels_) channel->release_held();
+  for (const std::shared_ptr<RdmaChannel>& channel : channels_) {
+    try {
+      channel->release_held();
+    } catch (...) {  // (no memory to post what waited: a destructor may not throw)
+      try {
+        channel->fail(Status(Code::kResourceExhausted,
+                             channel->name() + ": no memory to send the messages held"));
+      } catch (...) {
+      }
+    }
+  }
 }
 
 HeldMessages* HeldMessages::current() { return g_current; }

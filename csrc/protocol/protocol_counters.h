@@ -15,7 +15,8 @@ namespace tensorverbs {
 struct ProtocolCounters {
   std::atomic<std::uint64_t> tensor_requests{0}, meta_data_responses{0}, tensor_re_requests{0},
       error_statuses{0}, releases{0}, cancels{0}, inline_tensors{0}, request_batches{0},
-      inline_batches{0}, rdma_writes{0}, rdma_reads{0}, bytes_written{0}, staging_copies{0}, source_registrations{0},
+      inline_batches{0}, rdma_writes{0}, rdma_reads{0}, bytes_written{0}, staging_copies{0},
+      source_registrations{0},
       landing_registrations{0}, tensors_sent{0}, bytes_sent{0}, tensors_received{0}, bytes_received{0},
       windows{0}, channels_connected{0}, messages_sent{0}, acks_sent{0};
 

@@ -374,6 +374,7 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
     }
     early_.clear();
     backlog_.clear();
+    buffer_->drop_waiting();  // (answers among them: their responses are abandoned below)
   }
   qp_->to_error(failed.message());
   // what a caller throws as its recv fails is the caller's: the other recvs fail all the same

@@ -87,7 +87,7 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       owner_.counters().message(message.type);
-      status = credit_locked(message.acked, &delivered);
+      if (!error_) status = credit_locked(message.acked, &delivered);  // (failed meanwhile)
       if (copied) taken_locked();
     }
     if (!status.ok()) fail(status);
@@ -110,7 +110,8 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
       }
       case MessageType::kTensorInlines:  // each as if it had come alone
         for (const InlineEntry& entry : message.inlines) {
-          RdmaMessage answer{MessageType::kTensorInline, entry.index, "", 0, 0, 0, entry.meta, 0, ""};
+          RdmaMessage answer{MessageType::kTensorInline, entry.index, "", 0, 0, 0, entry.meta,
+                             0, ""};
           answer.payload = entry.payload;
           answer.payload_size = entry.meta.nbytes;
           owner_.counters().message(answer.type);

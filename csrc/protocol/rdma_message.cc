@@ -142,12 +142,20 @@ std::string inlines_error(const std::vector<InlineEntry>& inlines) {
   if (inlines.empty()) return "TENSOR_INLINES without tensors";
   std::size_t bytes = 0;
   for (const InlineEntry& entry : inlines) {
-    if (entry.index > kMaxRequestIndex) return "request index " + hex(entry.index) + " is out of range";
+    if (entry.index > kMaxRequestIndex) {
+      return "request index " + hex(entry.index) + " is out of range";
+    }
     if (entry.meta.dtype == 0 || entry.meta.shape.size() > kMaxRank) {
       return "an inline tensor without a data_type or of rank " +
              std::to_string(entry.meta.shape.size());
     }
-    if (entry.meta.nbytes != 0 && entry.payload == nullptr) return "an inline tensor without its bytes";
+    if (entry.meta.nbytes != 0 && entry.payload == nullptr) {
+      return "an inline tensor without its bytes";
+    }
+    if (entry.meta.nbytes > kMaxTailBytes) {  // (before the sum, which it could wrap)
+      return "an inline tensor of " + std::to_string(entry.meta.nbytes) +
+             " bytes does not fit a message";
+    }
     bytes += inline_entry_bytes(entry.meta);
   }
   if (bytes > kMaxTailBytes) {
@@ -295,7 +303,9 @@ std::string encode_error(const RdmaMessage& message) {
   if (why.empty() && message.type == MessageType::kTensorRequests) {
     requests_tail(message.requests, &why);
   }
-  if (why.empty() && message.type == MessageType::kTensorInlines) why = inlines_error(message.inlines);
+  if (why.empty() && message.type == MessageType::kTensorInlines) {
+    why = inlines_error(message.inlines);
+  }
   return why;
 }
 

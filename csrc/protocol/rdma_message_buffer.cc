@@ -87,16 +87,24 @@ bool RdmaMessageBuffer::gather(const RdmaMessage& message, bool* started) {
   return true;
 }
 
+namespace {
+
+// Whether TENSOR_INLINE `message` can be an entry of a TENSOR_INLINES message.
+bool joinable(const RdmaMessage& message) {
+  return message.meta && message.meta->dtype != 0 && message.request_index <= kMaxRequestIndex &&
+         encode_error(message).empty();
+}
+
+}  // namespace
+
 bool RdmaMessageBuffer::gather_inline(const RdmaMessage& message, bool* started) {
-  if (queue_.empty() || !queue_.back().message || !message.meta ||
-      message.request_index > kMaxRequestIndex || !encode_error(message).empty()) {
-    return false;
-  }
+  if (queue_.empty() || !queue_.back().message || !joinable(message)) return false;
   Waiting& last = queue_.back();
   const MessageType type = last.message->type;
   const std::size_t bytes = inline_entry_bytes(*message.meta);
-  if (type == MessageType::kTensorInline) {  // (checked as it was queued: it encodes)
+  if (type == MessageType::kTensorInline) {
     const RdmaMessage& first = *last.message;
+    if (!joinable(first)) return false;
     const std::size_t first_bytes = inline_entry_bytes(*first.meta);
     if (first_bytes + bytes > kMaxTailBytes) return false;
     RdmaMessage inlines{MessageType::kTensorInlines, 0, "", 0, 0, 0, std::nullopt, 0, ""};
@@ -108,8 +116,8 @@ bool RdmaMessageBuffer::gather_inline(const RdmaMessage& message, bool* started)
   } else if (type != MessageType::kTensorInlines || last.tail + bytes > kMaxTailBytes) {
     return false;
   }
-  last.message->inlines.push_back(
-      InlineEntry{static_cast<std::uint32_t>(message.request_index), *message.meta, message.payload});
+  last.message->inlines.push_back(InlineEntry{static_cast<std::uint32_t>(message.request_index),
+                                              *message.meta, message.payload});
   last.tail += bytes;
   return true;
 }

@@ -69,6 +69,9 @@ class RdmaMessageBuffer {
   }
   // Appends the writes of the queued messages that fit (none while held).
   void drain(std::vector<verbs::SendWr>* out);
+  // Forgets the messages waiting for a credit (the channel failed: the payloads of the
+  // answers among them go back with their responses, so none may be read any more).
+  void drop_waiting() { queue_.clear(); }
   // The peer has taken `count` (mod 2^32) of our messages: frees their slots and appends
   // the writes of queued messages that now fit (none while held). Returns the number taken
   // so far.

@@ -38,6 +38,7 @@ def _recv_many(vpair, at: int, nbytes: int) -> tuple[dict, dict]:
     ps_before, worker_before = _counts(vpair.ps.stats()), _counts(vpair.worker.stats())
     results = vpair.worker.recv_many([(f"s{i}", vpair.PS, at) for i in range(COUNT)], timeout=60)
     assert all(same(a, pattern(nbytes, at + i)) for i, a in enumerate(results))
+    vpair.ps.flush(timeout=60)  # each send completes as the message it travelled in is taken
     ps = {k: v - ps_before[k] for k, v in _counts(vpair.ps.stats()).items()}
     worker = {k: v - worker_before[k] for k, v in _counts(vpair.worker.stats()).items()}
     return ps, worker

@@ -87,6 +87,10 @@ TEST(TensorInlines, RefusesToEncodeWhatCannotTravel) {
   EXPECT_EQ(encode_error(inlines({fits})), "");
   EXPECT_EQ(encode_error(inlines({fits, {2, TensorMeta{4, {0}, false, 0}, nullptr}})),
             "a TENSOR_INLINES tail of 7397 bytes does not fit a message");
+  // a size that would wrap the sum is refused before it is added
+  EXPECT_EQ(encode_error(inlines({fits, {2, TensorMeta{7, {}, false, ~std::uint64_t{0} - 30},
+                                         payload.data()}})),
+            "an inline tensor of 18446744073709551585 bytes does not fit a message");
 }
 
 TEST(TensorInlines, BadBytesFailTheChannelNotARequest) {
@@ -96,7 +100,8 @@ TEST(TensorInlines, BadBytesFailTheChannelNotARequest) {
   EXPECT_EQ(error({}), "bad TENSOR_INLINES message: no tensors");
   EXPECT_EQ(error(Bytes(17)), "bad TENSOR_INLINES message: inline tensor 0 cut short");
   EXPECT_EQ(error(entry(0xFFFFFFFF, 0, 4, {4}, 4, four)),
-            "bad TENSOR_INLINES message: inline tensor 0: request index 0xffffffff is out of range");
+            "bad TENSOR_INLINES message: inline tensor 0: request index 0xffffffff is out of "
+            "range");
   EXPECT_EQ(error(entry(3, 2, 4, {4}, 4, four)),
             "bad TENSOR_INLINES message: inline tensor 0: is_dead=2, rank=1, data_type=4");
   EXPECT_EQ(error(entry(3, 0, 4, std::vector<std::int64_t>(kMaxRank + 1, 1), 1, {1})),
@@ -174,6 +179,20 @@ TEST_F(GatheringBuffer, HeldInlineTensorsGoTogetherAndAreReadWhenTheirSlotFrees)
   EXPECT_EQ(Bytes(got[0].inlines[1].payload, got[0].inlines[1].payload + 3000), b);
   EXPECT_EQ(got[1].type, MessageType::kTensorInline);
   EXPECT_EQ(Bytes(got[1].payload, got[1].payload + got[1].payload_size), c);
+}
+
+TEST_F(GatheringBuffer, AnswersWaitingWhenTheChannelFailsAreDroppedUnread) {
+  send(request(0));
+  send(request(1));
+  posted();
+  Bytes a(1000, 1), b(1000, 2);
+  send(answer(1, a));
+  send(answer(2, b));
+  buffer_->drop_waiting();  // their responses give the tensors back: the bytes may go
+  buffer_->credit(2, &wrs_);
+  EXPECT_TRUE(posted().empty());
+  EXPECT_EQ(send(answer(3, a)), std::make_pair(std::uint64_t{3}, false));  // later ones go
+  EXPECT_EQ(posted().size(), 1u);
 }
 
 }  // namespace
