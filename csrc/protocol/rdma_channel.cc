@@ -215,8 +215,6 @@ void RdmaChannel::send(RdmaMessage message) {
 }
 
 void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorResponse> response) {
-  HeldMessages* const held = held_scope();
-  bool newly_held = false;
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -228,11 +226,11 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
     // error would take a transient failure for one for good, and end the recvs it holds)
     if (!error_) {
       std::uint64_t sequence = 0;
-      status = send_locked(message, held, &newly_held, &sequence);
+      bool held = false;  // (an answer is never sent in a HeldMessages scope)
+      status = send_locked(message, nullptr, &held, &sequence);
       if (status.ok()) inline_.emplace_back(sequence, std::move(response));
     }
   }
-  if (newly_held) held->add(shared_from_this());
   if (!response) return;  // (sent)
   if (!status.ok()) fail(status);
   response->abandon();  // the tensor goes back (fail() did it if it was registered)

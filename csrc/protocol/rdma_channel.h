@@ -106,7 +106,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // Ends a hold that send() started for a HeldMessages scope: what waits goes out.
   void release_held();
   // Sends a TENSOR_INLINE answering `response`, which finishes once the peer has taken the
-  // message (so the tensor is given back if the channel fails before); held as send().
+  // message (so the tensor is given back if the channel fails before).
   void send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorResponse> response);
 
   // Writes (with immediate) or reads `length` bytes at `local` (under `lkey`) to or from

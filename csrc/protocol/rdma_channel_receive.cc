@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "protocol/rdma_channel.h"
-#include "protocol/held_messages.h"
+
 #include "protocol/rdma_tensor_request.h"
 #include "protocol/rdma_tensor_response.h"
 #include "protocol/work_id.h"
@@ -96,10 +96,7 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
       case MessageType::kTensorRequest:
         owner_.on_tensor_request(shared_from_this(), message);
         break;
-      case MessageType::kTensorRequests: {  // each as if it had come alone
-        // the answers ready at once wait until all are made: small ones go out together
-        // (TENSOR_INLINES), as many as fit a message
-        const HeldMessages answers;
+      case MessageType::kTensorRequests:  // each as if it had come alone
         for (const RequestEntry& entry : message.requests) {
           const RdmaMessage request{MessageType::kTensorRequest, entry.index, entry.name,
                                     entry.step_id, 0, 0, std::nullopt, 0, ""};
@@ -107,7 +104,6 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
           owner_.on_tensor_request(shared_from_this(), request);
         }
         break;
-      }
       case MessageType::kTensorInlines:  // each as if it had come alone
         for (const InlineEntry& entry : message.inlines) {
           RdmaMessage answer{MessageType::kTensorInline, entry.index, "", 0, 0, 0, entry.meta,

@@ -1,11 +1,17 @@
-"""TENSOR_INLINES: the small tensors a peer answers together travel together, as many as
-fit a message slot. A recv_many asks in one TENSOR_REQUESTS message; the peer holds the
-answers it makes for it until it has made them all, so that 300 tensors of 1 KiB come in
-43 messages of 7 (and one of 6), each tensor counted as an inline tensor on both sides,
-every byte where it belongs; a tensor too large to share a slot still comes alone."""
+"""TENSOR_INLINES: small answers that wait for a message slot (the receiver has not taken
+the messages before them) travel together, as many as fit a slot, in order. Here the ps
+asks for 300 tensors the worker has not sent yet, and is stopped before the worker sends
+them: the first 16 answers take the 16 slots, the others wait and gather, 7 of 1 KiB to a
+message; each tensor is counted as an inline tensor on both sides, every byte arrives
+where it belongs, and every send completes. A tensor too large to share a slot waits
+alone."""
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,7 +22,8 @@ from variants import VARIANTS, pair_of
 
 VERBS = [v for v, (protocol, _) in VARIANTS.items() if protocol == "grpc+verbs"]
 COUNT = 300
-COUNTED = ("inline_tensors", "inline_batches", "messages_sent")
+SLOTS = 16  # TENSORVERBS_MESSAGE_SLOTS' default
+COUNTED = ("tensor_requests", "inline_tensors", "inline_batches", "messages_sent")
 #: the bytes a uint8 tensor of rank 1 takes in a TENSOR_INLINES message beside its own
 ENTRY_BYTES = 18 + 8
 
@@ -30,37 +37,53 @@ def _counts(stats: dict) -> dict:
     return {name: stats[name] for name in COUNTED}
 
 
-def _recv_many(vpair, at: int, nbytes: int) -> tuple[dict, dict]:
-    """A recv_many of COUNT tensors of ``nbytes`` sent before it; what the ps and the
-    worker counted meanwhile."""
-    for i in range(COUNT):
-        vpair.ps.send_pattern(f"s{i}", vpair.WORKER, at, nbytes, at + i)
-    ps_before, worker_before = _counts(vpair.ps.stats()), _counts(vpair.worker.stats())
-    results = vpair.worker.recv_many([(f"s{i}", vpair.PS, at) for i in range(COUNT)], timeout=60)
+def _asked(worker, before: dict, timeout: float = 60.0) -> None:
+    """Wait until the worker has taken COUNT more requests than ``before`` counted."""
+    deadline = time.monotonic() + timeout
+    while worker.stats()["tensor_requests"] - before["tensor_requests"] < COUNT:
+        assert time.monotonic() < deadline, f"fewer than {COUNT} requests came in {timeout} s"
+        time.sleep(0.005)
+
+
+def _answered_while_stopped(vpair, at: int, nbytes: int) -> tuple[dict, dict]:
+    """The ps asks for COUNT tensors of ``nbytes``; the worker sends them while the ps is
+    stopped. What the worker and the ps counted meanwhile."""
+    vpair.worker.send("warm", pattern(16, at), vpair.PS, at)  # the channel is set up
+    assert same(vpair.ps.recv("warm", vpair.WORKER, at, timeout=60), pattern(16, at))
+    worker_before, ps_before = _counts(vpair.worker.stats()), _counts(vpair.ps.stats())
+    with ThreadPoolExecutor(1) as pool:
+        got = pool.submit(vpair.ps.recv_many, [(f"s{i}", vpair.WORKER, at) for i in range(COUNT)],
+                          timeout=120)
+        _asked(vpair.worker, worker_before)
+        os.kill(vpair.ps.process.pid, signal.SIGSTOP)
+        try:
+            vpair.worker.send_many([(f"s{i}", pattern(nbytes, at + i), vpair.PS, at) for i in range(COUNT)])
+        finally:
+            os.kill(vpair.ps.process.pid, signal.SIGCONT)
+        results = got.result(timeout=120)
     assert all(same(a, pattern(nbytes, at + i)) for i, a in enumerate(results))
-    vpair.ps.flush(timeout=60)  # each send completes as the message it travelled in is taken
-    ps = {k: v - ps_before[k] for k, v in _counts(vpair.ps.stats()).items()}
+    vpair.worker.flush(timeout=60)  # each send completes as the message it travelled in is taken
     worker = {k: v - worker_before[k] for k, v in _counts(vpair.worker.stats()).items()}
-    return ps, worker
+    ps = {k: v - ps_before[k] for k, v in _counts(vpair.ps.stats()).items()}
+    return worker, ps
 
 
-def test_small_answers_to_a_recv_many_travel_together(vpair, step):
-    vpair.ps.send_pattern("warm", vpair.WORKER, step, 16, step)  # the channel is set up
-    assert same(vpair.worker.recv("warm", vpair.PS, step, timeout=60), pattern(16, step))
+def test_small_answers_that_wait_travel_together(vpair, step):
     nbytes = 1024
     per_message = _core.MAX_TAIL_BYTES // (nbytes + ENTRY_BYTES)
-    ps, worker = _recv_many(vpair, step + 1, nbytes)
-    messages = math.ceil(COUNT / per_message)
-    assert (per_message, messages) == (7, 43)
-    assert ps == {"inline_tensors": COUNT, "inline_batches": messages, "messages_sent": messages}
-    assert worker["inline_tensors"] == COUNT and worker["inline_batches"] == messages
+    batches = math.ceil((COUNT - SLOTS) / per_message)
+    assert (per_message, batches) == (7, 41)
+    worker, ps = _answered_while_stopped(vpair, step, nbytes)
+    assert worker == {"tensor_requests": COUNT, "inline_tensors": COUNT, "inline_batches": batches,
+                      "messages_sent": SLOTS + batches}
+    assert ps == {"tensor_requests": COUNT, "inline_tensors": COUNT, "inline_batches": batches,
+                  "messages_sent": 1}
 
 
-def test_an_answer_too_large_to_share_a_slot_comes_alone(vpair, step):
-    vpair.ps.send_pattern("warm", vpair.WORKER, step, 16, step)
-    assert same(vpair.worker.recv("warm", vpair.PS, step, timeout=60), pattern(16, step))
-    nbytes = 4096  # two do not fit one slot
+def test_an_answer_too_large_to_share_a_slot_waits_alone(vpair, step):
+    nbytes = 4096
     assert 2 * (nbytes + ENTRY_BYTES) > _core.MAX_TAIL_BYTES
-    ps, worker = _recv_many(vpair, step + 1, nbytes)
-    assert ps == {"inline_tensors": COUNT, "inline_batches": 0, "messages_sent": COUNT}
-    assert worker == {"inline_tensors": COUNT, "inline_batches": 0, "messages_sent": 1}
+    worker, ps = _answered_while_stopped(vpair, step, nbytes)
+    assert worker == {"tensor_requests": COUNT, "inline_tensors": COUNT, "inline_batches": 0,
+                      "messages_sent": COUNT}
+    assert ps == {"tensor_requests": COUNT, "inline_tensors": COUNT, "inline_batches": 0, "messages_sent": 1}
