@@ -140,6 +140,10 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
     assert goal("recv_many ≥ 5x recv_async") != goal("by recv_many")
     no_batch = transfer_goals.goals(results, flight[:1])
     assert next(g for g in no_batch if "recv_many ≥ 5x" in g["goal"])["met"] is None
+    other_size = transfer_goals.goals(results, [{**row, "bytes": 1024} for row in flight])
+    for text in ("≥ 150,000/s", "by recv_many", "recv_many ≥ 5x"):  # the goals are of 4 KiB
+        judged = next(g for g in other_size if text in g["goal"])
+        assert judged["met"] is None and "not measured" in judged["measured"]
     assert goal("≥ 0.9x memcpy")["met"] is False
     gloo = goal("ahead of gloo")
     assert gloo["met"] is False and "at 64 MiB" in gloo["measured"]
@@ -155,7 +159,7 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
 def test_command_writes_json_and_plot(tmp_path):
     out, png = tmp_path / "t.json", tmp_path / "t.png"
     code = transfer.main(["--sizes", "4KiB,16KiB", "--rounds", "1", "--max-transfers", "2",
-                          "--in-flight", "10", "--call-transfers", "2", "--busy", "1",
+                          "--in-flight", "10", "--flight-size", "1KiB", "--call-transfers", "2", "--busy", "1",
                           "--contenders", "grpc+verbs,memcpy,raw unix",
                           "--json", str(out), "--plot", str(png)])
     assert code == 0
@@ -163,6 +167,7 @@ def test_command_writes_json_and_plot(tmp_path):
     assert data["benchmark"] == "transfer" and data["command"].startswith("tensorverbs bench transfer")
     assert {"cpus", "python", "numpy"} <= set(data["machine"])
     assert data["settings"]["sizes"] == [4096, 16384] and data["settings"]["in_flight"] == 10
+    assert data["settings"]["flight_bytes"] == 1024 and {r["bytes"] for r in data["in_flight"]} == {1024}
     assert data["settings"]["busy_neighbours"] == 1
     assert set(data["contenders"]) == {"grpc+verbs", "memcpy", "raw unix"}
     row = data["results"][0]

@@ -11,8 +11,8 @@ its own process's CPU time over the timed transfers: the CPU a transfer costs th
 and the receiver.
 
 Then the in-flight rate: the contenders that can (tensorverbs' ``recv_async``) start
-``--in-flight`` receives of 4 KiB at once and wait for them all, while the sender sends
-as many; tensors per second, Python calls included; and the same in one batch call
+``--in-flight`` receives of 4 KiB (``--flight-size``) at once and wait for them all,
+while the sender sends as many; tensors per second, Python calls included; and the same in one batch call
 (tensorverbs' ``recv_many``). Then 4 KiB as applications call it:
 the blocking ``recv(..., timeout=)`` in a loop, ``recv_async(...).result()``, and a
 blocking recv after the process sat idle for 20 ms (its caches and its threads cold).
@@ -174,14 +174,15 @@ def measure(turns: Turns, sizes: list[int], rounds: int, warmup: int, budget: in
 
 
 def measure_flight(turns: Turns, count: int, rounds: int, warmup: int,
-                   advance: Callable[[], None] = lambda: None) -> list[dict]:
-    """The in-flight rate of every live pair that can: ``count`` 4 KiB transfers started
-    at once per round, each way of :data:`FLIGHT_CALLS`; one result per (contender, call)."""
+                   advance: Callable[[], None] = lambda: None, nbytes: int = FLIGHT_BYTES) -> list[dict]:
+    """The in-flight rate of every live pair that can: ``count`` transfers of ``nbytes``
+    started at once per round, each way of :data:`FLIGHT_CALLS`; one result per
+    (contender, call)."""
     results = []
     for call in FLIGHT_CALLS:
-        for name, t in rounds_of(turns, FLIGHT_BYTES, count, rounds, warmup, True, advance, call).items():
+        for name, t in rounds_of(turns, nbytes, count, rounds, warmup, True, advance, call).items():
             s = report.summarize(t.seconds)
-            results.append({"contender": name, "call": call, "bytes": FLIGHT_BYTES, "in_flight": count,
+            results.append({"contender": name, "call": call, "bytes": nbytes, "in_flight": count,
                             "verified": t.verified, "seconds": s,
                             "tensors_per_s": count / s["median"], "cpu_us": t.cpu_us()})
     return results
@@ -213,12 +214,17 @@ def _bad(r: dict) -> str:
     return " [red]BAD[/]" if r["verified"] is False else ""
 
 
-def _flight_table(flight: list[dict], names: list[str], count: int) -> Table:
+def _flight_row(flight: list[dict], name: str, call: str) -> dict | None:
+    """The in-flight row of ``name`` asked for with ``call`` (None if it did not run)."""
+    return next((r for r in flight if r["contender"] == name and r["call"] == call), None)
+
+
+def _flight_table(flight: list[dict], names: list[str], count: int, nbytes: int) -> Table:
     """The in-flight rates, each way: n/a for the contenders that cannot keep transfers in
     flight so."""
-    rows = [[name, *(f"{r['tensors_per_s']:,.0f}{_bad(r)} ({_cpu(r)})" if (r := find_call(flight, name, call))
+    rows = [[name, *(f"{r['tensors_per_s']:,.0f}{_bad(r)} ({_cpu(r)})" if (r := _flight_row(flight, name, call))
                      else "n/a" for call in FLIGHT_CALLS)] for name in names]
-    return report.table(f"{report.human_size(FLIGHT_BYTES)} tensors with {count:,} recvs in flight: tensors/s "
+    return report.table(f"{report.human_size(nbytes)} tensors with {count:,} recvs in flight: tensors/s "
                         "(median) (CPU per tensor, µs: sender/receiver)", ["", *FLIGHT_CALLS], rows)
 
 
@@ -242,7 +248,8 @@ def show(result: dict) -> None:
     con.print(report.table("time per transfer (a round trip), µs: median/p99", heads, latency))
     con.print(report.table("CPU per transfer, µs: sender/receiver", heads, rows(_cpu)))
     if result["settings"]["in_flight"]:
-        con.print(_flight_table(flight, names, result["settings"]["in_flight"]))
+        con.print(_flight_table(flight, names, result["settings"]["in_flight"],
+                                result["settings"].get("flight_bytes", FLIGHT_BYTES)))
     if calls := result["calls"]:
         called = [n for n in names if any(r["contender"] == n for r in calls)]
         cells = [[name, *(f"{r['latency_us']['median']:.0f}/{r['latency_us']['p99']:.0f} ({_cpu(r)})"
@@ -287,7 +294,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-transfers", type=int, default=100,
                    help="at most this many transfers per contender and round (default 100)")
     p.add_argument("--in-flight", type=int, default=2000, metavar="N",
-                   help="4 KiB recvs in flight for the in-flight rate (default 2000; 0 skips)")
+                   help="recvs in flight for the in-flight rate (default 2000; 0 skips)")
+    p.add_argument("--flight-size", default="4KiB", metavar="SIZE",
+                   help="the size of the tensors in flight (default 4KiB; the goals are of 4 KiB)")
     p.add_argument("--call-transfers", type=int, default=CALL_TRANSFERS, metavar="N",
                    help="4 KiB transfers a round for each way of calling recv (default "
                    f"{CALL_TRANSFERS}; 0 skips)")
@@ -320,10 +329,11 @@ def _sizes(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
 
 def run(contenders: list[Contender], sizes: list[int], rounds: int = 8, warmup: int = 1,
         round_bytes: int = 64 << 20, max_transfers: int = 100,
-        in_flight: int = 2000, call_transfers: int = CALL_TRANSFERS) -> dict[str, Any]:
-    """Start the contenders, run the sweep, the in-flight rate and the calls
-    (``in_flight`` or ``call_transfers`` 0 skips them) with a progress bar, stop them; the
-    result."""
+        in_flight: int = 2000, call_transfers: int = CALL_TRANSFERS,
+        flight_bytes: int = FLIGHT_BYTES) -> dict[str, Any]:
+    """Start the contenders, run the sweep, the in-flight rate (of tensors of
+    ``flight_bytes``) and the calls (``in_flight`` or ``call_transfers`` 0 skips them) with
+    a progress bar, stop them; the result."""
     with report.progress() as bar:
         pairs, status = start(contenders, bar.console.print)
         flights = in_flight > 0 and any(p.contender.in_flight for p in pairs)
@@ -334,7 +344,7 @@ def run(contenders: list[Contender], sizes: list[int], rounds: int = 8, warmup: 
             results = measure(turns, sizes, rounds, warmup, round_bytes, max_transfers,
                               lambda: bar.advance(task))
             flight = measure_flight(turns, in_flight, rounds, warmup,
-                                    lambda: bar.advance(task)) if flights else []
+                                    lambda: bar.advance(task), flight_bytes) if flights else []
             calls = measure_calls(turns, call_transfers, rounds, warmup,
                                   lambda: bar.advance(task)) if call_transfers > 0 else []
         finally:
@@ -342,7 +352,7 @@ def run(contenders: list[Contender], sizes: list[int], rounds: int = 8, warmup: 
                 pair.close()
     settings = {"sizes": sizes, "rounds": rounds, "warmup_rounds": warmup,
                 "round_bytes": round_bytes, "max_transfers": max_transfers,
-                "in_flight": in_flight, "call_transfers": call_transfers,
+                "in_flight": in_flight, "flight_bytes": flight_bytes, "call_transfers": call_transfers,
                 "idle_gap_s": IDLE_GAP, "dtype": "float32"}
     return {"benchmark": "transfer", "settings": settings, "contenders": status,
             "results": results, "in_flight": flight, "calls": calls,
@@ -396,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         contenders = by_name(args.contenders.split(",") if args.contenders else None)
         round_bytes = parse_size(args.round_bytes)
+        flight_bytes = parse_size(args.flight_size)
     except ValueError as exc:
         p.error(str(exc))
     if args.profile is not None:
@@ -403,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                            args.profile)
     with busy.neighbours(args.busy):
         result = run(contenders, sizes, args.rounds, args.warmup, round_bytes,
-                     args.max_transfers, args.in_flight, args.call_transfers)
+                     args.max_transfers, args.in_flight, args.call_transfers, flight_bytes)
     result["settings"]["busy_neighbours"] = args.busy
     show(result)
     plotted = report.save(result, ["transfer", *argv], args.json, args.plot, plot)
