@@ -207,8 +207,12 @@ void RdmaChannel::send(RdmaMessage message) {
       early_.emplace_back(std::move(message), nullptr);
       return;
     }
+    if (held != nullptr) {
+      buffer_->hold();
+      newly_held = true;
+    }
     std::uint64_t sequence = 0;
-    status = send_locked(message, held, &newly_held, &sequence);
+    status = send_locked(message, &sequence);
   }
   if (newly_held) held->add(shared_from_this());
   if (!status.ok()) fail(status);
@@ -226,8 +230,7 @@ void RdmaChannel::send_inline(RdmaMessage message, std::shared_ptr<RdmaTensorRes
     // error would take a transient failure for one for good, and end the recvs it holds)
     if (!error_) {
       std::uint64_t sequence = 0;
-      bool held = false;  // (an answer is never sent in a HeldMessages scope)
-      status = send_locked(message, nullptr, &held, &sequence);
+      status = send_locked(message, &sequence);
       if (status.ok()) inline_.emplace_back(sequence, std::move(response));
     }
   }
@@ -243,12 +246,7 @@ HeldMessages* RdmaChannel::held_scope() {
   return held;
 }
 
-Status RdmaChannel::send_locked(RdmaMessage& message, HeldMessages* held, bool* newly_held,
-                                std::uint64_t* sequence) {
-  if (held != nullptr) {
-    buffer_->hold();
-    *newly_held = true;
-  }
+Status RdmaChannel::send_locked(RdmaMessage& message, std::uint64_t* sequence) {
   std::vector<verbs::SendWr>& wrs = scratch_locked();
   Status status = buffer_send_locked(message, &wrs, sequence);
   return status.ok() ? post_locked(wrs) : status;

@@ -44,7 +44,6 @@
 namespace tensorverbs {
 
 class HeldMessages;
-
 class RdmaChannel;
 class RdmaTensorRequest;
 class RdmaTensorResponse;
@@ -176,10 +175,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // The sending thread's HeldMessages scope if it does not hold this channel yet (then
   // with room to add it), else nullptr.
   HeldMessages* held_scope();
-  // Sends `message` and posts what it can (held first for `held`, if given: then
-  // `*newly_held`); `sequence` as RdmaMessageBuffer::send.
-  Status send_locked(RdmaMessage& message, HeldMessages* held, bool* newly_held,
-                     std::uint64_t* sequence);
+  // Sends `message` and posts what it can; `sequence` as RdmaMessageBuffer::send.
+  Status send_locked(RdmaMessage& message, std::uint64_t* sequence);
   // RdmaMessageBuffer::send, counted.
   Status buffer_send_locked(RdmaMessage& message, std::vector<verbs::SendWr>* wrs,
                             std::uint64_t* sequence);

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "protocol/rdma_channel.h"
-
 #include "protocol/rdma_tensor_request.h"
 #include "protocol/rdma_tensor_response.h"
 #include "protocol/work_id.h"

@@ -36,6 +36,10 @@ void RdmaMessageBuffer::connect(std::uint64_t remote_addr, std::uint32_t remote_
 Status RdmaMessageBuffer::send(RdmaMessage& message, std::vector<verbs::SendWr>* out,
                                std::uint64_t* sequence, bool* batched) {
   const bool now = connected_ && holds_ == 0 && queue_.empty() && sent_ - peer_taken_ < slots_;
+  const bool waiting_inline = !now && message.type == MessageType::kTensorInline;
+  if (waiting_inline) {  // (checked once, here: one that waits is encoded later)
+    if (std::string why = encode_error(message); !why.empty()) return Status(Code::kInternal, why);
+  }
   bool started = false;
   if (!now && gather(message, &started)) {
     *sequence = sent_ + queue_.size();
@@ -44,10 +48,9 @@ Status RdmaMessageBuffer::send(RdmaMessage& message, std::vector<verbs::SendWr>*
   }
   if (batched) *batched = false;
   *sequence = sent_ + queue_.size() + 1;
-  if (!now && message.type == MessageType::kTensorInline) {
+  if (waiting_inline) {
     // its payload stays with the response that sent it until the peer has taken it: encoded
     // into its slot when one is free, not copied aside first
-    if (std::string why = encode_error(message); !why.empty()) return Status(Code::kInternal, why);
     queue_.push_back(Waiting{"", message, 0});
     return Status();
   }
@@ -89,10 +92,10 @@ bool RdmaMessageBuffer::gather(const RdmaMessage& message, bool* started) {
 
 namespace {
 
-// Whether TENSOR_INLINE `message` can be an entry of a TENSOR_INLINES message.
+// Whether TENSOR_INLINE `message` (one that encodes: send() checked it) can be an entry of a
+// TENSOR_INLINES message.
 bool joinable(const RdmaMessage& message) {
-  return message.meta && message.meta->dtype != 0 && message.request_index <= kMaxRequestIndex &&
-         encode_error(message).empty();
+  return message.meta && message.meta->dtype != 0 && message.request_index <= kMaxRequestIndex;
 }
 
 }  // namespace

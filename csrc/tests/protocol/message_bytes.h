@@ -1,13 +1,15 @@
-// Control messages as bytes, for the tests of the messages that gather entries
-// (TENSOR_REQUESTS, TENSOR_INLINES): encoding, a decode that must fail the channel, and a
-// message given another tail.
+// Control messages and their bytes, for the tests of the messages that gather entries
+// (TENSOR_REQUESTS, TENSOR_INLINES): the messages, encoding, a decode that must fail the
+// channel, and a message given another tail.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/little_endian.h"
@@ -18,6 +20,20 @@ namespace tensorverbs::test {
 using Bytes = std::vector<std::uint8_t>;
 
 inline constexpr std::size_t kIndexAt = 523, kTailSizeAt = 813;
+
+// A TENSOR_REQUESTS message of `entries`.
+inline RdmaMessage requests(std::vector<RequestEntry> entries) {
+  RdmaMessage message{MessageType::kTensorRequests, 0, "", 0, 0, 0, std::nullopt, 0, ""};
+  message.requests = std::move(entries);
+  return message;
+}
+
+// A TENSOR_INLINES message of `entries`.
+inline RdmaMessage inlines(std::vector<InlineEntry> entries) {
+  RdmaMessage message{MessageType::kTensorInlines, 0, "", 0, 0, 0, std::nullopt, 0, ""};
+  message.inlines = std::move(entries);
+  return message;
+}
 
 inline Bytes encode(const RdmaMessage& message) {
   std::array<std::uint8_t, kSlotBytes> slot{};

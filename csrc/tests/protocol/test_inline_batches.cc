@@ -22,15 +22,10 @@ using test::Bytes;
 using test::decode_error;
 using test::encode;
 using test::GatheringBuffer;
+using test::inlines;
 using test::kIndexAt;
 using test::with_tail;
 namespace le = little_endian;
-
-RdmaMessage inlines(std::vector<InlineEntry> entries) {
-  RdmaMessage message{MessageType::kTensorInlines, 0, "", 0, 0, 0, std::nullopt, 0, ""};
-  message.inlines = std::move(entries);
-  return message;
-}
 
 RdmaMessage answer(std::uint32_t index, const Bytes& payload) {
   RdmaMessage message{MessageType::kTensorInline, index, "t" + std::to_string(index), 3, 0, 0,

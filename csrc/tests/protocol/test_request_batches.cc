@@ -26,14 +26,9 @@ using test::Bytes;
 using test::decode_error;
 using test::encode;
 using test::kIndexAt;
+using test::requests;
 using test::with_tail;
 namespace le = little_endian;
-
-RdmaMessage requests(std::vector<RequestEntry> entries) {
-  RdmaMessage message{MessageType::kTensorRequests, 0, "", 0, 0, 0, std::nullopt, 0, ""};
-  message.requests = std::move(entries);
-  return message;
-}
 
 Bytes entry(std::uint32_t index, std::int64_t step, const std::string& name,
             std::uint16_t name_size) {
