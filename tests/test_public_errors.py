@@ -4,7 +4,9 @@ raises CancelledError and a wait on it that times out DeadlineExceededError."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
+import pickle
 from typing import Any, Callable
 
 import numpy as np
@@ -161,3 +163,50 @@ def test_waiting_too_short_for_a_recv_raises_deadline_exceeded(server):
             fut.exception(timeout=0.01)
     finally:
         fut.cancel()
+
+
+@pytest.mark.parametrize("cls, builtin", [
+    (tv.DeadlineExceededError, TimeoutError),
+    (tv.CancelledError, concurrent.futures.CancelledError),
+])
+def test_errors_of_a_deadline_and_a_cancel_are_python_s_own_too(cls, builtin):
+    """Code written for concurrent.futures catches them; they stay TensorverbsErrors with
+    their code, text and pickling."""
+    made = cls("it ended")
+    rebuilt = tv.errors.from_code(int(cls.code), "it ended")
+    for err in (made, rebuilt, pickle.loads(pickle.dumps(made))):
+        assert type(err) is cls and isinstance(err, builtin) and isinstance(err, tv.TensorverbsError)
+        assert str(err) == f"{cls.code.name}: it ended" and err.message == "it ended"
+        for caught_as in (builtin, tv.TensorverbsError, cls):
+            with pytest.raises(caught_as):
+                raise err
+
+
+def test_a_recv_that_timed_out_raises_a_timeout_error(server):
+    with pytest.raises(TimeoutError, match=r"recv of 'gone' from .* timed out after 0.01 s") as raised:
+        server.recv("gone", server.task, step_id=7, timeout=0.01)
+    assert type(raised.value) is tv.DeadlineExceededError and raised.value.__cause__ is None
+
+
+def test_a_recv_future_raises_the_error_its_recv_ended_with():
+    """The recv's own timeout and a stop: the future raises what the recv ended with, not
+    an error of the wait on it."""
+    with tv.Server(cluster_spec({"worker": 1}), "worker", 0) as server:
+        timed_out = server.recv_async("gone", server.task, step_id=8, timeout=0.01)
+        with pytest.raises(tv.DeadlineExceededError, match="timed out after 0.01 s"):
+            timed_out.result()
+        with pytest.raises(tv.DeadlineExceededError, match="timed out after 0.01 s"):
+            timed_out.result(timeout=30)
+        stopped = server.recv_async("never", server.task, step_id=8)
+    with pytest.raises(tv.CancelledError, match="the server stopped"):
+        stopped.result(timeout=30)
+    with pytest.raises(concurrent.futures.CancelledError):
+        stopped.result()
+    assert not stopped.cancelled()
+
+
+def test_a_cancelled_recv_raises_concurrent_futures_cancelled_error(server):
+    fut = server.recv_async("never", PS, step_id=9)
+    assert fut.cancel()
+    with pytest.raises(concurrent.futures.CancelledError):
+        fut.result()

@@ -2,10 +2,13 @@
 
 The codes are gRPC's (and so distributed TensorFlow's) status codes, so an error
 crosses a process boundary as ``(code, message)`` and is rebuilt on the other side
-as the same class.
+as the same class. A deadline that ended a call is also Python's ``TimeoutError``, and a
+cancel ``concurrent.futures.CancelledError``, so code written for Python's futures
+catches them too.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import enum
 import functools
 import inspect
@@ -56,8 +59,9 @@ class TensorverbsError(Exception):
         return (from_code, (int(self.code), self.message))
 
 
-class CancelledError(TensorverbsError):
-    """The operation was cancelled (its caller gave up or the server stopped)."""
+class CancelledError(TensorverbsError, concurrent.futures.CancelledError):
+    """The operation was cancelled (its caller gave up or the server stopped); also a
+    ``concurrent.futures.CancelledError``."""
 
     code = Code.CANCELLED
 
@@ -74,8 +78,8 @@ class InvalidArgumentError(TensorverbsError):
     code = Code.INVALID_ARGUMENT
 
 
-class DeadlineExceededError(TensorverbsError):
-    """A timeout expired before the operation completed."""
+class DeadlineExceededError(TensorverbsError, TimeoutError):
+    """A timeout expired before the operation completed; also a ``TimeoutError``."""
 
     code = Code.DEADLINE_EXCEEDED
 
@@ -188,6 +192,8 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
         async def await_call(*args: P.args, **kwargs: P.kwargs) -> Any:
             try:
                 return await fn(*args, **kwargs)
+            except TensorverbsError:  # (some are OSErrors too: TimeoutError)
+                raise
             except _BUGS as exc:
                 raise as_error(exc, fn.__qualname__) from exc
         return cast(Callable[P, T], await_call)
@@ -196,12 +202,13 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return fn(*args, **kwargs)
+        except TensorverbsError:  # (some are OSErrors too: TimeoutError)
+            raise
         except _BUGS as exc:
             give_up_started()  # (the caller never gets their futures)
             raise as_error(exc, fn.__qualname__) from exc
-        except BaseException as exc:
-            if not isinstance(exc, TensorverbsError):  # a signal handler's, as fn made or returned its result
-                give_back()
+        except BaseException:  # a signal handler's, as fn made or returned its result
+            give_back()
             raise
         finally:
             IN_HAND.held = IN_HAND.started = None  # (the caller has them, or they failed with the call)

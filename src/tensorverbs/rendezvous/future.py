@@ -20,7 +20,7 @@ import time
 from concurrent.futures import _base
 from typing import Any, Callable, Generator, Protocol
 
-from ..errors import CancelledError, DeadlineExceededError
+from ..errors import CancelledError, DeadlineExceededError, TensorverbsError
 from ..in_hand import IN_HAND
 from .completion import wait_in_slices
 from .condition import Condition
@@ -263,6 +263,8 @@ class RecvFuture(concurrent.futures.Future[Any]):
     def result(self, timeout: float | None = None) -> Any:
         try:
             return super().result(self._wait(timeout))
+        except TensorverbsError:  # what the recv ended with (a timeout or a stop too)
+            raise
         except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
             raise self._waiting_error(timeout) from None
 

@@ -60,7 +60,7 @@ def wait(futures: Iterable[concurrent.futures.Future[Any]], timeout: float | Non
 def as_completed(futures: Iterable[concurrent.futures.Future[Any]],
                  timeout: float | None = None) -> Iterator[concurrent.futures.Future[Any]]:
     """:func:`concurrent.futures.as_completed` for recv futures (any futures): each future
-    as it is done; DeadlineExceededError (a TensorverbsError, not a TimeoutError) if
+    as it is done; DeadlineExceededError (a TimeoutError too, as concurrent.futures raises) if
     ``timeout`` seconds pass (from this call) before every one is."""
     fs = list(dict.fromkeys(futures))
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
