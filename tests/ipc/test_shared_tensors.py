@@ -43,8 +43,9 @@ def stand_in(nbytes: int, seed: int) -> StandInArray:
 
 
 def released(server) -> bool:
-    """Whether every tensor ``server`` exported was released (waits for the receivers'
-    ReleaseSharedTensor, which follows their recv; fails after TIMEOUT)."""
+    """Whether every tensor ``server`` (a Server, or a TaskProcess) exported was released
+    (waits for the receivers' ReleaseSharedTensor, which follows their recv; fails after
+    TIMEOUT)."""
     deadline = time.monotonic() + TIMEOUT
     while server.stats()["ipc_exports"] and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -294,3 +295,43 @@ def test_cuda_out_by_cuda_ipc(pair, step):
     assert pair.worker.recv("gpu", pair.PS, step, timeout=TIMEOUT, out=out) is out
     assert same(out.cpu().numpy(), pattern(1 << 20, 9, "float32"))  # NaNs among them
     assert pair.worker.stats()["ipc_received"] >= 1
+
+
+def test_a_tensor_taken_by_handle_outlives_the_end_of_its_senders_step(ipc_pair, step):
+    """A sender that waited for its send by handle (its receiver took the descriptor) and
+    then cleaned its step up keeps its copy until the receiver opened it: here a parked
+    recv_async (on grpc+verbs its answer waits in the core until the future is looked at)
+    whose peer's lane is busy with a callback of an earlier recv."""
+    worker, nbytes = ipc_pair.worker, 1 << 16
+    blocking, gate = threading.Event(), threading.Event()
+    busy = worker.recv_async("busy", ipc_pair.PS, step, timeout=TIMEOUT)
+    busy.add_done_callback(lambda fut: (blocking.set(), gate.wait(TIMEOUT)))
+    ipc_pair.ps.send_pattern("busy", ipc_pair.WORKER, step, 16, 0)
+    assert blocking.wait(TIMEOUT)  # the lane of the ps runs the callback until the gate opens
+    try:
+        parked = worker.recv_async("x", ipc_pair.PS, step, timeout=TIMEOUT)
+        ipc_pair.ps.run("stand_in_peer:send_wait_clean_up", "x", ipc_pair.WORKER, step, nbytes, 8)
+    finally:
+        gate.set()
+    got = parked.result(TIMEOUT)
+    assert same(got, pattern(nbytes, 8, "float32"))
+    assert released(ipc_pair.ps)
+
+
+def test_a_tensor_taken_by_handle_is_freed_once_its_receiver_is_gone(variant, step):
+    """An export taken by a receiver that never opens it (its process ends first) outlives
+    the end of its sender's step, and is freed once that process is gone."""
+    protocol, env = VARIANTS[variant]
+    p = start_pair(protocol, env, device_ipc=True)
+    try:
+        before = p.worker.stats()["ipc_exports"]
+        p.worker.send("busy", pattern(16, 0), to=p.PS, step_id=step)
+        p.ps.run("stand_in_peer:take_unopened", "busy", "x", p.WORKER, step)
+        p.worker.send("x", stand_in(4096, 9), to=p.PS, step_id=step).wait(TIMEOUT)  # taken
+        p.worker.cleanup_step(step)
+        assert p.worker.stats()["ipc_exports"] == before + 1  # its receiver may still open it
+        p.ps.kill()
+        assert released(p.worker)
+    finally:
+        p.worker.stop()
+        p.ps.stop()

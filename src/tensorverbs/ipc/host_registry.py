@@ -78,24 +78,37 @@ class HostRegistry:
             os.replace(scratch, path)
             self._mine[address] = known  # only once written: a failed write is tried again
 
-    def sees(self, address: str, device: str, *, elsewhere: bool = False) -> bool:
-        """Whether the task at ``address`` runs on this host (``elsewhere``: in another
-        process than this one) and sees ``device``."""
+    def _entry(self, address: str) -> tuple[int, frozenset[str]] | None:
+        """(process id, devices) of the entry of the task at ``address``, None if it has none."""
         path = self._file(address)
         try:
             mtime = path.stat().st_mtime_ns
         except FileNotFoundError:
-            return False
+            return None
         cached = self._seen.get(address)
         if cached is None or cached[0] != mtime:
             try:
                 entry = json.loads(path.read_text())
                 pid, devices = int(entry["pid"]), frozenset(map(str, entry["devices"]))
             except (OSError, ValueError, KeyError, TypeError):
-                return False
+                return None
             cached = self._seen[address] = (mtime, pid, devices)
-        _, pid, devices = cached
+        return cached[1], cached[2]
+
+    def sees(self, address: str, device: str, *, elsewhere: bool = False) -> bool:
+        """Whether the task at ``address`` runs on this host (``elsewhere``: in another
+        process than this one) and sees ``device``."""
+        entry = self._entry(address)
+        if entry is None:
+            return False
+        pid, devices = entry
         return device in devices and not (elsewhere and pid == os.getpid()) and _alive(pid)
+
+    def process(self, address: str) -> int | None:
+        """The id of the process of the task at ``address``, None if no process alive is
+        there (the task left the registry, or its process is gone)."""
+        entry = self._entry(address)
+        return entry[0] if entry is not None and _alive(entry[0]) else None
 
     def unregister(self) -> None:
         """Remove what this process registered."""

@@ -5,19 +5,24 @@ A send of a GPU tensor to a task of the same host that sees that GPU (it said so
 descriptor, DT_VARIANT bytes under the tensor's rendezvous key, through the task's protocol.
 The receiver's recv gets the descriptor, opens the handle, copies the tensor to where the
 recv wants it (a new tensor on its GPU, its ``out``, the host) and sends
-ReleaseSharedTensor, upon which the sender frees its copy. A step cleaned up or aborted,
-or the server stopping, frees the exports of it that no receiver released.
+ReleaseSharedTensor, upon which the sender frees its copy. A step cleaned up or aborted
+frees the exports of it that no receiver took; one taken (its descriptor left the table:
+a recv has it, perhaps not opened yet) lives on until its receiver released it, its
+receiver's process is gone (the host registry tells, checked every
+:data:`WATCH_SECONDS`), or its send failed after all. The server stopping frees every export.
 
 ``device_ipc``: True shares every device that can be (the ``cpu:proxy`` stand-in too),
 None (the default) CUDA GPUs, False nothing: every tensor then goes through host proxies.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..devices import Cuda, Device, StandIn
@@ -32,6 +37,7 @@ from .releases import Releases
 from .stand_in_ipc import StandInIpc
 
 if TYPE_CHECKING:
+    from .. import _core
     from ..cluster import ClusterSpec, TaskName
     from ..out import Out
     from ..rendezvous.key import RendezvousKey
@@ -43,6 +49,9 @@ log = logging.getLogger(__name__)
 
 #: seconds between tries to write this task's host registry entry after a write failed
 REGISTRY_RETRY = 5.0
+#: seconds between looks at the receivers of exports that outlived their step (is the
+#: receiver's process gone?)
+WATCH_SECONDS = 1.0
 _MODES = {"auto": None, "1": True, "yes": True, "on": True, "true": True,
           "0": False, "no": False, "off": False, "false": False}
 
@@ -57,6 +66,24 @@ def device_ipc_mode(value: bool | None) -> bool | None:
     return _MODES[text]
 
 
+@dataclass
+class _Exported:
+    """An export and what ends it: its step (None once it outlived it), the completion of
+    its send, and its receiver's address and process (as the host registry names it)."""
+
+    step: int | None
+    ipc: DeviceIpc
+    export: Export
+    sent: "_core.SendCompletion"
+    receiver: str
+    pid: int | None
+
+    def taken(self) -> bool:
+        """Whether a receiver took its descriptor (its send is delivered, or under way)."""
+        outcome = self.sent.outcome()
+        return outcome is None or not outcome[0]
+
+
 class SharedTensors:
     """The exports of one task (as a sender) and the opening of its peers' (as a receiver)."""
 
@@ -66,9 +93,10 @@ class SharedTensors:
         in ``counters`` and tells senders through ``peers``, on ``loop``, that it is done
         with theirs. ``mode``: device IPC on, off or None (auto: CUDA only)."""
         self.cluster, self.task, self.incarnation = cluster, task, incarnation
-        self.counters = counters
+        self.counters, self.loop = counters, loop
         self.releases = Releases(task, loop, peers)
-        self._exports: dict[int, tuple[int, DeviceIpc, Export]] = {}  # id -> (step, ipc, export)
+        self._exports: dict[int, _Exported] = {}
+        self._watching = False  # a look at the exports that outlived their step is due
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._ipcs: dict[type, DeviceIpc] = {}
@@ -112,16 +140,19 @@ class SharedTensors:
                         self.task, REGISTRY_RETRY, exc)
 
     # -- sending -----------------------------------------------------------------------------
-    def offer(self, step_id: int, key: "RendezvousKey", value: Any, device: Device) -> Value | None:
-        """The descriptor to send in place of ``value`` (a tensor on ``device``), or None
-        when it goes the usual way (the destination is not on this host or does not see
-        the device, the device cannot share, or exporting failed: logged)."""
+    def offer(self, step_id: int, key: "RendezvousKey", value: Any, device: Device,
+              ticket: "_core.SendTicket") -> Value | None:
+        """The descriptor to send in place of ``value`` (a tensor on ``device``), carrying
+        the send's ``ticket``, or None when it goes the usual way (the destination is not
+        on this host or does not see the device, the device cannot share, or exporting
+        failed: logged)."""
         ipc = self._ipc(device)
         if ipc is None or self.registry is None or key.dst == self.task:
             return None
         self.note(device)
         device_id = ipc.device_id(device)
-        if not self.registry.sees(self.cluster.address(key.dst), device_id, elsewhere=not ipc.opens_own_exports):
+        receiver = self.cluster.address(key.dst)
+        if not self.registry.sees(receiver, device_id, elsewhere=not ipc.opens_own_exports):
             return None
         try:
             export = ipc.export(value, device)
@@ -129,12 +160,15 @@ class SharedTensors:
             log.warning("%s: cannot share %r by handle, sending it through a host proxy: %s",
                         self.task, key.name, exc)
             return None
+        exported = _Exported(step_id, ipc, export, ticket.completion, receiver,
+                             self.registry.process(receiver))
         with self._lock:
             export_id = next(self._ids)
-            self._exports[export_id] = (step_id, ipc, export)
+            self._exports[export_id] = exported
         self.counters.add("ipc_sent")
         return Value(SharedTensorDescriptor(ipc.kind, export.dtype, export.shape, self.incarnation,
-                                            export_id, device_id, export.blobs, export.ints).encode())
+                                            export_id, device_id, export.blobs, export.ints).encode(),
+                     False, ticket)
 
     def withdraw(self, offered: Value) -> None:
         """Free the export behind a descriptor :meth:`offer` made that was not sent."""
@@ -142,7 +176,7 @@ class SharedTensors:
         with self._lock:
             entry = self._exports.pop(descriptor.export_id, None)
         if entry is not None:
-            entry[1].release(entry[2], consumed=False)
+            entry.ipc.release(entry.export, consumed=False)
 
     def release(self, incarnation: int, export_ids: Iterable[int]) -> None:
         """A receiver copied exports ``export_ids`` out: free them (nothing for one unknown)."""
@@ -153,17 +187,46 @@ class SharedTensors:
         self._free([entry for entry in entries if entry is not None], consumed=True)
 
     def drop_step(self, step_id: int | None = None) -> None:
-        """Free the exports of ``step_id`` (of every step if None) no receiver released."""
+        """The end of ``step_id`` (of every step if None, as the server stops): free its
+        exports that no receiver took (every export if None); those taken outlive it."""
         with self._lock:
-            ids = [i for i, (step, _, _) in self._exports.items() if step_id in (None, step)]
-            dropped = [self._exports.pop(i) for i in ids]
+            ended = [i for i, e in self._exports.items()
+                     if step_id is None or (e.step == step_id and not e.taken())]
+            dropped = [self._exports.pop(i) for i in ended]
+            outlive = [e for e in self._exports.values() if step_id is not None and e.step == step_id]
+            for exported in outlive:
+                exported.step = None
+            watch = bool(outlive) and not self._watching
+            self._watching = self._watching or watch
         self._free(dropped, consumed=False)
-
-    def _free(self, entries: list[tuple[int, DeviceIpc, Export]], consumed: bool) -> None:
-        """Free the exports of ``entries`` (popped): each, whatever freeing another raised."""
-        for _, ipc, export in entries:
+        if watch:
             try:
-                ipc.release(export, consumed=consumed)
+                self.loop.call_soon(self._watch_later)
+            except RuntimeError:  # the loop is closed: the server stops, freeing them all
+                pass
+
+    def _watch_later(self) -> None:
+        asyncio.get_running_loop().call_later(WATCH_SECONDS, self._watch)
+
+    def _watch(self) -> None:
+        """On the loop: free the exports that outlived their step whose receiver's process
+        is gone (it never releases them) or whose send failed after all (no receiver took
+        it); look again later while some are left."""
+        assert self.registry is not None  # (nothing is exported without it)
+        with self._lock:
+            orphans = [i for i, e in self._exports.items() if e.step is None and (
+                not e.taken() or e.pid is None or self.registry.process(e.receiver) != e.pid)]
+            dropped = [self._exports.pop(i) for i in orphans]
+            again = self._watching = any(e.step is None for e in self._exports.values())
+        self._free(dropped, consumed=False)
+        if again:
+            self._watch_later()
+
+    def _free(self, entries: list[_Exported], consumed: bool) -> None:
+        """Free the exports of ``entries`` (popped): each, whatever freeing another raised."""
+        for entry in entries:
+            try:
+                entry.ipc.release(entry.export, consumed=consumed)
             except Exception as exc:  # freeing must not fail the cleanup of the step, nor the others
                 log.warning("%s: freeing a shared tensor: %s", self.task, exc)
 

@@ -132,9 +132,8 @@ class Sending:
     def _offer(self, step: int, key: RendezvousKey, value: Any, device: Device, is_dead: bool,
                ticket: "_core.SendTicket") -> None:
         """Put ``value`` (on ``device``) in the table for ``key``'s receiver."""
-        shared = self._rt.shared.offer(step, key, value, device) if not is_dead else None
+        shared = self._rt.shared.offer(step, key, value, device, ticket) if not is_dead else None
         if shared is not None:  # passed by handle to a task of this host
-            shared.ticket = ticket
             try:
                 self._rendezvous.send(step, key, shared)
             except Exception:  # not sent (a signal's exception may come after it was sent:
