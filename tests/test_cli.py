@@ -13,7 +13,7 @@ from cryptography import x509
 
 import tensorverbs as tv
 from tensorverbs.demo import run_protocol
-from tensorverbs.local_cluster import cluster_spec
+from tensorverbs.local_cluster import cluster_spec, free_port
 from tensorverbs.resolvers import TFConfigClusterResolver
 
 COMMAND = [sys.executable, "-m", "tensorverbs"]
@@ -97,3 +97,59 @@ def test_tf_config_command_prints_a_line_per_task(tmp_path):
     bad = subprocess.run([*COMMAND, "tf-config", '{"ps": ["nohostport"]}'], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "expected host:port" in bad.stderr
+
+
+def _run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([*COMMAND, *argv], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # it ran on, as if nothing were wrong
+        return subprocess.CompletedProcess(exc.cmd, None, exc.stdout or "", exc.stderr or "")
+
+
+def _mistakes(tmp_path) -> list[tuple[list[str], int, str]]:
+    """(arguments, exit status, what the error says) of a user's mistakes and environment errors."""
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps({"ps": [f"127.0.0.1:{free_port()}"]}))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"ps": ["127.0.0.1:2222"],\n  oops}')
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    return [
+        (["top", "nonsense:abc", "--once"], 2, "argument HOST:PORT: 'nonsense:abc': the port 'abc' is not a number"),
+        (["top", "127.0.0.1", "--once"], 2, "argument HOST:PORT: '127.0.0.1' has no port"),
+        (["top", "127.0.0.1:1", "--interval", "-1"], 2, "argument --interval: -1 is negative"),
+        (["certs", str(a_file / "certs"), "--cluster", str(spec)], 1,
+         f"tensorverbs certs: {a_file / 'certs'}: Not a directory"),
+        (["certs", str(tmp_path / "certs"), "--cluster", str(spec), "--days", "-5"], 2,
+         "argument --days: -5 is not a positive integer"),
+        (["demo", "--rounds", "0", "--protocols", "grpc"], 2, "argument --rounds: 0 is not a positive integer"),
+        (["demo", "--protocols", "tcp"], 2,
+         "argument --protocols: unknown protocol 'tcp': expected one of grpc, grpc+verbs"),
+        (["tf-config", str(tmp_path / "missing.json")], 2,
+         f"argument cluster: no such file: {tmp_path / 'missing.json'}"),
+        (["tf-config", str(bad)], 2, f"argument cluster: {bad} is not valid JSON at line 2 col 3"),
+        (["tf-config", '{"ps": ["127.0.0.1:2222"]'], 2, "argument cluster: not valid JSON at line 1 col 26"),
+        (["tf-config", "[1]"], 2, "argument cluster: a cluster needs at least one job"),
+        (["server", "--cluster", str(spec), "--job", "ps", "--task", "0", "--startup-grace", "-1"], 2,
+         "argument --startup-grace: -1 is negative"),
+    ]
+
+
+def test_mistakes_are_an_error_line_and_an_exit_status_not_a_traceback(tmp_path):
+    wrong = []
+    for argv, status, message in _mistakes(tmp_path):
+        result = _run(*argv)
+        # a run-time error is one line; a usage error also shows the usage, as argparse does
+        lines = result.stderr.count("\n") if status == 1 else 1
+        if ("Traceback" in result.stderr or (result.returncode, result.stdout, lines) != (status, "", 1)
+                or message not in result.stderr):
+            wrong.append(f"{argv}: exit status {result.returncode}, stdout {result.stdout[-300:]!r}, "
+                         f"stderr {result.stderr[-300:]!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_server_help_gives_the_defaults():
+    result = _run("server", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "(default: grpc)" in text and "(default: 60.0)" in text

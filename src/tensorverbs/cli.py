@@ -5,10 +5,16 @@ import argparse
 import importlib
 import json
 import logging
+import math
 import os
 import signal
 import sys
-from typing import Sequence
+from typing import Any, Sequence
+
+from .cluster import ClusterSpec
+from .errors import InvalidArgumentError, TensorverbsError
+from .metrics.scrape import metrics_url
+from .server import PROTOCOLS, Server
 
 #: ``tensorverbs bench NAME`` -> the module whose ``main(argv)`` runs it
 BENCHMARKS = {
@@ -18,26 +24,84 @@ BENCHMARKS = {
     "scale": "tensorverbs.bench.scale",
     "sync": "tensorverbs.bench.sync",
 }
+#: the exit status of a usage error (argparse's), and of an error while running
+USAGE, FAILED = 2, 1
 
 
-def _load_cluster(text: str | None):
-    from .cluster import ClusterSpec
-
-    if text is None:
-        return ClusterSpec.from_tf_config()
-    if os.path.exists(text):
-        with open(text, encoding="utf-8") as f:
-            text = f.read()
+def _json(text: str) -> Any:
+    """The JSON of ``text``: a file's path (else JSON text, which starts with { or [)."""
+    where = ""
+    if os.path.exists(text) or not text.lstrip().startswith(("{", "[")):
+        try:
+            with open(text, encoding="utf-8") as f:
+                text, where = f.read(), f"{text} is "
+        except FileNotFoundError:
+            raise argparse.ArgumentTypeError(f"no such file: {text}") from None
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"{text}: {exc.strerror}") from None
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise SystemExit(f"the cluster spec is neither a file nor JSON: {exc}") from None
-    return ClusterSpec(data.get("cluster", data))
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{where}not valid JSON at line {exc.lineno} col {exc.colno}: {exc.msg}") from None
+
+
+def _cluster(text: str) -> ClusterSpec:
+    """``--cluster``: a JSON file or JSON text, ``{job: [host:port, ...]}`` or TF_CONFIG's."""
+    data = _json(text)
+    try:
+        return ClusterSpec(data.get("cluster", data) if isinstance(data, dict) else data)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def _positive(text: str) -> int:
+    """An integer above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A duration: a finite number of seconds, not negative."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is {'negative' if value < 0 else 'not finite'}")
+    return value
+
+
+def _protocols(text: str) -> list[str]:
+    """Protocols, comma-separated."""
+    protocols = text.split(",")
+    for protocol in protocols:
+        if protocol not in PROTOCOLS:
+            raise argparse.ArgumentTypeError(
+                f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    return protocols
+
+
+def _endpoint(text: str) -> str:
+    """A metrics endpoint, as given."""
+    try:
+        metrics_url(text)  # refuses what is not HOST:PORT or an http(s) URL
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
+def _load_cluster(given: ClusterSpec | None) -> ClusterSpec:
+    """The cluster given, else TF_CONFIG's."""
+    return ClusterSpec.from_tf_config() if given is None else given
 
 
 def _server(args: argparse.Namespace) -> int:
-    from .server import Server
-
     server = Server(_load_cluster(args.cluster), args.job, args.task, args.protocol,
                     startup_grace=args.startup_grace, bind_address=args.bind,
                     metrics_port=args.metrics_port)
@@ -66,7 +130,7 @@ def _certs(args: argparse.Namespace) -> int:
 def _tf_config(args: argparse.Namespace) -> int:
     from .resolvers import tf_configs
 
-    for config in tf_configs(_load_cluster(args.cluster)):
+    for config in tf_configs(args.cluster):
         print(json.dumps(config))
     return 0
 
@@ -74,7 +138,7 @@ def _tf_config(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from .demo import main
 
-    return main(args.protocols.split(",") if args.protocols else None, args.rounds)
+    return main(args.protocols, args.rounds)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -100,13 +164,14 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("server", help="run one task of a cluster until interrupted")
-    s.add_argument("--cluster", help="cluster spec: a JSON file or JSON text ({job: [host:port, ...]} "
-                   "or TF_CONFIG's form); default: the TF_CONFIG environment variable")
-    s.add_argument("--job", required=True)
-    s.add_argument("--task", type=int, required=True)
-    s.add_argument("--protocol", default="grpc", choices=["grpc", "grpc+verbs"])
-    s.add_argument("--startup-grace", type=float, default=60.0,
-                   help="seconds a recv waits for a peer that has not started (default 60)")
+    s.add_argument("--cluster", type=_cluster, help="cluster spec: a JSON file or JSON text ({job: "
+                   "[host:port, ...]} or TF_CONFIG's form); default: the TF_CONFIG environment variable")
+    s.add_argument("--job", required=True, help="the task's job")
+    s.add_argument("--task", type=int, required=True, help="the task's index in its job")
+    s.add_argument("--protocol", default="grpc", choices=list(PROTOCOLS),
+                   help="how tensors move (default: %(default)s)")
+    s.add_argument("--startup-grace", type=_seconds, default=60.0,
+                   help="seconds a recv waits for a peer that has not started (default: %(default)s)")
     s.add_argument("--bind", help="host:port to listen on (default: the task's address)")
     s.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port "
                    "(0: a free one; default: TENSORVERBS_METRICS_PORT, else none)")
@@ -114,18 +179,20 @@ def parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("certs", help="make a CA and a TLS certificate for every task of a cluster")
     c.add_argument("directory", help="where to write ca.pem, ca.key and <job>-<task>.pem/.key")
-    c.add_argument("--cluster", help="cluster spec, as for server; default: TF_CONFIG")
-    c.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    c.add_argument("--cluster", type=_cluster, help="cluster spec, as for server; default: TF_CONFIG")
+    c.add_argument("--days", type=_positive, default=365, help="validity in days (default: %(default)s)")
     c.set_defaults(func=_certs)
 
     t = sub.add_parser("tf-config", help="print the TF_CONFIG of every task of a cluster, one JSON "
                        "line per task in the cluster's order (jobs as given, tasks by index)")
-    t.add_argument("cluster", help="cluster spec: a JSON file or JSON text, as for server")
+    t.add_argument("cluster", type=_cluster, help="cluster spec: a JSON file or JSON text, as for server")
     t.set_defaults(func=_tf_config)
 
     d = sub.add_parser("demo", help="a local cluster moving tensors with each protocol")
-    d.add_argument("--protocols", help="comma-separated (default: all)")
-    d.add_argument("--rounds", type=int, default=3)
+    d.add_argument("--protocols", type=_protocols, help=f"comma-separated, of {', '.join(PROTOCOLS)} "
+                   "(default: all)")
+    d.add_argument("--rounds", type=_positive, default=3,
+                   help="timed rounds of each tensor, after a warm-up (default: %(default)s)")
     d.set_defaults(func=_demo)
 
     i = sub.add_parser("info", help="verbs providers, devices, ports and the effective configuration")
@@ -137,10 +204,12 @@ def parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_bench)
 
     o = sub.add_parser("top", help="a live table of tasks' metrics: tensors/s, bytes/s, totals, pool use")
-    o.add_argument("endpoints", nargs="+", metavar="HOST:PORT",
+    o.add_argument("endpoints", nargs="+", metavar="HOST:PORT", type=_endpoint,
                    help="the tasks' metrics endpoints (or their http:// URLs)")
-    o.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (default 2)")
-    o.add_argument("--timeout", type=float, default=2.0, help="seconds a scrape may take (default 2)")
+    o.add_argument("--interval", type=_seconds, default=2.0,
+                   help="seconds between scrapes (default: %(default)s)")
+    o.add_argument("--timeout", type=_seconds, default=2.0,
+                   help="seconds a scrape may take (default: %(default)s)")
     o.add_argument("--once", action="store_true",
                    help="print one table, its rates over one interval, and exit (1 if an endpoint is down)")
     o.set_defaults(func=_top)
@@ -148,17 +217,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; the exit status (2 for a tensorverbs error, printed)."""
+    """Run the command; its exit status. A mistake in the arguments is a usage error (2, as
+    argparse's own), an error while running 1, each printed as one line."""
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from .errors import TensorverbsError
-
     try:
         return args.func(args)
     except TensorverbsError as exc:
-        print(f"tensorverbs: {exc}", file=sys.stderr)
-        return 2
+        print(f"tensorverbs {args.command}: {exc}", file=sys.stderr)
+        return USAGE if isinstance(exc, InvalidArgumentError) else FAILED
+    except OSError as exc:  # the environment's: a directory that cannot be made, a file not readable
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"tensorverbs {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return FAILED
 
 
 if __name__ == "__main__":

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from ..errors import InvalidArgumentError
 
 #: sample name -> the field it fills in a task's own row
 TASK_FIELDS = {
@@ -40,8 +43,18 @@ class Reading:
 
 
 def metrics_url(endpoint: str) -> str:
-    """``http://HOST:PORT/metrics`` from ``HOST:PORT``; a URL is taken as it is."""
-    return endpoint if "://" in endpoint else f"http://{endpoint}/metrics"
+    """``http://HOST:PORT/metrics`` from ``HOST:PORT``; an http(s) URL is taken as it is.
+    InvalidArgumentError for anything else (a metrics endpoint has no default port)."""
+    url = endpoint if "://" in endpoint else f"http://{endpoint}/metrics"
+    parts = urllib.parse.urlsplit(url)
+    port = parts.netloc.rpartition(":")[2] if ":" in parts.netloc.rpartition("]")[2] else ""
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidArgumentError(f"{endpoint!r}: expected HOST:PORT or an http:// URL")
+    if "://" not in endpoint and not port:
+        raise InvalidArgumentError(f"{endpoint!r} has no port: expected HOST:PORT (the task's metrics port)")
+    if port and not (port.isdigit() and int(port) <= 65535):
+        raise InvalidArgumentError(f"{endpoint!r}: the port {port!r} is not a number in 0-65535")
+    return url
 
 
 def read(endpoint: str, timeout: float) -> Reading:

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ..errors import InvalidArgumentError
-from .scrape import ALL_PEERS, Reading, read
+from .scrape import ALL_PEERS, Reading, metrics_url, read
 
 COLUMNS = ("task", "peer", "state", "recv/s", "recv B/s", "sent/s", "sent B/s",
            "tensors recv", "bytes recv", "tensors sent", "bytes sent", "pool in use / registered")
@@ -89,6 +89,8 @@ def main(endpoints: Sequence[str], interval: float = 2.0, once: bool = False,
     if interval < 0 or timeout <= 0:
         raise InvalidArgumentError(
             f"top: interval {interval:g} s, timeout {timeout:g} s: expected interval >= 0 and timeout > 0")
+    for endpoint in endpoints:
+        metrics_url(endpoint)  # refuses one that is not HOST:PORT or a URL, before any scrape
     console = Console()
     previous = read_all(endpoints, timeout)
     if once:
