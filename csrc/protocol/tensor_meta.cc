@@ -34,19 +34,26 @@ constexpr std::array<DataType, 22> kDataTypes{{
     {28, "float8_e5m2fnuz", 1},
 }};
 
-// The product of the dims and the item size; nothing if it does not fit 64 bits.
-std::optional<std::uint64_t> byte_count(const TensorShape& shape,
-                                        std::size_t itemsize) {
-  for (const std::int64_t dim : shape) {
-    if (dim == 0) return 0;
-  }
+// The product of the dims other than zero and the item size, as numpy bounds an array
+// (npy_mul_sizes_with_overflow: a zero dim does not lift the bound on the others); nothing
+// past the largest array numpy can make (2^63 - 1 bytes), which no result could hold.
+std::optional<std::uint64_t> span_of(const TensorShape& shape, std::size_t itemsize) {
+  constexpr auto kLargest = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
   std::uint64_t count = itemsize;
   for (const std::int64_t dim : shape) {
+    if (dim == 0) continue;
     const auto factor = static_cast<std::uint64_t>(dim);
-    if (count > std::numeric_limits<std::uint64_t>::max() / factor) return std::nullopt;
+    if (count > kLargest / factor) return std::nullopt;
     count *= factor;
   }
   return count;
+}
+
+bool has_zero_dim(const TensorShape& shape) {
+  for (const std::int64_t dim : shape) {
+    if (dim == 0) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -64,14 +71,16 @@ std::optional<std::string> TensorMeta::check() const {
   bool negative = false;
   for (const std::int64_t dim : shape) negative = negative || dim < 0;
   if (shape.size() > kMaxRank || negative) return "invalid tensor shape " + format_shape(shape);
+  const std::optional<std::uint64_t> span = span_of(shape, type->itemsize);
+  if (!span) {  // a receiver could not make it into an array, even empty
+    return "tensor of " + std::string(type->name) + " " + format_shape(shape) +
+           " is larger than any array can be (2^63 - 1 bytes)";
+  }
   if (!dmaable()) return std::nullopt;
-  const std::optional<std::uint64_t> expected = byte_count(shape, type->itemsize);
+  const std::uint64_t expected = has_zero_dim(shape) ? 0 : *span;
   if (expected == nbytes) return std::nullopt;
-  const std::string count =
-      expected ? std::to_string(*expected)
-               : "more than " + std::to_string(std::numeric_limits<std::uint64_t>::max());
-  return "tensor of " + std::string(type->name) + " " + format_shape(shape) + " has " + count +
-         " bytes, not " + std::to_string(nbytes);
+  return "tensor of " + std::string(type->name) + " " + format_shape(shape) + " has " +
+         std::to_string(expected) + " bytes, not " + std::to_string(nbytes);
 }
 
 }  // namespace tensorverbs

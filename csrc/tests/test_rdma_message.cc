@@ -218,8 +218,15 @@ TEST(RdmaMessage, RejectsBadMetaData) {
   bytes = encode(request());
   le::store<std::int64_t>(&bytes[kDimsAt], std::int64_t{1} << 62);
   expect_request_error(bytes,
-                       "tensor of float32 (4611686018427387904, 3) has more than "
-                       "18446744073709551615 bytes, not 24");
+                       "tensor of float32 (4611686018427387904, 3) is larger than any array can "
+                       "be (2^63 - 1 bytes)");
+  bytes = encode(request());  // empty, but no array of it can be made
+  le::store<std::int64_t>(&bytes[kDimsAt], 0);
+  le::store<std::int64_t>(&bytes[kDimsAt + 8], std::int64_t{1} << 62);
+  le::store<std::uint64_t>(&bytes[kTensorBytesAt], 0);
+  expect_request_error(bytes,
+                       "tensor of float32 (0, 4611686018427387904) is larger than any array can "
+                       "be (2^63 - 1 bytes)");
 }
 
 TEST(RdmaMessage, RequiresADataTypeForMetaData) {

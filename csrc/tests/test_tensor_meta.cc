@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "protocol/tensor_meta.h"
 
@@ -35,7 +36,7 @@ TEST(TensorMeta, FormatsShapesAsPythonTuples) {
 TEST(TensorMeta, AcceptsAgreeingFields) {
   EXPECT_EQ(TensorMeta({1, {2, 3}, false, 24}).check(), std::nullopt);
   EXPECT_EQ(TensorMeta({18, {}, true, 16}).check(), std::nullopt);  // a scalar
-  EXPECT_EQ(TensorMeta({9, {0, kBig, kBig}, false, 0}).check(), std::nullopt);
+  EXPECT_EQ(TensorMeta({9, {0, 1LL << 29, 1LL << 29}, false, 0}).check(), std::nullopt);
   EXPECT_EQ(TensorMeta({7, {5}, false, 12345}).check(), std::nullopt);  // strings: any size
   EXPECT_EQ(TensorMeta({4, std::vector<std::int64_t>(kMaxRank, 1), false, 1}).check(),
             std::nullopt);
@@ -52,15 +53,26 @@ TEST(TensorMeta, ExplainsDisagreement) {
             "1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)");
 }
 
-TEST(TensorMeta, ByteCountsPast64BitsNeverMatch) {
+// A receiver makes every result into a numpy array, and numpy refuses a shape whose dims
+// other than zero, times the item size, pass 2^63 - 1 bytes, even for an empty array: such a
+// shape is refused with the message, before any recv could be handed one.
+TEST(TensorMeta, ShapesNoArrayCanHoldAreRefused) {
+  const std::string too_large = " is larger than any array can be (2^63 - 1 bytes)";
+  EXPECT_EQ(TensorMeta({9, {0, kBig, kBig}, false, 0}).check(),
+            "tensor of int64 (0, 9223372036854775807, 9223372036854775807)" + too_large);
+  EXPECT_EQ(TensorMeta({1, {0, 1LL << 62, 1LL << 62}, false, 0}).check(),
+            "tensor of float32 (0, 4611686018427387904, 4611686018427387904)" + too_large);
+  EXPECT_EQ(TensorMeta({7, {1LL << 61}, false, 100}).check(),  // strings: numpy objects
+            "tensor of object (2305843009213693952,)" + too_large);
   EXPECT_EQ(TensorMeta({4, {1LL << 32, 1LL << 32}, false, 0}).check(),
-            "tensor of uint8 (4294967296, 4294967296) has more than 18446744073709551615 "
-            "bytes, not 0");
-  EXPECT_EQ(TensorMeta({2, {1LL << 61}, false, 0}).check(),  // the item size overflows
-            "tensor of float64 (2305843009213693952,) has more than 18446744073709551615 "
-            "bytes, not 0");
+            "tensor of uint8 (4294967296, 4294967296)" + too_large);
+  EXPECT_EQ(TensorMeta({2, {1LL << 61}, false, 0}).check(),  // the item size takes it past
+            "tensor of float64 (2305843009213693952,)" + too_large);
   EXPECT_EQ(TensorMeta({4, {1LL << 32, (1LL << 32) - 1}, false, 18446744069414584320ULL}).check(),
-            std::nullopt);
+            "tensor of uint8 (4294967296, 4294967295)" + too_large);
+  // the largest numpy makes
+  EXPECT_EQ(TensorMeta({4, {kBig}, false, static_cast<std::uint64_t>(kBig)}).check(), std::nullopt);
+  EXPECT_EQ(TensorMeta({4, {0, kBig}, false, 0}).check(), std::nullopt);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@ arrays of ``bytes`` (``str`` is sent UTF-8 encoded, as TensorFlow stores strings
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -116,8 +117,7 @@ class TensorMeta:
     def check(self) -> "TensorMeta":
         """Validate the fields against each other; InvalidArgumentError if they disagree."""
         np_dtype = numpy_dtype(self.dtype)
-        if len(self.shape) > MAX_RANK or any(d < 0 for d in self.shape):
-            raise InvalidArgumentError(f"invalid tensor shape {self.shape}")
+        check_shape(self.shape, np_dtype)
         if self.dmaable:
             expected = math.prod(self.shape) * np_dtype.itemsize
             if expected != self.nbytes:
@@ -126,11 +126,58 @@ class TensorMeta:
         return self
 
 
+#: the most bytes numpy lets an array span (its dims other than zero times the item size)
+LARGEST_ARRAY_BYTES = 2**63 - 1
+
+
+def check_shape(shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+    """InvalidArgumentError unless a receiver can make an array of ``shape`` and ``dtype``: at
+    most MAX_RANK dims, none negative, and within what numpy can hold (its bound ignores a
+    zero dim: ``(0, 2**62, 2**62)`` is refused even empty)."""
+    if len(shape) > MAX_RANK or any(d < 0 for d in shape):
+        raise InvalidArgumentError(f"invalid tensor shape {shape}")
+    if math.prod(d for d in shape if d) * dtype.itemsize > LARGEST_ARRAY_BYTES:
+        raise InvalidArgumentError(
+            f"tensor of {dtype} {shape} is larger than any array can be (2^63 - 1 bytes)")
+
+
+def _check_list(value: list[Any] | tuple[Any, ...]) -> None:
+    """InvalidArgumentError unless ``value`` holds, nested as numpy takes it, numbers only
+    or strings only: numpy would stack the tensors of a list into one array (or fail on
+    their unequal shapes) and turn numbers beside strings into strings."""
+    kinds: set[str] = set()
+    nested = [value]
+    while nested:
+        for item in nested.pop():
+            if isinstance(item, (list, tuple)):
+                nested.append(item)
+                continue
+            if isinstance(item, (str, bytes)):
+                kinds.add("strings")
+            elif isinstance(item, (numbers.Number, np.generic)):
+                kinds.add("numbers")
+            elif hasattr(item, "__array__") or hasattr(item, "__dlpack__"):
+                raise InvalidArgumentError(
+                    f"a {type(value).__name__} holding a {type(item).__name__} is not one tensor: send "
+                    "several tensors under one name as tv.TensorList([...]), or each under its own name")
+            else:
+                raise InvalidArgumentError(
+                    f"a {type(value).__name__} holding a {type(item).__name__} is not a tensor: a list "
+                    "is sent as one tensor of its numbers, or of its strings")
+            if len(kinds) > 1:
+                raise InvalidArgumentError(
+                    f"a {type(value).__name__} of numbers and strings is not a tensor: a list is "
+                    "sent as one tensor of its numbers, or of its strings")
+
+
 def prepare(value: Any) -> np.ndarray:
     """The array a send puts in the table: C-contiguous, of a supported dtype; strings as an
-    object array of bytes."""
+    object array of bytes. A list or tuple is one tensor of its numbers, or of its strings,
+    as numpy makes it; one of tensors (or of anything else) is refused."""
     if type(value) is np.ndarray and value.dtype in _PREPARED and value.flags.c_contiguous:
         return value  # as it is (most sends)
+    if isinstance(value, (list, tuple)):
+        _check_list(value)
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as exc:  # ragged sequences and the like
@@ -182,6 +229,7 @@ def decode_proto(data: bytes | memoryview | np.ndarray) -> np.ndarray:
         raise InvalidArgumentError(f"malformed TensorProto: {exc}") from None
     shape = tuple(d.size for d in proto.tensor_shape.dim)
     dtype = numpy_dtype(proto.dtype)
+    check_shape(shape, dtype)
     count = math.prod(shape)
     if dtype == object:
         if len(proto.string_val) != count:

@@ -215,3 +215,22 @@ def test_a_landing_given_to_one_peer_is_refused_to_another(two_rogues, step):
     assert written.status_name == "REM_ACCESS_ERR"
     ps.write_tensor(payload.tobytes(), landing.remote_addr, landing.rkey, landing.request_index)
     assert same(fut.result(30), payload)
+
+
+@pytest.mark.parametrize("answer", [MessageType.META_DATA_RESPONSE, MessageType.TENSOR_INLINE])
+def test_a_shape_no_array_can_take_fails_the_recv(lying_sender, step, answer):
+    """An empty tensor whose other dims pass what numpy can make an array of (2^63 - 1 bytes,
+    a zero dim notwithstanding) fails its recv naming the shape; the next recv is served."""
+    rogue, worker = lying_sender
+    fut = worker.recv_async("t", source=PS, step_id=step, timeout=30)
+    request = rogue.receive()
+    rogue.send(Message(answer, request.request_index, "t", request.step_id,
+                       meta=TensorMeta(1, (0, 1 << 62, 1 << 62), False, 0)))
+    with pytest.raises(tv.TensorverbsError, match="larger than any array"):
+        fut.result(30)
+    payload = np.arange(4, dtype=np.float32)
+    fut = worker.recv_async("t", source=PS, step_id=step + 1, timeout=30)
+    request = rogue.receive()
+    rogue.send(Message(MessageType.TENSOR_INLINE, request.request_index, "t", request.step_id,
+                       meta=TensorMeta(1, (4,), False, 16), payload=payload.tobytes()))
+    assert same(fut.result(30), payload)

@@ -78,3 +78,31 @@ def test_strings_announced_as_raw_bytes_are_malformed(rogue_ps):
     with tv.Server(spec, "worker", 0) as worker:
         with pytest.raises(tv.InternalError, match="non-DMAable"):
             worker.recv("strings", source=PS, timeout=30)
+
+
+def _string_tensor(shape: tuple[int, ...], strings: list[bytes]) -> bytes:
+    """A RecvTensor response carrying a string tensor (a TensorProto) of ``shape``, inline."""
+    proto = tensor_pb2.TensorProto(dtype=DT_STRING, string_val=strings)
+    proto.tensor_shape.dim.extend(tensor_pb2.TensorShapeProto.Dim(size=d) for d in shape)
+    data = proto.SerializeToString()
+    return pb.RecvTensorResponse(meta=pb.TensorMeta(
+        dtype=DT_STRING, shape=proto.tensor_shape, tensor_bytes=len(data), is_proto=True),
+        chunk=data).SerializeToString()
+
+
+@pytest.mark.parametrize("answer_with", [
+    pytest.param(lambda: _meta((0, 1 << 62, 1 << 62), 0), id="empty-but-larger-than-any-array"),
+    pytest.param(lambda: _string_tensor((-1, -1), [b"x"]), id="strings-of-negative-dims"),
+    pytest.param(lambda: _string_tensor((0, 1 << 62, 1 << 62), []), id="strings-larger-than-any-array"),
+])
+def test_a_shape_no_array_can_take_fails_the_recv(rogue_ps, answer_with):
+    """A shape numpy cannot make an array of (it refuses one past 2^63 - 1 bytes even with a
+    zero dim) fails the recv with a TensorverbsError naming the shape, blocking or not."""
+    spec, answer = rogue_ps
+    answer([answer_with()])
+    with tv.Server(spec, "worker", 0) as worker:
+        with pytest.raises(tv.TensorverbsError, match="shape|larger than any array"):
+            worker.recv("crafted", source=PS, timeout=30)
+        fut = worker.recv_async("crafted", source=PS, step_id=1)
+        with pytest.raises(tv.TensorverbsError, match="shape|larger than any array"):
+            fut.result(timeout=30)
