@@ -5,13 +5,16 @@ that was not yet registered to be withdrawn, stayed in flight: the tensor went t
 future, which nobody held. (On grpc+verbs the native core starts the recv in one call.)"""
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from tensorverbs.devices import STAND_IN
 from tensorverbs.errors import DeadlineExceededError
 from tensorverbs.local_cluster import pattern, same
 
 from interrupt_points import interrupt_at
-from variants import Pair, pair_of
+from variants import Pair, pair_of, start_pair
 
 PS, WORKER = Pair.PS, Pair.WORKER
 NBYTES = 4096
@@ -205,3 +208,49 @@ def test_a_recv_interrupted_as_the_native_call_returns_keeps_its_tensor(verbs_pa
     finally:
         rendezvous.core = rendezvous.core._core
     assert any(where.startswith(f"return of {call} at ") for where in wheres), wheres
+
+
+
+#: what opens a tensor passed by handle (a part of what makes a recv's result)
+SHARED_CODE = ("tensorverbs/ipc/shared_tensors.py", "tensorverbs/ipc/stand_in_ipc.py")
+
+
+@pytest.fixture(scope="module")
+def ipc_pair():
+    p = start_pair("grpc+verbs", {"TENSORVERBS_PROVIDER": "soft"}, device_ipc=True)
+    yield p
+    p.worker.stop()
+    p.ps.stop()
+
+
+@pytest.mark.parametrize("call", ["recv", "recv_many"])
+def test_a_recv_interrupted_after_it_opened_a_tensor_passed_by_handle_keeps_it(ipc_pair, call):
+    """A recv on grpc+verbs of tensors passed by handle (the stand-in's), interrupted
+    (Ctrl-C) anywhere in the Python code that opens them and makes the results, gives
+    them back: the retry opens them again. Before, the descriptor went back to the core
+    after the receiver had told its sender to free the tensor: the retry failed ("shared
+    tensor ... is gone")."""
+    worker, step, wheres = ipc_pair.worker, 9000 if call == "recv" else 9500, []
+    names = _names(call)
+    while True:
+        step += 1
+        for i, name in enumerate(names):  # offered before the recv asks
+            ipc_pair.ps.send(name, STAND_IN.from_host(pattern(NBYTES, step + i)), WORKER, step)
+        where = interrupt_at(len(wheres) + 1, _recv(worker, call, names, step, 30), RESULT_CODE + SHARED_CODE)
+        if where is None or where.startswith(PUBLIC_RETURN):
+            break  # (past the public call's return, its caller has the results)
+        wheres.append(where)
+        _released_before(ipc_pair, step, len(names))
+        _each_kept(worker, names, step, where)
+    assert any(where.startswith("return of deliver at shared_tensors.py") for where in wheres), wheres
+
+
+def _released_before(ipc_pair, step: int, kept: int) -> None:
+    """Receive one more tensor by handle and wait until the sender holds at most ``kept``
+    exports: it freed every export the worker had told it of before (releases go in order)."""
+    ipc_pair.ps.send("sync", STAND_IN.from_host(pattern(NBYTES, 0)), WORKER, step)
+    assert same(ipc_pair.worker.recv("sync", PS, step, timeout=30), pattern(NBYTES, 0))
+    deadline = time.monotonic() + 30
+    while ipc_pair.ps.stats()["ipc_exports"] > kept:
+        assert time.monotonic() < deadline, "the sender did not free the export released"
+        time.sleep(0.01)

@@ -14,7 +14,7 @@ import functools
 import inspect
 from typing import Any, Callable, ParamSpec, TypeVar, cast
 
-from .in_hand import IN_HAND, give_back, give_up_started
+from .in_hand import emptied, give_back, give_up_started
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -211,5 +211,5 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
             give_back()
             raise
         finally:
-            IN_HAND.held = IN_HAND.started = None  # (the caller has them, or they failed with the call)
+            emptied()  # (the caller has them, or they failed with the call)
     return call

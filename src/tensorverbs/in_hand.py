@@ -8,12 +8,14 @@ call would come too late), and the protocol puts there the future of a recv it s
 before the recv can go out (a function's start is where a handler may run); the public
 call's wrapper (:func:`tensorverbs.errors.public`) empties the hand as it returns or fails
 (a TensorverbsError, which holds or replaces them), and gives them back as an exception of
-the caller's code (a signal handler's) ends it. A leaf module: the wrapper is below every
-other."""
+the caller's code (a signal handler's) ends it. A tensor passed by handle that the call
+opened from an answer in hand is released to its sender only as the hand is emptied so
+(:func:`release_later`): given back, its descriptor is opened again by the next recv of it.
+A leaf module: the wrapper is below every other."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 
 class _Hand(threading.local):
@@ -24,9 +26,34 @@ class _Hand(threading.local):
     #: the future of the recv the public call started last (a recv_async's), or the list of
     #: a batch's, before its caller has them: cancelled, or (settled) their tensors given back
     started: Any = None
+    #: the releases of the tensors passed by handle the call opened from its answers in
+    #: hand, (function, arguments) each: made as the hand is emptied, dropped as the
+    #: answers are given back
+    releases: list[tuple[Callable[..., object], tuple[Any, ...]]] | None = None
 
 
 IN_HAND = _Hand()
+
+
+def release_later(release: Callable[..., object], *args: Any) -> bool:
+    """Put ``release(*args)``, the release of a tensor passed by handle that this thread
+    opened, off until its public call's caller has the result (:func:`emptied`), when the
+    descriptor came in an answer in hand; False (nothing done) when no answer is in hand."""
+    if IN_HAND.held is None:
+        return False
+    if IN_HAND.releases is None:
+        IN_HAND.releases = []
+    IN_HAND.releases.append((release, args))
+    return True
+
+
+def emptied() -> None:
+    """This thread's public call ended without giving its answers back (its caller has
+    them, or they failed with the call): empty the hand, making the releases put off."""
+    releases, IN_HAND.releases = IN_HAND.releases, None
+    IN_HAND.held = IN_HAND.started = None
+    for release, args in releases or ():
+        release(*args)
 
 
 def give_up_started() -> None:
@@ -41,10 +68,11 @@ def give_up_started() -> None:
 
 
 def give_back() -> None:
-    """Give this thread's answers in hand back to their core (those that carry a tensor),
-    and the recvs it started up; empty the hand."""
+    """Give this thread's answers in hand back to their core (those that carry a tensor,
+    a descriptor opened too: its release is dropped), and the recvs it started up; empty
+    the hand."""
     give_up_started()
-    held, IN_HAND.held = IN_HAND.held, None
+    held, IN_HAND.held, IN_HAND.releases = IN_HAND.held, None, None
     if held is None:
         return
     core, steps, srcs, names, answers = held

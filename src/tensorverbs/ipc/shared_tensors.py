@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..devices import Cuda, Device, StandIn
 from ..errors import FailedPreconditionError, InvalidArgumentError
+from ..in_hand import release_later
 from ..rendezvous.local import Value
 from ..tensor import DT_VARIANT
 from .cuda_ipc import CudaIpc
@@ -250,13 +251,23 @@ class SharedTensors:
         descriptor = SharedTensorDescriptor.decode(payload)
         return descriptor.dtype, descriptor.shape
 
+    def _opener(self, kind: int) -> DeviceIpc | None:
+        """The DeviceIpc that opens descriptors of ``kind``, None if this task opens none.
+        (A loop: a generator expression would be closed as it is dropped, after its
+        caller went on.)"""
+        for ipc in self._ipcs.values():
+            if ipc.kind == kind:
+                return ipc
+        return None
+
     def deliver(self, payload: Any, src: "TaskName", device: Device, out: "Out | None" = None) -> Any:
         """The tensor a descriptor from ``src`` shares, copied to ``device`` (or into
         ``out``, which fits it, returning ``out``'s target); the sender is then told to
-        free it, whatever happened."""
+        free it, whatever happened (once the caller has it, for a descriptor in hand of a
+        blocking call: :func:`~tensorverbs.in_hand.release_later`)."""
         descriptor = SharedTensorDescriptor.decode(payload)
         try:
-            ipc = next((i for i in self._ipcs.values() if i.kind == descriptor.kind), None)
+            ipc = self._opener(descriptor.kind)
             if ipc is None:
                 raise FailedPreconditionError(
                     f"{src} passed a tensor by handle (kind {descriptor.kind}), which this task "
@@ -269,6 +280,7 @@ class SharedTensors:
                 result = ipc.value(opened, device)
             del opened
         finally:
-            self.releases.add(src, descriptor.incarnation, descriptor.export_id)
+            if not release_later(self.releases.add, src, descriptor.incarnation, descriptor.export_id):
+                self.releases.add(src, descriptor.incarnation, descriptor.export_id)
         self.counters.add("ipc_received")
         return result
