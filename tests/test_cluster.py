@@ -86,3 +86,43 @@ def test_errors_carry_codes_and_pickle():
     assert type(again) is tv.AbortedError and again.message == err.message
     assert isinstance(tv.errors.from_code(14, "x"), tv.UnavailableError)
     assert tv.errors.from_code(99, "odd").code == tv.Code.UNKNOWN
+
+
+@pytest.mark.parametrize("address", ["h:65536", "h:99999", "h:-1", "h:"])
+def test_a_port_out_of_range_is_refused(address):
+    with pytest.raises(tv.InvalidArgumentError, match="worker.*task:0"):
+        tv.ClusterSpec({"worker": [address]})
+    with pytest.raises(tv.InvalidArgumentError, match="worker.*task:1"):
+        tv.ClusterSpec({"worker": ["h:1"]}).add_task("worker", 1, address)
+
+
+def test_ports_in_range_are_taken():
+    spec = tv.ClusterSpec({"worker": ["h:0", "h:65535", "[::1]:1"]})
+    assert spec.address("/job:worker/task:1") == "h:65535"
+
+
+def test_two_tasks_at_one_address_are_refused():
+    with pytest.raises(tv.InvalidArgumentError, match=(
+            r"/job:ps/replica:0/task:0 at h:2222 and /job:worker/replica:0/task:1 at H:2222 share an address")):
+        tv.ClusterSpec({"ps": ["h:2222"], "worker": ["h:1", "H:2222"]})
+    with pytest.raises(tv.InvalidArgumentError, match="share an address"):
+        tv.ClusterSpec({"worker": {0: "h:1", 3: "h:1"}})
+    # port 0: each task is given a free port as it starts
+    assert tv.ClusterSpec({"ps": ["h:0"], "worker": ["h:0"]}).address("/job:worker/task:0") == "h:0"
+    # the same port on two hosts
+    assert tv.ClusterSpec({"ps": ["a:1"], "worker": ["b:1"]})
+
+
+def test_a_copy_keeps_what_add_task_added():
+    """A task that joins may take the address a task gone from the job had (add_task does
+    not refuse it), and a copy of the spec keeps it."""
+    spec = tv.ClusterSpec({"worker": ["h:1"]})
+    spec.add_task("worker", 1, "h:1")
+    assert tv.ClusterSpec(spec) == spec
+
+
+def test_a_server_s_bind_address_is_checked():
+    with pytest.raises(tv.InvalidArgumentError, match="bind_address.*99999"):
+        tv.Server({"ps": ["127.0.0.1:0"]}, "ps", 0, bind_address="127.0.0.1:99999")
+    with pytest.raises(tv.InvalidArgumentError, match="bind_address.*host:port"):
+        tv.Server({"ps": ["127.0.0.1:0"]}, "ps", 0, bind_address="127.0.0.1")

@@ -112,6 +112,22 @@ def test_server_methods_with_a_bad_argument(server, call, kwargs):
     _refused(lambda: call(server, **kwargs))
 
 
+@pytest.mark.parametrize("timeout, expected", [
+    (-1, "timeout is -1: expected 0 or more seconds"),
+    (-0.5, "timeout is -0.5: expected 0 or more seconds"),
+    (float("inf"), "timeout is inf: expected at most 1e[+]09 seconds"),
+    (1e300, "timeout is 1e[+]300: expected at most 1e[+]09 seconds"),
+], ids=["-1", "-0.5", "inf", "1e300"])
+@pytest.mark.parametrize("call, kwargs", [
+    pytest.param(call, valid, id=name)
+    for name, (call, valid) in _server_calls(cluster_spec({"ps": 1, "worker": 1})).items() if "timeout" in valid])
+def test_server_methods_with_a_timeout_out_of_range(server, call, kwargs, timeout, expected):
+    """Out of range: a negative timeout, or one longer than a thread can wait (None waits
+    without limit)."""
+    with pytest.raises(tv.InvalidArgumentError, match=expected):
+        call(server, **{**kwargs, "timeout": timeout})
+
+
 SERVER_ARGS = dict(job_name="worker", task_index=0, protocol="grpc", config=None, startup_grace=1.0,
                    bind_address=None, token=None, tls=None, metrics_port=None, spare_tasks=0,
                    device_ipc=None, tensor_type="numpy")
@@ -123,6 +139,11 @@ def test_server_constructor_with_a_bad_argument(param):
     kwargs = dict(cluster=cluster_spec({"worker": 1}), **SERVER_ARGS)
     kwargs[param] = BAD
     _refused(lambda: tv.Server(**kwargs).stop())
+
+
+def test_server_constructor_with_a_negative_startup_grace():
+    with pytest.raises(tv.InvalidArgumentError, match="startup_grace is -1: expected 0 or more seconds"):
+        tv.Server(cluster_spec({"worker": 1}), "worker", 0, startup_grace=-1).stop()
 
 
 @pytest.mark.parametrize("call", [

@@ -2,7 +2,6 @@
 the caller's mistake, an InvalidArgumentError naming the argument."""
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -29,17 +28,26 @@ def integer(value: Any, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
+#: the longest number of seconds taken (about 31 years): what a thread's wait and the
+#: native core's deadlines (nanoseconds of the monotonic clock) can hold, with room to spare
+LONGEST_SECONDS = 10**9
+
+
 def seconds(value: Any, name: str) -> float:
-    """``value`` as a number of seconds (a real number, not NaN; negative counts as 0)."""
-    if type(value) is int or (type(value) is float and value == value):  # the common call
+    """``value`` as a number of seconds (a real number from 0 to LONGEST_SECONDS)."""
+    if (type(value) is int or type(value) is float) and 0 <= value <= LONGEST_SECONDS:  # the common call
         return float(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != value:  # (NaN)
         raise _refuse(name, "a number of seconds", value)
+    if value < 0:
+        raise InvalidArgumentError(f"{name} is {value}: expected 0 or more seconds")
+    if value > LONGEST_SECONDS:  # type: ignore[operator]  # (typeshed's Real takes no int here)
+        raise InvalidArgumentError(f"{name} is {value}: expected at most {LONGEST_SECONDS:.0e} seconds")
     return float(value)
 
 
 def optional_seconds(value: Any, name: str) -> float | None:
-    """None, or :func:`seconds` of ``value``."""
+    """None (no limit), or :func:`seconds` of ``value``."""
     return None if value is None else seconds(value, name)
 
 

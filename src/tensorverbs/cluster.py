@@ -98,27 +98,59 @@ def _check_job(job: Any) -> None:
         raise InvalidArgumentError(f"malformed job name {job!r}")
 
 
-def _check_address(task: TaskName, address: Any) -> None:
-    if not isinstance(address, str) or not re.fullmatch(r".+:\d+", address):
-        raise InvalidArgumentError(f"address of {task} is {address!r}: expected host:port")
+def check_address(address: Any, what: str) -> str:
+    """``address``, a ``host:port`` with a port in [0, 65535] (0 picks a free one);
+    InvalidArgumentError naming ``what`` otherwise."""
+    found = re.fullmatch(r".+:(\d+)", address) if isinstance(address, str) else None
+    if found is None:
+        raise InvalidArgumentError(f"{what} is {address!r}: expected host:port")
+    if int(found[1]) > 65535:
+        raise InvalidArgumentError(
+            f"{what} is {address!r}: port {found[1]} is not in [0, 65535] (0 picks a free port)")
+    return found[0]
+
+
+def _check_distinct(jobs: dict[str, dict[int, str]]) -> None:
+    """InvalidArgumentError naming two tasks of ``jobs`` at one address (port 0 aside: each
+    task there is given a free port as it starts)."""
+    seen: dict[str, tuple[TaskName, str]] = {}
+    for job, table in jobs.items():
+        for index, address in table.items():
+            host, port = address.rsplit(":", 1)
+            if int(port) == 0:
+                continue
+            task = TaskName(job, index)
+            other, theirs = seen.setdefault(f"{host.lower()}:{int(port)}", (task, address))
+            if other != task:
+                raise InvalidArgumentError(
+                    f"{other} at {theirs} and {task} at {address} share an address: each task "
+                    "needs one of its own")
 
 
 class ClusterSpec:
     """Jobs and the addresses (``host:port``) of their tasks. :meth:`add_task` adds a task
-    that joins a running cluster (or moves one), :meth:`remove_task` forgets one."""
+    that joins a running cluster (or moves one), :meth:`remove_task` forgets one.
+
+    A port is in [0, 65535], port 0 picking a free one as the task starts. Two tasks at one
+    address (spelt alike, the host's case aside) are InvalidArgumentError, port 0 aside; a
+    task that joins may take the address of a task gone from the job (:meth:`add_task`
+    does not refuse it), and a copy of a spec keeps it."""
 
     def __init__(self, jobs: "ClusterSpec | Mapping[str, Any]") -> None:
-        if isinstance(jobs, ClusterSpec):
-            jobs = jobs.as_dict()
+        self._jobs: dict[str, dict[int, str]]
+        if isinstance(jobs, ClusterSpec):  # checked as it was made and grown
+            self._jobs = {job: dict(table) for job, table in jobs._jobs.items()}
+            return
         if not isinstance(jobs, Mapping) or not jobs:
             raise InvalidArgumentError("a cluster needs at least one job: {job: [host:port, ...]}")
-        self._jobs: dict[str, dict[int, str]] = {}
+        self._jobs = {}
         for job, tasks in jobs.items():
             _check_job(job)
             table = _task_table(job, tasks)
             for index, address in table.items():
-                _check_address(TaskName(str(job), index), address)
+                check_address(address, f"address of {TaskName(str(job), index)}")
             self._jobs[str(job)] = table
+        _check_distinct(self._jobs)
 
     @classmethod
     def from_tf_config(cls, environ: Mapping[str, str] | None = None) -> "ClusterSpec":
@@ -150,7 +182,7 @@ class ClusterSpec:
         task = TaskName(str(job), check.integer(index, "index"))
         if task.task < 0:
             raise InvalidArgumentError(f"task index of {task} is negative")
-        _check_address(task, address)
+        check_address(address, f"address of {task}")
         known = self._jobs.get(task.job, {}).get(task.task)
         if known is not None and known != address and not check.flag(replace, "replace"):
             raise InvalidArgumentError(f"{task} is at {known} already, not at {address}")

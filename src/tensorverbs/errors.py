@@ -179,11 +179,34 @@ _BUGS = (ArithmeticError, AssertionError, AttributeError, BufferError, LookupErr
          NameError, OSError, RuntimeError, TypeError, ValueError)
 
 
+#: set on a TypeError found to be the caller's, so that an outer public call passing the
+#: arguments on (``**kwargs``) lets it through too
+_CALLERS = "tensorverbs_callers"
+
+
+def _callers(exc: BaseException, fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> bool:
+    """Whether ``exc`` is the caller's TypeError: ``args`` and ``kwargs`` do not bind to
+    ``fn``'s signature (Python refused the call before it began), or an inner public call
+    they were passed on to found them its caller's."""
+    if not isinstance(exc, TypeError):
+        return False
+    if not getattr(exc, _CALLERS, False):
+        try:
+            inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError:
+            setattr(exc, _CALLERS, True)
+        else:
+            return False
+    return True
+
+
 def public(fn: Callable[P, T]) -> Callable[P, T]:
     """``fn``, a public call, raising TensorverbsError only: one of Python's own exceptions
     it lets out (a bug, not the caller's mistake, which the call checks for) becomes one by
     :func:`as_error`, naming the call, with the original as its cause. Exceptions of other
-    classes pass through: those of the caller's own code, such as a signal handler's.
+    classes pass through: those of the caller's own code, such as a signal handler's, and
+    the TypeError of arguments that do not fit ``fn``'s signature, unchanged.
     Received tensors the call took in hand (:mod:`tensorverbs.in_hand`) go back to their
     protocol when an exception of the caller's code ends it (a tensor that failed to make a
     result, malformed, is dropped with the call's TensorverbsError)."""
@@ -195,6 +218,8 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
             except TensorverbsError:  # (some are OSErrors too: TimeoutError)
                 raise
             except _BUGS as exc:
+                if _callers(exc, fn, args, kwargs):
+                    raise
                 raise as_error(exc, fn.__qualname__) from exc
         return cast(Callable[P, T], await_call)
 
@@ -206,6 +231,8 @@ def public(fn: Callable[P, T]) -> Callable[P, T]:
             raise
         except _BUGS as exc:
             give_up_started()  # (the caller never gets their futures)
+            if _callers(exc, fn, args, kwargs):
+                raise
             raise as_error(exc, fn.__qualname__) from exc
         except BaseException:  # a signal handler's, as fn made or returned its result
             give_back()

@@ -21,7 +21,7 @@ from . import arguments as check
 from . import batches
 from .batch_calls import BatchCalls
 from .batches import SendEntry
-from .cluster import ClusterSpec, TaskName, parse_task
+from .cluster import ClusterSpec, TaskName, check_address, parse_task
 from .errors import (AbortedError, FailedPreconditionError, InvalidArgumentError, from_code,
                      public)
 from .ipc.shared_tensors import SharedTensors, device_ipc_mode
@@ -69,7 +69,9 @@ class Server(BatchCalls, OneSidedCalls):
     """A task of ``cluster`` running ``protocol``; also a context manager that stops it.
 
     Every method raises TensorverbsError only; an argument of a wrong type or value is
-    InvalidArgumentError.
+    InvalidArgumentError (a timeout is None, no limit, or 0 to 1e9 seconds). A call with
+    arguments its signature does not take (a missing ``to``, an unknown keyword) raises
+    Python's TypeError.
 
     Args:
         cluster: a ClusterSpec or the dict it is made from (the server keeps a copy, which
@@ -78,8 +80,10 @@ class Server(BatchCalls, OneSidedCalls):
         protocol: "grpc" or "grpc+verbs".
         config: verbs configuration (default: from the RDMA_* environment variables).
         startup_grace: how long a recv waits for a peer that has not come up yet before
-            raising UnavailableError (seconds).
-        bind_address: where the gRPC server listens (default: this task's address).
+            raising UnavailableError (seconds, 0 or more).
+        bind_address: where the gRPC server listens, ``host:port`` (default: this task's
+            address). A port another process listens on is UnavailableError saying the
+            address is already in use.
         token: the job token every call between the job's tasks carries; calls without
             it are refused (default: TENSORVERBS_TOKEN or TENSORVERBS_TOKEN_FILE; none
             leaves the service open).
@@ -117,7 +121,7 @@ class Server(BatchCalls, OneSidedCalls):
         self.tensor_type = tensor_type
         spare_tasks = check.integer(spare_tasks, "spare_tasks", 0)
         startup_grace = check.seconds(startup_grace, "startup_grace")
-        bind_address = check.optional_text(bind_address, "bind_address")
+        bind_address = None if bind_address is None else check_address(bind_address, "bind_address")
         config = check.optional_instance(config, RdmaConfig, "config")
         metrics_port = port_from_env() if metrics_port is None else check_port(metrics_port, "metrics_port")
         device_ipc = device_ipc_mode(check.optional_flag(device_ipc, "device_ipc"))
@@ -241,9 +245,11 @@ class Server(BatchCalls, OneSidedCalls):
         """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``; ``to`` a list
         of tasks: for each of them (a broadcast), the tensor's bytes registered once for all.
 
-        ``value`` is a numpy array (or anything ``numpy.asarray`` takes), a torch tensor
+        ``value`` is a numpy array (or anything ``numpy.asarray`` takes: a list or tuple
+        of numbers, or of strings, nested as numpy takes it, is one tensor), a torch tensor
         or any tensor speaking DLPack (``__dlpack__``), or an array of the ``cpu:proxy``
-        stand-in device. Passive: the tensor waits in the
+        stand-in device. A list of tensors is InvalidArgumentError: send them under one
+        name as a :class:`tensorverbs.TensorList`. Passive: the tensor waits in the
         local table until ``to`` receives it. A non-contiguous array is made contiguous and
         a tensor on a device the transport cannot reach is copied to host memory here;
         otherwise the array itself is sent, so the caller must not modify it until it

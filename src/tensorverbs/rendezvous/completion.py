@@ -14,6 +14,7 @@ from typing import Callable
 
 from .. import _core
 from ..errors import DeadlineExceededError, TensorverbsError, from_code
+from .. import arguments as check
 
 #: the longest a wait stays in native code: Python handles signals (Ctrl-C) in between
 _SLICE = 0.1
@@ -65,7 +66,8 @@ class SendHandle:
     def wait(self, timeout: float | None = None) -> None:
         """Block until the receiver (every receiver) has the tensor; raise the send's
         TensorverbsError if it failed, DeadlineExceededError if ``timeout`` seconds passed
-        first (the send stays pending)."""
+        first (the send stays pending); InvalidArgumentError for a bad ``timeout``
+        (negative, over 1e9 s)."""
         error = self.exception(timeout)
         if error is not None:
             raise error
@@ -75,6 +77,7 @@ class SendHandle:
         if not wait_in_slices(self._settled_within, timeout):
             waiting = [c.what for c in self._completions if c.outcome() is None]
             raise DeadlineExceededError(f"{'; '.join(waiting)} was not received within {timeout:g} s")
+        timeout = check.optional_seconds(timeout, "timeout")
         failed = [(c.what, outcome) for c in self._completions
                   if (outcome := c.outcome()) is not None and outcome[0]]
         if not failed:

@@ -14,6 +14,7 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, 
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from .. import _core
+from .. import arguments as check
 from ..errors import DeadlineExceededError, InvalidArgumentError
 from .completion import wait_in_slices
 from .future import _SIGNAL_SLICE, _THREAD_SLICE, RecvFuture
@@ -37,11 +38,12 @@ def wait(futures: Iterable[concurrent.futures.Future[Any]], timeout: float | Non
     """:func:`concurrent.futures.wait` for recv futures (any futures): (done, not_done)
     once every future is done (``return_when`` ALL_COMPLETED), any one
     (FIRST_COMPLETED), any one raised (FIRST_EXCEPTION), or ``timeout`` seconds passed.
-    A bad ``return_when`` raises InvalidArgumentError."""
+    A bad ``return_when`` or ``timeout`` (negative, over 1e9 s) raises InvalidArgumentError."""
     if return_when not in _WHEN:
         raise InvalidArgumentError(f"return_when must be one of {', '.join(_WHEN)}, not {return_when!r}")
+    timeout = check.optional_seconds(timeout, "timeout")
     fs = set(futures)
-    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
     pending = [f for f in fs if not f.done()]  # (done() takes an answer that came)
     native = _native(pending) if pending and not _returns_now(fs, pending, return_when) else None
     came = True
@@ -61,9 +63,11 @@ def as_completed(futures: Iterable[concurrent.futures.Future[Any]],
                  timeout: float | None = None) -> Iterator[concurrent.futures.Future[Any]]:
     """:func:`concurrent.futures.as_completed` for recv futures (any futures): each future
     as it is done; DeadlineExceededError (a TimeoutError too, as concurrent.futures raises) if
-    ``timeout`` seconds pass (from this call) before every one is."""
+    ``timeout`` seconds pass (from this call) before every one is; InvalidArgumentError
+    for a bad ``timeout`` (negative, over 1e9 s)."""
+    timeout = check.optional_seconds(timeout, "timeout")
     fs = list(dict.fromkeys(futures))
-    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
     pending = []
     for f in fs:
         if f.done():
