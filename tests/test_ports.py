@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from tensorverbs.ports import candidates, free_port
+from tensorverbs.ports import bind_failure, candidates, free_port
 
 
 @pytest.mark.parametrize("ephemeral, expected", [
@@ -33,3 +33,50 @@ def test_a_host_that_cannot_be_listened_on_is_named():
     import tensorverbs as tv
     with pytest.raises(tv.InvalidArgumentError, match="no-such-host.invalid"):
         free_port("no-such-host.invalid")
+
+
+def test_a_task_whose_port_is_taken_says_so():
+    """Two servers at one address: the second names the cause, not only gRPC's "failed to
+    bind"."""
+    import tensorverbs as tv
+    from tensorverbs.local_cluster import cluster_spec
+
+    cluster = cluster_spec({"ps": 1})
+    with tv.Server(cluster, "ps", 0):
+        with pytest.raises(tv.UnavailableError, match=(
+                rf"cannot listen on {cluster['ps'][0]}: address already in use .*already running")):
+            tv.Server(cluster, "ps", 0)
+
+
+@pytest.mark.parametrize("reuse_port", [False, True], ids=["plain", "SO_REUSEPORT"])
+def test_a_port_another_listener_holds_is_refused(reuse_port):
+    """A task never shares its port, not even with a listener that allows it (SO_REUSEPORT,
+    which gRPC sets by default: a task's server turns it off)."""
+    import tensorverbs as tv
+
+    port = free_port()
+    with socket.socket() as other:
+        if reuse_port:
+            other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        with pytest.raises(tv.UnavailableError, match="address already in use"):
+            tv.Server({"ps": [f"127.0.0.1:{port}"]}, "ps", 0)
+
+
+def test_an_address_not_of_this_host_is_named():
+    import tensorverbs as tv
+
+    address = f"192.0.2.1:{free_port()}"  # TEST-NET-1: nobody's
+    with pytest.raises(tv.UnavailableError, match=rf"cannot listen on {address}: 192.0.2.1 is not an address of this host"):
+        tv.Server({"ps": [address]}, "ps", 0)
+
+
+def test_why_a_port_cannot_be_bound():
+    port = free_port()
+    assert bind_failure(f"127.0.0.1:{port}") is None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        assert bind_failure(f"127.0.0.1:{port}").startswith("address already in use")
+        assert bind_failure(f"0.0.0.0:{port}").startswith("address already in use")

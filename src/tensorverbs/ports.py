@@ -1,4 +1,5 @@
-"""Choosing a TCP port for a task before the task listens on it.
+"""Choosing a TCP port for a task before the task listens on it, and why one cannot be
+listened on.
 
 A port is only checked free, not held, until its task binds it. So it is chosen below the
 kernel's ephemeral port range: ports in that range go to outgoing connections and to
@@ -6,6 +7,7 @@ listeners on port 0 (the soft verbs provider's among them), which could take it 
 """
 from __future__ import annotations
 
+import errno
 import random
 import socket
 from collections.abc import Collection
@@ -57,3 +59,27 @@ def free_port(host: str = "127.0.0.1", taken: Collection[int] = ()) -> int:
                 continue
             return port
     raise UnavailableError(f"no free port on {host} in {ports.start}-{ports.stop - 1}")
+
+
+def bind_failure(address: str) -> str | None:
+    """Why ``address`` (``host:port``) cannot be listened on now, as a task's gRPC server
+    binds it (SO_REUSEADDR, no SO_REUSEPORT: a task never shares its port): the address is
+    already in use, not one of this host, or the system's reason; None if it can be."""
+    host, port = address.rsplit(":", 1)
+    host = host.strip("[]")
+    try:
+        found = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return f"{host} cannot be resolved: {exc.strerror or exc}"
+    for family, kind, proto, _, sockaddr in found:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return "address already in use (another process listens on it: is this task already running?)"
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    return f"{host} is not an address of this host"
+                return exc.strerror or str(exc)
+    return None

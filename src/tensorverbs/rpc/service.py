@@ -23,6 +23,7 @@ from ..errors import (
     CancelledError, FailedPreconditionError, InternalError, InvalidArgumentError, TensorverbsError,
     UnavailableError, as_error,
 )
+from ..ports import bind_failure
 from ..rendezvous.key import parse_key
 from . import tensorverbs_pb2 as pb
 from .auth import JobToken, TokenInterceptor
@@ -212,17 +213,25 @@ async def start_server(servicer: Servicer, bind: str, token: JobToken | None = N
     credentials = tls.server_credentials() if tls is not None else None
     server = grpc.aio.server(options=SERVER_OPTIONS,
                              interceptors=[TokenInterceptor(token)] if token is not None else None)
+def _cannot_listen(bind: str, grpc_says: str, tls: TlsConfig | None) -> UnavailableError:
+    """The error of a server that could not bind ``bind``: why a socket cannot bind it now
+    (gRPC's own error does not say), else what gRPC said."""
+    why = bind_failure(bind)
+    if why is None:
+        why = grpc_says + ("" if tls is None else " (or the TLS certificate and key are invalid or do not match)")
+    return UnavailableError(f"cannot listen on {bind}: {why}")
+
+
     server.add_generic_rpc_handlers((servicer.handler(),))
     health = health_async.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    hint = "" if tls is None else " (or the TLS certificate and key are invalid or do not match)"
     try:
         port = (server.add_insecure_port(bind) if credentials is None
                 else server.add_secure_port(bind, credentials))
     except RuntimeError as exc:
-        raise UnavailableError(f"cannot listen on {bind}{hint}: {exc}") from None
+        raise _cannot_listen(bind, str(exc), tls) from None
     if port == 0:
-        raise UnavailableError(f"cannot listen on {bind} (address in use or not local){hint}")
+        raise _cannot_listen(bind, "address in use or not local", tls)
     await server.start()
     await health.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     await health.set("", health_pb2.HealthCheckResponse.SERVING)
