@@ -4,6 +4,7 @@ its pending recvs."""
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import time
 
 import numpy as np
@@ -128,6 +129,31 @@ def test_a_source_that_dies_fails_the_transfer(transports):
     # gone: the recv fails, it does not wait on until Ray gives up
     with pytest.raises((tv.AbortedError, tv.UnavailableError)):
         ray.get(destination.check.remote(tensors, 5), timeout=180)
+
+
+@ray.remote
+class Plain:
+    """An actor declared without ``enable_tensor_transport=True``."""
+
+    def check(self, tensors: list, seed: int, nbytes: int) -> bool:
+        return _same(tensors, _tensors(seed, nbytes))
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_an_actor_without_the_option_is_refused_and_lives_on(transports):
+    name = transports["grpc+verbs"]
+    source, destination = Actor.remote(), Plain.remote()
+    pid = ray.get(destination.pid.remote(), timeout=120)
+    tensors = source.make.options(tensor_transport=name).remote(seed=11, nbytes=4096)
+    # made: its recv runs in the actor before the task (Ray submits a transfer it has the
+    # metadata of with the task; otherwise the task, first, waits for the tensors in the
+    # actor's only thread, and Ray's wait for them ends it after 60 s)
+    assert ray.wait([tensors], fetch_local=False, timeout=120)[0]
+    with pytest.raises(tv.FailedPreconditionError, match=r"enable_tensor_transport=True"):
+        ray.get(destination.check.remote(tensors, 11, 4096), timeout=120)
+    assert ray.get(destination.pid.remote(), timeout=120) == pid  # the same process: it lives on
 
 
 @pytest.fixture(scope="module")

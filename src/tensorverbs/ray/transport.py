@@ -16,6 +16,13 @@ dtype. One transfer is one tensorverbs step, derived from the object and the
 destination's task, so :meth:`~TensorverbsTransport.abort_transport` fails exactly its
 pending recvs.
 
+An actor declared without ``enable_tensor_transport=True`` lacks the concurrency groups
+Ray and the transport call it in, and a call in one of them ends its process: the source
+does not call it, and its recv refuses the transfer (FailedPreconditionError, which Ray
+gives the task that takes the object). Ray submits a transfer whose metadata it has
+before the task; one it submits later waits behind the task, in the actor's only thread,
+and Ray's wait for the tensors fails the task (after 60 s).
+
 Ray registers a custom transport on an actor once: an actor Ray may restart calls
 :func:`register_transport` in its ``__init__`` too, so that its restarted process has it.
 A destination that restarts after its tensors arrived but before its task ran loses them:
@@ -34,7 +41,7 @@ import torch
 from ray.exceptions import GetTimeoutError, RayError
 from ray.experimental import CommunicatorMetadata, TensorTransportMetadata
 
-from ..errors import DeadlineExceededError, UnavailableError, UnimplementedError
+from ..errors import DeadlineExceededError, FailedPreconditionError, UnavailableError, UnimplementedError
 from ..server import Server
 from .actor_server import actor_server, own_task
 from .tensors import as_bytes, as_tensor
@@ -75,6 +82,13 @@ def _step(obj_id: str, destination: str) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
+def _has_concurrency_groups(actor: Any) -> bool:
+    """Whether ``actor`` (a handle) was declared with ``enable_tensor_transport=True``:
+    only then has it the concurrency groups Ray and this transport call it in (a call in a
+    group an actor lacks ends its process, on a check of Ray's)."""
+    return bool(getattr(actor, "_ray_enable_tensor_transport", True))
+
+
 def _endpoint(actor: Any, transport: str, protocol: str, spare_tasks: int) -> tuple[str, str]:
     """On an actor, through ``__ray_call__``: its server's (task name, host:port)."""
     return actor_server(transport, protocol, spare_tasks).endpoint()
@@ -112,8 +126,11 @@ class TensorverbsTransport(TransportBase):
     def send_multiple_tensors(self, tensors: List[torch.Tensor],
                               tensor_transport_metadata: TensorTransportMetadata,
                               communicator_metadata: CommunicatorMetadata) -> None:
+        actor = _communicator(communicator_metadata).destination
+        if not _has_concurrency_groups(actor):
+            return  # its recv refuses the transfer; a call to it would end it, as would Ray's abort
         server = self.server.get()
-        destination = self._knowing(server, _communicator(communicator_metadata).destination)
+        destination = self._knowing(server, actor)
         obj_id = _transport(tensor_transport_metadata).obj_id
         step = _step(obj_id, destination)
         with self._lock:
@@ -155,6 +172,11 @@ class TensorverbsTransport(TransportBase):
                               target_buffers: Optional[List[Any]] = None) -> List[torch.Tensor]:
         if target_buffers:
             raise UnimplementedError(f"the {self.name} transport does not receive into given buffers")
+        actor = ray.get_runtime_context().current_actor
+        if not _has_concurrency_groups(actor):  # Ray gives this error to the task that takes the object
+            raise FailedPreconditionError(
+                f"actor {actor} was declared without enable_tensor_transport=True: it cannot take "
+                f"tensors of the {self.name} transport (declare it @ray.remote(enable_tensor_transport=True))")
         meta = _transport(tensor_transport_metadata)
         server = self.learn(meta.source, meta.address)
         step = _step(obj_id, own_task())
