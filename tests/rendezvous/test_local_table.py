@@ -18,8 +18,9 @@ def test_steps_never_cleaned_up_leave_nothing_behind(server):
     for step in range(10_000):
         server.send("x", np.zeros(1), to=server.task, step_id=step)
         server.recv("x", source=server.task, step_id=step, timeout=10)
-        server.recv_async("y", source=server.task, step_id=step, timeout=10)
+        fut = server.recv_async("y", source=server.task, step_id=step, timeout=10)
         server.send("y", np.zeros(1), to=server.task, step_id=step)
+        fut.result(10)  # (a future dropped unread would give its tensor back to the table)
     assert server.stats()["table_steps"] == 0
     assert server.pending() == (0, 0)
 

@@ -32,6 +32,7 @@ _SIGNAL_SLICE = 0.02
 _THREAD_SLICE = 1.0
 
 _log = logging.getLogger("concurrent.futures")
+log = logging.getLogger(__name__)
 #: the states of a cancelled future, and of a done one
 _CANCELLED = (_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED)
 _DONE = (*_CANCELLED, _base.FINISHED)
@@ -54,8 +55,10 @@ class NativeRecv(Protocol):
 class RecvFuture(concurrent.futures.Future[Any]):
     """A :class:`concurrent.futures.Future` of a recv from ``peer``. :meth:`result` and
     :meth:`exception` raise CancelledError once it is cancelled and DeadlineExceededError
-    when their ``timeout`` passes first (the recv goes on). A callback added while it is
-    pending runs on ``peer``'s lane of ``lanes`` (if given), never in the thread that
+    when their ``timeout`` passes first (the recv goes on), as concurrent.futures does: a
+    ``concurrent.futures`` CancelledError and TimeoutError too. Dropped unread, it gives
+    its tensor to the next recv of its key and step, as :meth:`cancel` does. A callback
+    added while it is pending runs on ``peer``'s lane of ``lanes`` (if given), never in the thread that
     settles it; one added once it is done runs at once, in the caller's thread.
 
     A parked recv (:meth:`settled_by` with ``parked``) leaves its answer in the native
@@ -82,6 +85,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
     _parked_call: Any = None
     _parked_settle: Callable[..., bool] | None = None
     _eager = False  # the parked recv was told to settle as its answer comes
+    _read = False  # result() gave its caller the tensor
     # the base class's lists of waiters and callbacks, made when first asked for
     _waiting: list[Any] | None = None
     _callbacks: list[Callable[[concurrent.futures.Future[Any]], object]] | None = None
@@ -243,9 +247,12 @@ class RecvFuture(concurrent.futures.Future[Any]):
     def _invoke_callbacks(self) -> None:
         """Run every done-callback even when one raises what a signal's handler raises in
         the thread settling this future (Ctrl-C), then raise the first such exception (the
-        base class would skip the callbacks after it)."""
+        base class would skip the callbacks after it). The callbacks are dropped once run:
+        one that refers to this future (a future made of this one) leaves no cycle, and a
+        future dropped unread is freed, its tensor given back, at once."""
         interrupted: BaseException | None = None
-        for callback in self._callbacks or ():
+        callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
             try:
                 callback(self)
             except Exception:
@@ -262,11 +269,13 @@ class RecvFuture(concurrent.futures.Future[Any]):
 
     def result(self, timeout: float | None = None) -> Any:
         try:
-            return super().result(self._wait(timeout))
+            result = super().result(self._wait(timeout))
         except TensorverbsError:  # what the recv ended with (a timeout or a stop too)
             raise
         except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
             raise self._waiting_error(timeout) from None
+        self._read = True
+        return result
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         try:
@@ -307,11 +316,30 @@ class RecvFuture(concurrent.futures.Future[Any]):
             pass
         return True
 
+    def __del__(self) -> None:
+        """Dropped unread: the tensor goes to the next recv of its key and step, as after
+        :meth:`cancel` (a pending or parked recv is given up, a tensor it settled with is
+        handed back)."""
+        if self._read:
+            return
+        try:
+            if self._state == _base.FINISHED:
+                if self._exception is None:
+                    self.give_back()
+            elif self._state == _base.PENDING and self._parked_call is not None and self._on_cancel is not None:
+                self._on_cancel.cancel()
+        except Exception:  # (as the interpreter finalizes, the rendezvous may be gone)
+            log.debug("a dropped recv future could not give its tensor back", exc_info=True)
+
     def _waiting_error(self, timeout: float | None) -> CancelledError | DeadlineExceededError:
         if self.cancelled():
             return CancelledError("the recv was cancelled")
-        return DeadlineExceededError(f"the recv did not end within {timeout:g} s of waiting for it "
-                                     "(it goes on)")
+        return WaitTimedOut(f"the recv did not end within {timeout:g} s of waiting for it (it goes on)")
+
+
+class WaitTimedOut(DeadlineExceededError, concurrent.futures.TimeoutError):
+    """A wait for a recv's future that its ``timeout`` ended (the recv goes on): also
+    ``concurrent.futures.TimeoutError``, which before Python 3.11 is not the built-in one."""
 
 
 def _settle_with(fut: RecvFuture, *answer: Any) -> bool:
