@@ -1,6 +1,7 @@
 """Peers that die, start late or never come up: errors, never hangs."""
 from __future__ import annotations
 
+import re
 
 import numpy as np
 import pytest
@@ -46,11 +47,13 @@ def test_peer_that_starts_late(step):
             ps.stop()
 
 
-@pytest.mark.parametrize("timeout", [None, 0.5])
-def test_peer_that_never_comes_up(timeout):
+@pytest.mark.parametrize("timeout, error", [(None, tv.UnavailableError), (0.5, tv.DeadlineExceededError)])
+def test_peer_that_never_comes_up(timeout, error):
+    """The start-up grace period ends the recv (UnavailableError), or its timeout first (a
+    deadline that ended the call: DeadlineExceededError)."""
     cluster = cluster_spec({"ps": 1, "worker": 1})
     with tv.Server(cluster, "worker", 0, startup_grace=1.0) as worker:
-        with pytest.raises(tv.UnavailableError, match=r"/job:ps/replica:0/task:0"):
+        with pytest.raises(error, match=r"/job:ps/replica:0/task:0"):
             worker.recv("w", source="/job:ps/task:0", timeout=timeout)
 
 
@@ -94,14 +97,21 @@ def test_a_restarted_peer_is_reached_again(fresh_pair, step):
     assert p.ps.recv("back", p.WORKER, step, timeout=60).tolist() == [0, 1, 2, 3, 4]
 
 
-def test_grpc_verbs_against_a_grpc_peer_is_an_error_not_a_silent_fallback(step):
+@pytest.mark.parametrize("ps_protocol, worker_protocol", [("grpc", "grpc+verbs"), ("grpc+verbs", "grpc")])
+def test_a_protocol_mismatch_is_refused_at_first_contact_naming_both(ps_protocol, worker_protocol, step):
+    """Never a silent fallback, never a hang: whichever side receives first, its recv fails
+    at once (not at its timeout) with FailedPreconditionError naming both protocols."""
     cluster = cluster_spec({"ps": 1, "worker": 1})
-    ps = TaskProcess(cluster, "ps", 0, "grpc")
+    env = VARIANTS["verbs"][1]
+    ps = TaskProcess(cluster, "ps", 0, ps_protocol, env)
     try:
-        with tv.Server(cluster, "worker", 0, "grpc+verbs",
-                       config=RdmaConfig.from_env({"TENSORVERBS_PROVIDER": "soft"})) as worker:
+        with tv.Server(cluster, "worker", 0, worker_protocol, config=RdmaConfig.from_env(env)) as worker:
             ps.send("x", np.ones(2), to="/job:worker/task:0", step_id=step)
-            with pytest.raises(tv.UnavailableError, match="runs protocol 'grpc'.*grpc\\+verbs"):
+            mismatch = rf"/job:ps/replica:0/task:0.* runs {re.escape(ps_protocol)}, .* {re.escape(worker_protocol)}\b"
+            with pytest.raises(tv.FailedPreconditionError, match=mismatch):
                 worker.recv("x", source="/job:ps/task:0", step_id=step, timeout=30)
+            worker.send("y", np.ones(2), to="/job:ps/task:0", step_id=step)
+            with pytest.raises(tv.FailedPreconditionError, match=re.escape(ps_protocol)):
+                ps.recv("y", "/job:worker/replica:0/task:0", step, timeout=30)
     finally:
         ps.stop()

@@ -135,7 +135,7 @@ class Server(BatchCalls, OneSidedCalls):
         self.incarnation = secrets.randbits(64) or 1
         self._keys = TaskKeys(self.cluster, self._task, self.incarnation)
         self._stopped = threading.Event()
-        self._sends = Sends()
+        self._sends = Sends(str(self._task))
         self._running = running = Running(self._stopped, self._sends)
         self._finalizer = weakref.finalize(self, shut_down_dropped, running)
         self._finalizer.atexit = False
@@ -163,7 +163,8 @@ class Server(BatchCalls, OneSidedCalls):
                 self._rt, rdma_config, host_of(bind_address) if bind_address else "")
             # everything a peer's first call needs is in place before the port opens
             self._rendezvous.start()
-            servicer = Servicer(self._rt, self._rendezvous.setup_handler(), self._one_sided.accept)
+            servicer = Servicer(self._rt, self._rendezvous.setup_handler(), self._one_sided.accept,
+                                self._sends.held)
             running.grpc, port = self._rt.loop.submit(start_server(servicer, bind, job_token, tls)).result()
             self._tell_port(port)
             self._rt.shared.start()  # the address is this task's now
@@ -349,7 +350,9 @@ class Server(BatchCalls, OneSidedCalls):
         """Fail pending recvs, close channels and stop serving. Idempotent. A server
         dropped without it is stopped when it is garbage-collected. Before the channels
         close, their last acknowledgements leave (at most 0.5 s): the senders of the
-        tensors received learn that this task has them."""
+        tensors received learn that this task has them. Sends that no receiver took are
+        dropped (their handles fail with CancelledError) and a warning names them: call
+        :meth:`flush` first to wait for their receivers."""
         self._finalizer.detach()
         self._running.shutdown()
 

@@ -9,12 +9,25 @@ stops fails whatever is left. :class:`SendHandle` is what ``Server.send`` return
 """
 from __future__ import annotations
 
+import ast
+import difflib
+import logging
+import re
 import time
 from typing import Callable
 
 from .. import _core
-from ..errors import DeadlineExceededError, TensorverbsError, from_code
 from .. import arguments as check
+from ..errors import DeadlineExceededError, TensorverbsError, from_code
+
+log = logging.getLogger(__name__)
+
+#: how many of the oldest sends not settled yet :meth:`Sends.held` looks through
+HELD_SCAN = 4096
+#: how many steps, and how many names, :meth:`Sends.held` tells at most
+HELD_STEPS, HELD_NAMES = 8, 3
+#: a send as :func:`describe_send` describes it
+_SEND = re.compile(r"(?P<name>'.*'|\".*\") to (?P<dst>\S+) at step (?P<step>-?\d+)")
 
 #: the longest a wait stays in native code: Python handles signals (Ctrl-C) in between
 _SLICE = 0.1
@@ -32,6 +45,11 @@ def wait_in_slices(wait: Callable[[float], bool], timeout: float | None, slice_s
             return True
         if deadline is not None and time.monotonic() >= deadline:
             return False
+
+
+def describe_send(name: str, dst: object, step: int) -> str:
+    """A send, for its ticket and messages: "'w' to /job:worker/replica:0/task:0 at step 3"."""
+    return f"{name!r} to {dst} at step {step}"
 
 
 class SendHandle:
@@ -74,10 +92,10 @@ class SendHandle:
 
     def exception(self, timeout: float | None = None) -> TensorverbsError | None:
         """Block like :meth:`wait`; the send's error, or None once it was delivered."""
+        timeout = check.optional_seconds(timeout, "timeout")
         if not wait_in_slices(self._settled_within, timeout):
             waiting = [c.what for c in self._completions if c.outcome() is None]
             raise DeadlineExceededError(f"{'; '.join(waiting)} was not received within {timeout:g} s")
-        timeout = check.optional_seconds(timeout, "timeout")
         failed = [(c.what, outcome) for c in self._completions
                   if (outcome := c.outcome()) is not None and outcome[0]]
         if not failed:
@@ -103,10 +121,11 @@ class SendHandle:
 
 
 class Sends:
-    """The sends of one task not settled yet."""
+    """The sends of one task (``owner``, for messages) not settled yet."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: str = "") -> None:
         self._ledger = _core.SendLedger()
+        self._owner = owner
 
     def open(self, what: str) -> "_core.SendTicket":
         """A ticket for a new send (its value carries it; ``ticket.completion`` is the
@@ -122,12 +141,35 @@ class Sends:
         oldest that are not if ``timeout`` seconds pass first."""
         if wait_in_slices(self._ledger.wait_all, timeout):
             return
-        waiting, oldest = self._ledger.open_count(), self._ledger.describe_open(3)
-        more = f" and {waiting - len(oldest)} more" if waiting > len(oldest) else ""
-        raise DeadlineExceededError(
-            f"flush: {waiting} sent tensor(s) not received within {timeout:g} s: "
-            f"{', '.join(oldest)}{more}")
+        raise DeadlineExceededError(f"flush: {self._open()} not received within {timeout:g} s")
 
     def close(self, code: int, message: str) -> None:
-        """Fail every send not settled yet with ``(code, message)``."""
+        """Fail every send not settled yet with ``(code, message)``; a warning names them
+        (their receivers never get them)."""
+        if self._ledger.open_count():
+            log.warning("%s stopped with %s that no receiver took: they are dropped (flush(timeout) "
+                        "before stop() waits for their receivers)", self._owner, self._open())
         self._ledger.fail_all(code, message)
+
+    def held(self, receiver: str, name: str, step: int) -> tuple[list[int], list[str]]:
+        """What this task holds for ``receiver`` (among its oldest HELD_SCAN sends not
+        settled yet): the steps at which it holds ``name`` (HELD_STEPS at most), and the
+        names close to ``name`` it holds at ``step`` (HELD_NAMES at most)."""
+        steps: set[int] = set()
+        names: set[str] = set()
+        for what in self._ledger.describe_open(HELD_SCAN):
+            send = _SEND.fullmatch(what)
+            if send is None or send["dst"] != receiver:
+                continue
+            held_name, held_step = ast.literal_eval(send["name"]), int(send["step"])
+            if held_name == name:
+                steps.add(held_step)
+            elif held_step == step:
+                names.add(held_name)
+        return sorted(steps)[:HELD_STEPS], difflib.get_close_matches(name, names, HELD_NAMES)
+
+    def _open(self) -> str:
+        """The sends not settled yet, for messages: their count and the oldest three."""
+        waiting, oldest = self._ledger.open_count(), self._ledger.describe_open(3)
+        more = f" and {waiting - len(oldest)} more" if waiting > len(oldest) else ""
+        return f"{waiting} sent tensor(s): {', '.join(oldest)}{more}"

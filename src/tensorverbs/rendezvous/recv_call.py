@@ -79,6 +79,10 @@ class PendingRecv(abc.ABC):
     def cancel(self) -> None:
         """Stop the transfer; the future is settled by the caller of cancel."""
 
+    def peer_answered(self) -> bool:
+        """Whether the peer answered (it can tell what it holds when the deadline passes)."""
+        return False
+
     def deadline_error(self, call: RecvCall, timeout: float) -> TensorverbsError:
         """The error a recv gets when its deadline passes at this point of the transfer."""
         return DeadlineExceededError(f"{call.what} timed out after {timeout:g} s")

@@ -244,10 +244,27 @@ class RemoteRendezvous(abc.ABC):
     def _expire(self, ref: "weakref.ref[concurrent.futures.Future]", timeout: float) -> None:
         fut = ref()
         entry = self._ops.get(fut) if fut is not None else None
-        if entry is not None:
-            call, op = entry
-            if call.fail(op.deadline_error(call, timeout)):
+        if entry is None:
+            return
+        call, op = entry
+        if op.peer_answered():  # the recv goes on while the peer tells what it holds
+            self.rt.loop.submit(self._time_out(call, op, op.deadline_error(call, timeout)))
+        elif call.fail(op.deadline_error(call, timeout)):
+            op.cancel()
+
+    async def _time_out(self, call: RecvCall, op: PendingRecv, error: TensorverbsError) -> None:
+        """Fail ``call`` with ``error``, saying what its peer holds under its name."""
+        said = ""
+        try:
+            said = await self.held(call.key, call.step_id)
+        finally:
+            if call.fail(type(error)(error.message + said)):
                 op.cancel()
+
+    async def held(self, key: RendezvousKey, step_id: int) -> str:
+        """What ``key.src`` holds for this task under ``key.name`` (or close to it at
+        ``step_id``), for the message of a recv that timed out ("" if it cannot tell)."""
+        return await self.rt.peers.held(key.src, self.rt.task, key.name, step_id)
 
     def complete(self, call: RecvCall, value: Value, nbytes: int | None = None) -> None:
         """Deliver ``value`` to ``call``'s caller on its device (:mod:`.delivery`).

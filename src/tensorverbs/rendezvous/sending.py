@@ -17,7 +17,7 @@ from ..devices import HOST, Device, device_of, host_array
 from ..errors import InvalidArgumentError, TensorverbsError
 from ..tensor import prepare
 from ..tensor_list import Packed, TensorList
-from .completion import SendHandle, Sends
+from .completion import SendHandle, Sends, describe_send
 from .key import RendezvousKey, TaskKeys
 from .local import Value
 
@@ -127,7 +127,7 @@ class Sending:
         return SendHandle(*(ticket.completion for ticket in tickets))
 
     def _open(self, key: RendezvousKey, step: int) -> "_core.SendTicket":
-        return self._sends.open(f"{key.name!r} to {key.dst} at step {step}")
+        return self._sends.open(describe_send(key.name, key.dst, step))
 
     def _offer(self, step: int, key: RendezvousKey, value: Any, device: Device, is_dead: bool,
                ticket: "_core.SendTicket") -> None:

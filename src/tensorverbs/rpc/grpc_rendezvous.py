@@ -15,13 +15,14 @@ import secrets
 
 import grpc
 
-from ..errors import TensorverbsError, UnavailableError, as_error
+from ..errors import DeadlineExceededError, TensorverbsError, UnavailableError, as_error
 from ..rendezvous.key import RendezvousKey, format_key
 from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall
 from ..rendezvous.remote import RemoteRendezvous
 from . import tensorverbs_pb2 as pb
 from .errors import connection_broke, from_rpc_error
+from .peers import protocol_mismatch
 from .tensor_stream import read_tensor
 
 #: how many times one recv makes its call again after its connection broke
@@ -62,9 +63,13 @@ class _GrpcRecv(PendingRecv):
         elif not self.streaming:
             asyncio.ensure_future(self.rendezvous.withdraw(self))
 
+    def peer_answered(self) -> bool:
+        return self.reached
+
     def deadline_error(self, call: RecvCall, timeout: float) -> TensorverbsError:
         if not self.reached:
-            return UnavailableError(f"{call.what}: {self.peer} could not be reached within {timeout:g} s")
+            return DeadlineExceededError(f"{call.what} timed out after {timeout:g} s: {self.peer} could not be "
+                                         "reached (it has not started yet, or cannot be reached)")
         return super().deadline_error(call, timeout)
 
 
@@ -92,6 +97,10 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
         try:
             status = await peers.handshake(key.src)
             op.reached = True
+            mismatch = protocol_mismatch(status, op.peer, self.rt.task, self.rt.protocol)
+            if mismatch is not None:
+                call.fail(mismatch)
+                return
             for attempt in itertools.count():
                 try:
                     value, nbytes = await self._request(call, op, status.incarnation)

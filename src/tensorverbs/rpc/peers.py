@@ -21,7 +21,7 @@ from typing import Callable
 import grpc
 
 from ..cluster import ClusterSpec, TaskName
-from ..errors import UnauthenticatedError, UnavailableError
+from ..errors import FailedPreconditionError, UnauthenticatedError, UnavailableError
 from . import tensorverbs_pb2 as pb
 from .auth import JobToken, authorize
 from .errors import from_rpc_error
@@ -37,10 +37,23 @@ RETRY_SECONDS = 0.25
 #: how long connections to a peer must keep failing their TLS handshake before that is
 #: taken as the peer refusing this task (a peer starting up refuses connections instead)
 REFUSAL_SECONDS = 2.0
+#: how long a task whose recv timed out waits for the sender to tell what it holds
+HELD_SECONDS = 1.0
 #: how long a peer whose channel was connected a moment ago (or is new) must keep refusing
 #: connections before it is taken as gone: a margin over the reconnect backoff (up to a
 #: second), during which the channel reports the last attempt's refusal
 REFUSALS_SECONDS = 2.5
+
+
+def protocol_mismatch(status: pb.GetStatusResponse, peer: object, task: TaskName,
+                      protocol: str) -> FailedPreconditionError | None:
+    """Why ``task``, running ``protocol``, cannot exchange tensors with ``peer``, which
+    answered with ``status``: it runs another protocol (None when it runs the same)."""
+    if status.protocol == protocol:
+        return None
+    return FailedPreconditionError(
+        f"{peer} runs {status.protocol}, this task ({task}) {protocol}: every task of a cluster "
+        f"must run the same protocol")
 
 
 def restarted(status: pb.GetStatusResponse, incarnation: int) -> str | None:
@@ -81,6 +94,9 @@ class Peer:
             method("GetRemoteAccess"),
             request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
             response_deserializer=pb.GetRemoteAccessResponse.FromString), token)
+        self.get_held_tensors = authorize(self.channel.unary_unary(
+            method("GetHeldTensors"), request_serializer=pb.GetHeldTensorsRequest.SerializeToString,
+            response_deserializer=pb.GetHeldTensorsResponse.FromString), token)
         self.status: pb.GetStatusResponse | None = None
         self._handshake: asyncio.Future | None = None
 
@@ -108,6 +124,8 @@ class Peers:
         self.cluster = cluster
         self.startup_grace = startup_grace
         self._peers: dict[TaskName, Peer] = {}
+        #: the incarnation each peer that ran and was lost ran as, until it answers again
+        self._left: dict[TaskName, int] = {}
         self._on_lost = on_lost
         self._token = token
         self._credentials = tls.channel_credentials() if tls is not None else None
@@ -120,7 +138,10 @@ class Peers:
         return peer
 
     async def handshake(self, task: TaskName) -> pb.GetStatusResponse:
-        """The peer's status, waiting up to the start-up grace period for it to come up."""
+        """The peer's status, waiting up to the start-up grace period for it to come up. A
+        peer that ran and was lost (:meth:`lost`) is not waited for so: UnavailableError
+        once it refused connections for REFUSALS_SECONDS on end, or did not answer within
+        RECONNECT_SECONDS."""
         peer = self.peer(task)
         if peer.status is not None:
             return peer.status
@@ -130,8 +151,11 @@ class Peers:
 
     async def _get_status(self, peer: Peer) -> pb.GetStatusResponse:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.startup_grace
+        left = self._left.get(peer.task)
+        window = self.startup_grace if left is None else min(self.startup_grace, RECONNECT_SECONDS)
+        deadline = loop.time() + window
         refused_since: float | None = None
+        gone_since: float | None = None  # (refused connections, of a peer that left)
         try_seconds = RETRY_SECONDS
         # alternately a call that waits (briefly) for the channel to connect, and one that
         # does not, which fails at once with the reason it cannot connect
@@ -154,11 +178,20 @@ class Peers:
                         refused_since = now if refused_since is None else refused_since
                         if now - refused_since >= REFUSAL_SECONDS:
                             raise UnauthenticatedError(f"{peer}: {why}") from None
+                    if left is not None and "connection refused" in (exc.details() or "").lower():
+                        gone_since = now if gone_since is None else gone_since
+                        if now - gone_since >= REFUSALS_SECONDS:
+                            raise UnavailableError(f"{peer} is gone: it ran (incarnation {left:016x}) and "
+                                                   "refuses connections now") from None
+                    else:
+                        gone_since = None
                 if now >= deadline:
                     raise UnavailableError(
-                        f"{peer} did not answer within the start-up grace period of "
-                        f"{self.startup_grace:g} s") from None
+                        f"{peer} did not answer within the start-up grace period of {window:g} s" if left is None
+                        else f"{peer} is gone: it ran (incarnation {left:016x}) and has not answered again "
+                             f"for {window:g} s") from None
         peer.status = status
+        self._left.pop(peer.task, None)
         return status
 
     async def answers_again(self, task: TaskName, incarnation: int, within: float = RECONNECT_SECONDS,
@@ -206,16 +239,39 @@ class Peers:
                     refused_since = None
         return restarted(status, incarnation)
 
+    async def held(self, task: TaskName, receiver: TaskName, name: str, step_id: int) -> str:
+        """What ``task`` holds for ``receiver`` under ``name`` (or close to it at
+        ``step_id``), for the message of a recv of it that timed out: ": ..." to append, or
+        "" if it does not tell within HELD_SECONDS."""
+        try:
+            held = await self.peer(task).get_held_tensors(
+                pb.GetHeldTensorsRequest(receiver=str(receiver), name=name, step_id=step_id), timeout=HELD_SECONDS)
+        except grpc.aio.AioRpcError:
+            return ""
+        steps = ", ".join(str(step) for step in held.steps)
+        said = (f": {task} holds {name!r} for this task at step{'s' if len(held.steps) > 1 else ''} {steps}"
+                if steps else f": {task} holds no tensor named {name!r} for this task")
+        if held.names:
+            said += f"; at step {step_id} it holds {', '.join(repr(close) for close in held.names)}"
+        return said
+
     async def forget(self, task: TaskName) -> None:
         """Close the channel to ``task`` (it moved, or left): the next call to it dials its
         address in the cluster afresh."""
+        self._left.pop(task, None)
         peer = self._peers.pop(task, None)
         if peer is not None:
             await peer.channel.close()
 
-    def lost(self, task: TaskName) -> None:
-        """Forget a peer's status after it failed; the next call does a fresh handshake."""
+    def lost(self, task: TaskName, incarnation: int | None = None) -> None:
+        """Forget a peer's status after it failed; the next call does a fresh handshake, of a
+        peer that ran (as ``incarnation``, or as its status said) and left."""
         peer = self._peers.get(task)
+        status = peer.status if peer is not None else None
+        if incarnation is None and status is not None:
+            incarnation = status.incarnation
+        if incarnation is not None:
+            self._left[task] = incarnation
         if peer is not None and peer.status is not None:
             peer.status = None
             if self._on_lost is not None:

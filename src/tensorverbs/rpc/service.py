@@ -1,5 +1,5 @@
 """The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor,
-ReleaseSharedTensor, GetRemoteAccess and grpc.health.v1.
+ReleaseSharedTensor, GetRemoteAccess, GetHeldTensors and grpc.health.v1.
 
 RecvTensor is the sender side of the "grpc" data path: it matches the request against
 the local table (waiting if the tensor is not sent yet) and streams the tensor back.
@@ -39,16 +39,19 @@ if TYPE_CHECKING:
 SetupHandler = Callable[[pb.GetRemoteAddressRequest], Awaitable[pb.GetRemoteAddressResponse]]
 #: answers GetRemoteAccess, on the event loop
 AccessHandler = Callable[[pb.GetRemoteAccessRequest], Awaitable[pb.GetRemoteAccessResponse]]
+#: what the task holds for a receiver under a name: (receiver, name, step) -> (steps, close names)
+HeldHandler = Callable[[str, str, int], tuple[list[int], list[str]]]
 
 
 class Servicer:
     """The handlers of the tensorverbs service for one task."""
 
     def __init__(self, rt: "TaskRuntime", setup_handler: SetupHandler | None = None,
-                 access_handler: AccessHandler | None = None) -> None:
+                 access_handler: AccessHandler | None = None, held: HeldHandler | None = None) -> None:
         self.rt = rt
         self.setup_handler = setup_handler
         self.access_handler = access_handler
+        self.held = held
         # request id -> withdraw the RecvTensor call's waiter (on the event loop)
         self._waiting: dict[int, Callable[[], None]] = {}
 
@@ -76,6 +79,12 @@ class Servicer:
         except Exception as exc:
             await _abort(context, as_error(exc, f"giving {request.host_name} one-sided access"))
 
+    async def get_held_tensors(self, request: pb.GetHeldTensorsRequest, context) -> pb.GetHeldTensorsResponse:
+        if self.held is None:
+            return pb.GetHeldTensorsResponse()
+        steps, names = self.held(request.receiver, request.name, request.step_id)
+        return pb.GetHeldTensorsResponse(steps=steps, names=names)
+
     async def recv_tensor(self, requests: AsyncIterator[pb.RecvTensorRequest],
                           context) -> AsyncIterator[bytes]:
         calls = requests.__aiter__()
@@ -87,7 +96,7 @@ class Servicer:
             key = parse_key(request.rendezvous_key)
         except InvalidArgumentError as exc:
             await _abort(context, exc)
-        error = self.check_request(key.src, key.src_incarnation)
+        error = self.check_request(key.src, key.src_incarnation) or self.check_protocol(key.dst)
         if error is not None:
             await _abort(context, error)
         loop = asyncio.get_running_loop()
@@ -173,6 +182,14 @@ class Servicer:
                 f"this is {self.rt.incarnation:016x}")
         return None
 
+    def check_protocol(self, requester) -> TensorverbsError | None:
+        """Why a RecvTensor call (of a "grpc" task, ``requester``) cannot be served here: this
+        task runs another protocol, whose sends never reach the table the call waits on."""
+        if self.rt.protocol == "grpc":
+            return None
+        return FailedPreconditionError(f"{self.rt.task} runs {self.rt.protocol}, {requester} grpc: every "
+                                       "task of a cluster must run the same protocol")
+
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(SERVICE, {
             "GetStatus": grpc.unary_unary_rpc_method_handler(
@@ -192,6 +209,9 @@ class Servicer:
                 self.release_shared_tensor,
                 request_deserializer=pb.ReleaseSharedTensorRequest.FromString,
                 response_serializer=pb.ReleaseSharedTensorResponse.SerializeToString),
+            "GetHeldTensors": grpc.unary_unary_rpc_method_handler(
+                self.get_held_tensors, request_deserializer=pb.GetHeldTensorsRequest.FromString,
+                response_serializer=pb.GetHeldTensorsResponse.SerializeToString),
             "GetRemoteAccess": grpc.unary_unary_rpc_method_handler(
                 self.get_remote_access,
                 request_deserializer=pb.GetRemoteAccessRequest.FromString,
@@ -205,14 +225,6 @@ async def _abort(context, error: TensorverbsError) -> NoReturn:
     raise AssertionError("context.abort returned")  # it raises
 
 
-async def start_server(servicer: Servicer, bind: str, token: JobToken | None = None,
-                       tls: TlsConfig | None = None) -> tuple[grpc.aio.Server, int]:
-    """Serve ``servicer`` and the health service on ``bind`` (host:port, port 0 for a free
-    one): over TLS with ``tls``, and refusing the service's calls that do not carry
-    ``token`` (either may be None). Returns the server and the port it listens on."""
-    credentials = tls.server_credentials() if tls is not None else None
-    server = grpc.aio.server(options=SERVER_OPTIONS,
-                             interceptors=[TokenInterceptor(token)] if token is not None else None)
 def _cannot_listen(bind: str, grpc_says: str, tls: TlsConfig | None) -> UnavailableError:
     """The error of a server that could not bind ``bind``: why a socket cannot bind it now
     (gRPC's own error does not say), else what gRPC said."""
@@ -222,6 +234,14 @@ def _cannot_listen(bind: str, grpc_says: str, tls: TlsConfig | None) -> Unavaila
     return UnavailableError(f"cannot listen on {bind}: {why}")
 
 
+async def start_server(servicer: Servicer, bind: str, token: JobToken | None = None,
+                       tls: TlsConfig | None = None) -> tuple[grpc.aio.Server, int]:
+    """Serve ``servicer`` and the health service on ``bind`` (host:port, port 0 for a free
+    one): over TLS with ``tls``, and refusing the service's calls that do not carry
+    ``token`` (either may be None). Returns the server and the port it listens on."""
+    credentials = tls.server_credentials() if tls is not None else None
+    server = grpc.aio.server(options=SERVER_OPTIONS,
+                             interceptors=[TokenInterceptor(token)] if token is not None else None)
     server.add_generic_rpc_handlers((servicer.handler(),))
     health = health_async.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -164,3 +164,21 @@ class RecvTensorResponse(_message.Message):
     meta: TensorMeta
     chunk: bytes
     def __init__(self, meta: _Optional[_Union[TensorMeta, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class GetHeldTensorsRequest(_message.Message):
+    __slots__ = ("receiver", "name", "step_id")
+    RECEIVER_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STEP_ID_FIELD_NUMBER: _ClassVar[int]
+    receiver: str
+    name: str
+    step_id: int
+    def __init__(self, receiver: _Optional[str] = ..., name: _Optional[str] = ..., step_id: _Optional[int] = ...) -> None: ...
+
+class GetHeldTensorsResponse(_message.Message):
+    __slots__ = ("steps", "names")
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedScalarFieldContainer[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, steps: _Optional[_Iterable[int]] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...

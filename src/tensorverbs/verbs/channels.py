@@ -37,7 +37,7 @@ from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.errors import connection_broke, from_rpc_error
 from ..rpc.loop import shared_task
 from ..rpc.options import SERVICE
-from ..rpc.peers import REFUSALS_SECONDS, restarted
+from ..rpc.peers import REFUSALS_SECONDS, protocol_mismatch, restarted
 
 if TYPE_CHECKING:
     from .. import _core
@@ -159,10 +159,9 @@ class VerbsChannels:
     async def _setup(self, peer: TaskName) -> None:
         peers, pid = self.rt.peers, self.ids[peer]
         status = await peers.handshake(peer)
-        if status.protocol != self.rt.protocol:
-            raise UnavailableError(
-                f"{peer} runs protocol {status.protocol!r}; {self.rt.task} runs "
-                f"{self.rt.protocol!r}: both ends must use grpc+verbs")
+        mismatch = protocol_mismatch(status, peer, self.rt.task, self.rt.protocol)
+        if mismatch is not None:
+            raise mismatch
         loop = asyncio.get_running_loop()
         mine = await loop.run_in_executor(self._threads, self.core.channel, pid, status.incarnation, b"")
         stub = peers.peer(peer)
@@ -226,7 +225,7 @@ class VerbsChannels:
         it is is unsure (a task that joined at run time is then gone, its id free).
         ``incarnation``: the channel only if it is still to that one."""
         self._unsure.add(peer)
-        self.rt.peers.lost(peer)
+        self.rt.peers.lost(peer, self._incarnations.get(peer) if incarnation is None else incarnation)
         self.core.fail_channel(pid, int(Code.UNAVAILABLE), f"{peer} is unavailable: {why}",
                                incarnation=incarnation)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import _core
 from ..devices import HOST, Device
-from ..errors import TensorverbsError, UnavailableError, as_error, from_code
+from ..errors import Code, DeadlineExceededError, TensorverbsError, UnavailableError, as_error, from_code
 from ..in_hand import IN_HAND, give_back
 from ..out import Out
 from ..rendezvous.key import RendezvousKey
@@ -33,6 +33,7 @@ from ..rendezvous.future import RecvFuture, started
 from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall, describe_recv, settle
 from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous, raise_failed_sends
+from ..rpc.peers import HELD_SECONDS
 from ..runtime import host_of
 from ..tensor import dtype_enum
 from .answers import answer_array, plain_array, wire
@@ -68,9 +69,13 @@ class _Connecting(PendingRecv):
         elif self.task is not None:
             self.task.cancel()
 
+    def peer_answered(self) -> bool:
+        return self.core is not None
+
     def deadline_error(self, call: RecvCall, timeout: float) -> TensorverbsError:
         if self.core is None:
-            return UnavailableError(f"{call.what}: no verbs channel to {self.peer} within {timeout:g} s")
+            return DeadlineExceededError(f"{call.what} timed out after {timeout:g} s: no verbs channel to "
+                                         f"{self.peer} (it has not answered yet)")
         return super().deadline_error(call, timeout)
 
 
@@ -212,6 +217,12 @@ class VerbsRendezvous(RemoteRendezvous):
         # the core puts its answer in hand before it returns it (as a signal's handler may run)
         answer = self.core.recv(step_id, src, key.name, _timeout(timeout), out and out.destination, IN_HAND)
         code, message, dtype, shape, is_dead, payload = answer
+        if code == Code.DEADLINE_EXCEEDED and src != self.task_id:  # saying what the peer holds
+            try:
+                said = self.rt.loop.submit(self.held(key, step_id)).result(2 * HELD_SECONDS)
+            except (concurrent.futures.TimeoutError, RuntimeError):  # (RuntimeError: the loop stopped)
+                said = ""
+            raise DeadlineExceededError(self.ids.named(message) + said)
         if code:
             raise from_code(code, self.ids.named(message))
         value = Value(answer_array(dtype, shape, payload), is_dead)
@@ -321,6 +332,10 @@ class VerbsRendezvous(RemoteRendezvous):
         handed to the peer's lane, which copies it there and settles the future (``future``:
         the one ``call`` holds only weakly, which the lane's work then holds)."""
         fut, src = call.future, call.peer_id
+        if code == Code.DEADLINE_EXCEEDED and src != self.task_id:  # settled once the peer said what it holds
+            self.rt.loop.submit(self._time_out_core(fut if future is None else future, call.key, call.step_id,
+                                                    self.ids.named(message)))
+            return True
         if code:
             return settle(fut, from_code(code, self.ids.named(message)))
         array = plain_array(dtype, shape, is_dead, payload) if call.out is None and call.device is HOST else None
@@ -339,6 +354,19 @@ class VerbsRendezvous(RemoteRendezvous):
             self.delivery.run_on_lane(call, self._settle_on_lane, call, src, value, dtype, shape, payload)
             return True
         return self._deliver(call, src, value, dtype, shape, payload)
+
+    async def _time_out_core(self, fut: concurrent.futures.Future, key: RendezvousKey, step_id: int,
+                             message: str) -> None:
+        """Fail ``fut``, a recv of ``key`` at ``step_id`` that the core timed out with
+        ``message``, saying what the peer holds under its name."""
+        said = ""
+        try:
+            said = await self.held(key, step_id)
+        finally:
+            try:
+                settle(fut, DeadlineExceededError(message + said))
+            except ReferenceError:  # (a parked recv's future, dropped meanwhile)
+                pass
 
     def _settle_parked(self, call: RecvCall, future: RecvFuture, code: int, message: str, dtype: int,
                        shape: tuple, is_dead: bool, payload: Any, arrived: float | None = None) -> bool:
