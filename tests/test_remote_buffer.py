@@ -292,7 +292,8 @@ def test_a_device_tensor_is_read_into_and_written_from_through_a_host_proxy(pair
     assert pair.worker.read(buffer, out, timeout=WAIT) is out
     assert isinstance(out, StandInArray) and same(out.view(np.ndarray), pattern(nbytes, step))
     part = STAND_IN.from_host(np.zeros(nbytes // 2, np.uint8))
-    first, second = pair.worker.read_many([(buffer, part), (buffer, None, nbytes // 2)], timeout=WAIT)
+    first, second = pair.worker.read_many([(buffer, part, 0, nbytes // 2), (buffer, None, nbytes // 2)],
+                                          timeout=WAIT)
     assert first is part and same(part.view(np.ndarray), pattern(nbytes, step)[:nbytes // 2])
     assert same(second, pattern(nbytes, step)[nbytes // 2:])
     pair.worker.write(buffer, STAND_IN.from_host(pattern(nbytes // 2, step + 1)), offset=nbytes // 4,

@@ -54,11 +54,13 @@ class Out:
         """Whether a tensor of DataType ``dtype`` and ``shape`` belongs in ``out``."""
         return dtype == self.dtype and tuple(shape) == self.shape
 
-    def refusal(self, what: str, dtype: int, shape: tuple[int, ...]) -> InvalidArgumentError:
-        """The error of a recv (described by ``what``) whose sender sent another tensor."""
+    def refusal(self, what: str, dtype: int, shape: tuple[int, ...], theirs: str = "the sender sent",
+                after: str = "; the tensor is kept for the next recv of it") -> InvalidArgumentError:
+        """The error of a recv (described by ``what``) whose sender sent another tensor (or
+        of another call, whose source's tensor is ``theirs``, the message ending ``after``)."""
         return InvalidArgumentError(
-            f"{what}: out expects {_describe(self.dtype, self.shape)}, the sender sent "
-            f"{_describe(dtype, shape)}; the tensor is kept for the next recv of it")
+            f"{what}: out expects {_describe(self.dtype, self.shape)}, {theirs} "
+            f"{_describe(dtype, shape)}{after}")
 
     def fill(self, array: np.ndarray, is_dead: bool) -> Any:
         """Put ``array``, a tensor that fits, in ``out`` (copied unless it landed there) and

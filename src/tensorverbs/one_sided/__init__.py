@@ -19,7 +19,9 @@ import numpy as np
 
 from ..devices import HOST, Device, device_of
 from ..errors import FailedPreconditionError, InvalidArgumentError, as_error
+from ..out import Out
 from ..rpc import tensorverbs_pb2 as pb
+from ..tensor import dtype_enum
 from .access import BOUNCE_BYTES, RemoteAccess
 from .buffer import RemoteBuffer, host_buffer
 from .context import VerbsContext
@@ -128,13 +130,18 @@ class OneSided:
         """(where a read of ``buffer`` lands, what it returns, the device of that): ``out``,
         or a new array; a host landing for an ``out`` on a device the provider cannot reach
         (a GPU without GPUDirect), copied into ``out`` once read."""
-        if out is not None:
-            device = device_of(out)
-            into = host_buffer(out if device is HOST else device.landing(out), "out", writable=True)
-            if nbytes is not None and nbytes != into.nbytes:
-                raise InvalidArgumentError(f"nbytes {nbytes} disagrees with out's {into.nbytes} bytes")
-            buffer.span(offset, into.nbytes)
-            return into, out, device
+        if out is not None:  # checked as recv checks its out
+            target = Out(out)
+            enum, whole = dtype_enum(buffer.numpy_dtype), offset == 0 and nbytes is None
+            if target.dtype != enum:
+                raise target.refusal(f"a read of {buffer}", enum, buffer.shape, "the buffer holds", "")
+            if nbytes is not None and nbytes != target.landing.nbytes:
+                raise InvalidArgumentError(f"nbytes {nbytes} disagrees with out's {target.landing.nbytes} bytes")
+            buffer.span(offset, target.landing.nbytes)
+            if whole and not target.fits(enum, buffer.shape):
+                raise target.refusal(f"a read of {buffer}", enum, buffer.shape, "the buffer holds",
+                                     " (give offset= or nbytes= to read a part of it)")
+            return target.landing, out, target.device
         offset, nbytes = buffer.span(offset, nbytes)
         dtype = buffer.numpy_dtype
         if offset % dtype.itemsize or nbytes % dtype.itemsize:
@@ -156,9 +163,8 @@ class OneSided:
                            writable=False)
         buffer.span(offset, data.nbytes)
         if self._is_mine(buffer):
-            if not buffer.writable:
-                raise FailedPreconditionError(f"{buffer} was registered read-only")
-            self._registrations.local(buffer)[offset:offset + data.nbytes] = data.reshape(-1).view(np.uint8)
+            local = self._registrations.local(buffer, write=True)
+            local[offset:offset + data.nbytes] = data.reshape(-1).view(np.uint8)
         else:
             self._access.write(buffer, data, offset, timeout, cancel)
         self._rt.counters.add("remote_writes")

@@ -166,7 +166,8 @@ class RemoteAccess:
         staged_bytes = sum(_aligned(item.nbytes) for item in small)
         stage = (np.frombuffer(cast(Any, link.bounce.buffer), np.uint8) if staged_bytes <= BOUNCE_BYTES
                  else self._verbs.allocate(staged_bytes))
-        # what the access's requests reach, kept alive if they are never flushed
+        # what the access's requests reach (registrations and memory), kept alive if they
+        # are never flushed
         regions: list[Any] = [self._verbs.region_of(_address(stage), stage.nbytes) or link.bounce, stage]
         at = 0
         for item in small:
@@ -182,7 +183,8 @@ class RemoteAccess:
                     region = self._verbs.pd.register_memory(
                         item.flat if item.flat.flags.writeable else item.flat.copy(), _core.LOCAL_WRITE)
                 item.local, item.lkey = region.addr + (_address(item.flat) - region.addr), region.lkey
-                regions.append(region)
+                # the memory too: allocated memory its caller drops would go back to the pool
+                regions += [region, item.flat]
         self._post(link, items, opcode, regions, until)
         if opcode == _core.WR_RDMA_READ:
             for item in small:

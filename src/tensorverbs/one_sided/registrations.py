@@ -48,6 +48,7 @@ class _Registered:
     array: np.ndarray
     region: Any   # _core.MemoryRegion
     window: Any   # _core.MemoryWindow
+    writable: bool
 
 
 class Registrations:
@@ -78,7 +79,7 @@ class Registrations:
         access = _core.REMOTE_READ | (_core.REMOTE_WRITE if writable else 0)
         window = verbs.pd.bind_window(region, addr, array.nbytes, access)
         with self._lock:
-            self._buffers[(window.addr, window.rkey)] = _Registered(array, region, window)
+            self._buffers[(window.addr, window.rkey)] = _Registered(array, region, window, writable)
         return RemoteBuffer(str(self._rt.task), self._rt.incarnation, verbs.provider, window.addr,
                             window.rkey, array.nbytes, array.dtype.name, tuple(array.shape), writable)
 
@@ -97,13 +98,17 @@ class Registrations:
             raise NotFoundError(f"{buffer} is not registered (unregistered already, or never)")
         self._revoke(registered)
 
-    def local(self, buffer: RemoteBuffer) -> np.ndarray:
+    def local(self, buffer: RemoteBuffer, write: bool = False) -> np.ndarray:
         """The bytes of ``buffer``, registered by this process (an access of this task's own
-        buffer is a copy); NotFoundError if it is not registered."""
+        buffer is a copy); NotFoundError if it is not registered, FailedPreconditionError
+        to ``write`` one registered read-only (whatever the descriptor says, as the
+        transport's rights decide for a peer's)."""
         with self._lock:
             registered = self._buffers.get((buffer.addr, buffer.rkey))
         if registered is None or registered.array.nbytes != buffer.nbytes:
             raise NotFoundError(f"{buffer} is not registered (unregistered, or never)")
+        if write and not registered.writable:
+            raise FailedPreconditionError(f"{buffer} was registered read-only")
         return registered.array.reshape(-1).view(np.uint8)
 
     def _revoke(self, registered: _Registered) -> None:
