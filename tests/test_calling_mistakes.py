@@ -114,6 +114,11 @@ def test_a_list_of_numbers_and_strings_is_refused(pair, step):
         pair.worker.send("l", [[1, 2], [b"x", b"y"]], to=pair.PS, step_id=step)
 
 
+def test_a_list_of_anything_else_is_refused(pair, step):
+    with pytest.raises(tv.InvalidArgumentError, match="an item of type NoneType is not a tensor"):
+        pair.worker.send("l", [1.0, None], to=pair.PS, step_id=step)
+
+
 @pytest.mark.parametrize("value, expected", [
     ([1.0, 2.5], np.array([1.0, 2.5])),
     (((1, 2), (3, 4)), np.array([[1, 2], [3, 4]])),

@@ -78,7 +78,7 @@ def bind_failure(address: str) -> str | None:
                 s.bind(sockaddr)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    return "address already in use (another process listens on it: is this task already running?)"
+                    return "address already in use (a listener holds it: is this task already running?)"
                 if exc.errno == errno.EADDRNOTAVAIL:
                     return f"{host} is not an address of this host"
                 return exc.strerror or str(exc)

@@ -158,12 +158,12 @@ def _check_list(value: list[Any] | tuple[Any, ...]) -> None:
                 kinds.add("numbers")
             elif hasattr(item, "__array__") or hasattr(item, "__dlpack__"):
                 raise InvalidArgumentError(
-                    f"a {type(value).__name__} holding a {type(item).__name__} is not one tensor: send "
-                    "several tensors under one name as tv.TensorList([...]), or each under its own name")
+                    f"a {type(value).__name__} of tensors ({type(item).__name__}) is not one tensor: "
+                    "send them under one name as tv.TensorList([...]), or each under its own name")
             else:
                 raise InvalidArgumentError(
-                    f"a {type(value).__name__} holding a {type(item).__name__} is not a tensor: a list "
-                    "is sent as one tensor of its numbers, or of its strings")
+                    f"a {type(value).__name__} with an item of type {type(item).__name__} is not a "
+                    "tensor: a list is sent as one tensor of its numbers, or of its strings")
             if len(kinds) > 1:
                 raise InvalidArgumentError(
                     f"a {type(value).__name__} of numbers and strings is not a tensor: a list is "
