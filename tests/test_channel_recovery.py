@@ -10,15 +10,17 @@ soft-RoCE lane's lossy-fabric test (tests/rdma/test_roce_faults.py) breaks it wi
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+import tensorverbs as tv
 from tensorverbs.cluster import parse_task
 from tensorverbs.errors import Code
-from tensorverbs.local_cluster import pattern, same
+from tensorverbs.local_cluster import TaskProcess, pattern, same
 
-from variants import VARIANTS, Pair
+from variants import VARIANTS, Pair, start_pair
 
 VERBS = [name for name, (protocol, _) in VARIANTS.items() if protocol == "grpc+verbs"]
 #: inline, written, written in several operations where the device's message size is small
@@ -90,3 +92,35 @@ def test_recvs_pending_on_a_channel_that_broke_get_their_tensors(pair, step, bro
     for later in (base + 2, base + 3):  # the new channel carries the next steps
         _exchange(p, later)
     assert p.worker.pending() == (0, 0)
+
+
+def test_recvs_held_for_a_peer_that_restarted_before_the_channel_was_set_up_again_fail(variant, step):
+    """The peer dies and a new process of it starts at its address before this task sets
+    the broken channel up again (its health watch has not noticed yet): the set-up asks the
+    peer's status afresh, and the recvs held for the dead process fail with
+    UnavailableError naming the peer and saying it restarted, instead of being asked of
+    the new one (which got one the new process sent under the same name and step)."""
+    protocol, env = VARIANTS[variant]
+    p = start_pair(protocol, env)
+    gate = threading.Event()
+    try:
+        _exchange(p, step)  # the channel is up, the ps's status known
+        held = p.worker.recv_async("x", p.PS, step + 1, timeout=TIMEOUT)
+        p.ps.wait_waiters(1)  # the request is in
+        channels = p.worker._rendezvous.channels
+        loop = p.worker._rt.loop
+        for watch in list(channels._watches.values()):  # as if the watch had not noticed yet
+            loop.call_soon(watch.cancel)
+        loop.call_soon(gate.wait, TIMEOUT)  # the set-up again waits until the new ps serves
+        p.ps.kill()
+        p.ps = TaskProcess(p.cluster, "ps", 0, protocol, env)
+        p.ps.send_pattern("x", p.WORKER, step + 1, 64, 1)  # the new process's tensor of that name
+        break_channel(p.worker, p.PS)  # (if the death did not break it already)
+        gate.set()
+        with pytest.raises(tv.UnavailableError, match=r"/job:ps/replica:0/task:0.*restarted"):
+            held.result(TIMEOUT)
+        _exchange(p, step + 2)  # the channel to the new process carries tensors
+    finally:
+        gate.set()
+        p.worker.stop()
+        p.ps.stop()

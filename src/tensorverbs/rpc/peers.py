@@ -56,8 +56,9 @@ def protocol_mismatch(status: pb.GetStatusResponse, peer: object, task: TaskName
         f"must run the same protocol")
 
 
-def restarted(status: pb.GetStatusResponse, incarnation: int) -> str | None:
-    """Why a peer that answered with ``status`` is not ``incarnation`` any more, if it is not."""
+def restarted(status: pb.GetStatusResponse | pb.GetRemoteAddressResponse, incarnation: int) -> str | None:
+    """Why a peer that answered with ``status`` (or a set-up's reply) is not ``incarnation`` any
+    more, if it is not."""
     if status.incarnation == incarnation:
         return None
     return f"it restarted (incarnation {status.incarnation:016x})"

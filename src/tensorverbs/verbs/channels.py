@@ -171,6 +171,10 @@ class VerbsChannels:
         except grpc.aio.AioRpcError as exc:
             peers.lost(peer)
             raise from_rpc_error(exc, str(stub)) from None
+        why = restarted(reply, status.incarnation)  # since its status was asked
+        if why is not None:
+            peers.lost(peer, status.incarnation)
+            raise UnavailableError(f"{peer} answered the verbs channel's set-up as another process: {why}")
         await loop.run_in_executor(self._threads, self.core.connect, pid, status.incarnation,
                                    reply.channel.provider_info)
         self._watch(peer, status.incarnation, where_known=True)
@@ -212,6 +216,9 @@ class VerbsChannels:
     async def _set_up_again(self, peer: TaskName, pid: int) -> None:
         """Set the broken channel to ``peer`` up again; failing that, fail the recvs it holds."""
         log.info("%s: the verbs channel to %s broke; setting it up again", self.rt.task, peer)
+        # its status is asked afresh: a new process of it (a quick restart) gets a channel of
+        # its own incarnation, and the recvs held for the last fail (the core compares them)
+        self.rt.peers.lost(peer, self._incarnations.get(peer))
         try:
             await self.connect(peer)
         except Exception as exc:
