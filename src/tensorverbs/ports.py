@@ -8,6 +8,7 @@ listeners on port 0 (the soft verbs provider's among them), which could take it 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import random
 import socket
 from collections.abc import Collection
@@ -37,6 +38,18 @@ def candidates(ephemeral_range: str = EPHEMERAL_RANGE) -> range:
 def host_port(host: str, port: int) -> str:
     """``host:port``, an IPv6 address in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is reached only from this host: every address it resolves to is a
+    loopback address (not "", 0.0.0.0 or ::, which are every address; not a name that does
+    not resolve)."""
+    try:
+        found = socket.getaddrinfo(host or None, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(str(sockaddr[0]).split("%")[0]).is_loopback
+                               for *_, sockaddr in found)
 
 
 def free_port(host: str = "127.0.0.1", taken: Collection[int] = ()) -> int:

@@ -30,6 +30,7 @@ from .metrics.recvs import RecvMetrics
 from .metrics.stats_collector import StatsCollector
 from .one_sided import OneSided
 from .one_sided.calls import OneSidedCalls
+from .ports import host_port, loopback
 from .rendezvous.completion import SendHandle, Sends
 from .rendezvous.deadlines import Deadlines
 from .rendezvous.key import TaskKeys
@@ -58,6 +59,12 @@ PROTOCOLS = {
     "grpc": "tensorverbs.rpc.grpc_rendezvous:GrpcRemoteRendezvous",
     "grpc+verbs": "tensorverbs.verbs.rendezvous:VerbsRendezvous",
 }
+
+#: the warning of a task that serves anyone who reaches it
+OPEN = ("%s serves anyone: it listens on %s without a job token or TLS, so any client that reaches it "
+        "can take its tensors, set up verbs channels to it, reach its registered buffers and free the "
+        "tensors it passes by handle; give the job a token (TENSORVERBS_TOKEN or TENSORVERBS_TOKEN_FILE, "
+        "or token=) and TLS (the TENSORVERBS_TLS_* variables, or tls=) to close it")
 
 #: counters every server reports, whatever its protocol
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
@@ -177,15 +184,18 @@ class Server(BatchCalls, OneSidedCalls):
             raise
         log.info("%s serving %s on %s%s%s", self._task, protocol, bind_address or self.target,
                  " over TLS" if tls else "", " with a job token" if job_token else "")
+        if job_token is None and tls is None and not loopback(host_of(bind)):
+            log.warning(OPEN, self._task, host_port(host_of(bind), port))
 
     @classmethod
     @public
     def from_resolver(cls, resolver: ClusterResolver, protocol: str = "grpc", **kwargs: Any) -> "Server":
         """Start the task ``resolver`` says this process is, in its cluster (a resolver of
-        :mod:`tensorverbs.resolvers`: TF_CONFIG, Slurm, torchrun); ``kwargs`` as for the
-        constructor."""
+        :mod:`tensorverbs.resolvers`: TF_CONFIG, Slurm, torchrun), with the resolver's
+        token unless ``kwargs`` give one; ``kwargs`` as for the constructor."""
         if not isinstance(resolver, ClusterResolver):
             raise InvalidArgumentError(f"resolver must be a ClusterResolver, not {type(resolver).__name__}")
+        kwargs.setdefault("token", resolver.token)
         return cls(resolver.cluster_spec(), resolver.task_type, resolver.task_id, protocol, **kwargs)
 
     @public

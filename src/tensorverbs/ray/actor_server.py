@@ -37,10 +37,11 @@ class ActorServer:
     Args:
         protocol: "grpc" or "grpc+verbs".
         spare_tasks: how many other actors it may exchange tensors with at once ("grpc+verbs").
+        token: the job token (None: the server's default, from the environment).
     """
 
-    def __init__(self, protocol: str, spare_tasks: int) -> None:
-        self.protocol, self.spare_tasks = protocol, spare_tasks
+    def __init__(self, protocol: str, spare_tasks: int, token: str | None = None) -> None:
+        self.protocol, self.spare_tasks, self._token = protocol, spare_tasks, token
         self._server: Server | None = None
         self._lock = threading.Lock()
 
@@ -51,7 +52,8 @@ class ActorServer:
                 task = parse_task(own_task())
                 address = host_port(ray.util.get_node_ip_address(), 0)  # the server tells its port
                 self._server = Server({task.job: [address]}, task.job, task.task, self.protocol,
-                                      spare_tasks=self.spare_tasks, startup_grace=SOURCE_GRACE)
+                                      spare_tasks=self.spare_tasks, startup_grace=SOURCE_GRACE,
+                                      token=self._token)
             return self._server
 
     def learn(self, task: str, address: str) -> Server:
@@ -72,8 +74,8 @@ _servers: dict[str, ActorServer] = {}
 _servers_lock = threading.Lock()
 
 
-def actor_server(name: str, protocol: str, spare_tasks: int) -> ActorServer:
+def actor_server(name: str, protocol: str, spare_tasks: int, token: str | None = None) -> ActorServer:
     """This process's server of the transport called ``name`` (made with these settings
     the first time it is asked for)."""
     with _servers_lock:
-        return _servers.setdefault(name, ActorServer(protocol, spare_tasks))
+        return _servers.setdefault(name, ActorServer(protocol, spare_tasks, token))

@@ -19,7 +19,8 @@ _registered: dict[str, dict[str, Any]] = {}
 
 
 def register_transport(name: str = "TENSORVERBS", protocol: str = "grpc+verbs", *,
-                       one_sided: bool = False, spare_tasks: int = 64, timeout: float = 60.0) -> str:
+                       one_sided: bool = False, spare_tasks: int = 64, timeout: float = 60.0,
+                       token: str | None = None) -> str:
     """Register a Ray tensor transport called ``name`` that moves CPU torch tensors
     between actors through tensorverbs ``protocol``; returns the name as Ray keeps it
     (upper case). Call it in the driver before creating the actors, which need
@@ -36,17 +37,23 @@ def register_transport(name: str = "TENSORVERBS", protocol: str = "grpc+verbs", 
         spare_tasks: how many other actors each actor may exchange tensors with at once
             ("grpc+verbs"; see ``Server(spare_tasks=...)``).
         timeout: seconds a transfer may take before its recv (or read) fails.
+        token: the job token of the actors' servers (it travels to the actors with the
+            transport, through Ray); default: each actor's TENSORVERBS_TOKEN or
+            TENSORVERBS_TOKEN_FILE (a ``runtime_env`` can set them). Without one, any
+            client that reaches an actor's server can take its tensors.
     """
     if check.text(protocol, "protocol") not in PROTOCOLS:
         raise InvalidArgumentError(f"unknown protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
     name = check.text(name, "name").upper()
     settings = {"name": name, "protocol": protocol, "spare_tasks": check.integer(spare_tasks, "spare_tasks", 0),
-                "timeout": check.seconds(timeout, "timeout")}
+                "timeout": check.seconds(timeout, "timeout"), "token": check.optional_text(token, "token")}
     one_sided = check.flag(one_sided, "one_sided")
     known = _registered.get(name)
     if known is not None:
         if known != {**settings, "one_sided": one_sided}:
-            raise InvalidArgumentError(f"transport {name} is registered already with {known}")
+            shown = {key: value for key, value in known.items() if key != "token"}
+            other = " and another token" if known["token"] != settings["token"] else ""
+            raise InvalidArgumentError(f"transport {name} is registered already with {shown}{other}")
         return name
     base = TensorverbsReadTransport if one_sided else TensorverbsTransport
     transport = type(f"{base.__name__}_{name}", (base,), settings)

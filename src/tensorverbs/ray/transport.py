@@ -89,9 +89,10 @@ def _has_concurrency_groups(actor: Any) -> bool:
     return bool(getattr(actor, "_ray_enable_tensor_transport", True))
 
 
-def _endpoint(actor: Any, transport: str, protocol: str, spare_tasks: int) -> tuple[str, str]:
+def _endpoint(actor: Any, transport: str, protocol: str, spare_tasks: int,
+              token: str | None) -> tuple[str, str]:
     """On an actor, through ``__ray_call__``: its server's (task name, host:port)."""
-    return actor_server(transport, protocol, spare_tasks).endpoint()
+    return actor_server(transport, protocol, spare_tasks, token).endpoint()
 
 
 class TensorverbsTransport(TransportBase):
@@ -147,7 +148,7 @@ class TensorverbsTransport(TransportBase):
         # not "_ray_system": there the destination may be waiting for a send queued here
         call = destination.__ray_call__.options(concurrency_group="_ray_system_error")
         try:
-            task, address = ray.get(call.remote(_endpoint, self.name, self.protocol, self.spare_tasks),
+            task, address = ray.get(call.remote(_endpoint, self.name, self.protocol, self.spare_tasks, self.token),
                                     timeout=self.timeout)
         except GetTimeoutError:
             raise DeadlineExceededError(

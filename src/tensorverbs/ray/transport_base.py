@@ -10,15 +10,17 @@ from .actor_server import actor_server
 
 
 class TransportBase(TensorTransportManager):
-    """A tensorverbs Ray transport: ``name``, ``protocol``, ``spare_tasks`` and ``timeout``."""
+    """A tensorverbs Ray transport: ``name``, ``protocol``, ``spare_tasks``, ``timeout`` and
+    ``token`` (None: the actor's TENSORVERBS_TOKEN or TENSORVERBS_TOKEN_FILE)."""
 
     name = "TENSORVERBS"
     protocol = "grpc+verbs"
     spare_tasks = 64
     timeout = 60.0
+    token: str | None = None
 
     def __init__(self) -> None:
-        self.server = actor_server(self.name, self.protocol, self.spare_tasks)
+        self.server = actor_server(self.name, self.protocol, self.spare_tasks, self.token)
 
     def tensor_transport_backend(self) -> str:
         return self.name

@@ -15,11 +15,14 @@ T = TypeVar("T")
 
 class ClusterResolver(abc.ABC):
     """The cluster of a job a launcher started, and which of its tasks this process is
-    (``task_type``, ``task_id``), as TensorFlow's cluster resolvers tell it."""
+    (``task_type``, ``task_id``), as TensorFlow's cluster resolvers tell it; ``token``, the
+    job token of the server :meth:`tensorverbs.Server.from_resolver` starts (None: the
+    server's default, TENSORVERBS_TOKEN or TENSORVERBS_TOKEN_FILE)."""
 
-    def __init__(self, task_type: str, task_id: int) -> None:
+    def __init__(self, task_type: str, task_id: int, token: str | None = None) -> None:
         self.task_type = task_type
         self.task_id = task_id
+        self.token = check.optional_text(token, "token")
 
     @abc.abstractmethod
     def cluster_spec(self) -> ClusterSpec:

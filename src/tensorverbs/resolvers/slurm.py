@@ -70,11 +70,13 @@ class SlurmClusterResolver(ClusterResolver):
     Unlike TensorFlow's resolver, nodes keep the hostlist's order (TensorFlow sorts their
     names as strings, which puts node10 before node9 and so gives a task another node's
     address) and jobs keep the order given (TensorFlow sorts them by name: the same order
-    for ``{"ps": 1, "worker": N}``). GPUs are not assigned.
+    for ``{"ps": 1, "worker": N}``). GPUs are not assigned. ``token`` is the job token of
+    the server this task starts (default: the server's, TENSORVERBS_TOKEN or
+    TENSORVERBS_TOKEN_FILE; without one it serves anyone).
     """
 
     def __init__(self, jobs: Mapping[str, int] | None = None, port_base: int = 8888, *,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, token: str | None = None) -> None:
         env = environment(environ)
         rank = read_var(env, "SLURM_PROCID", parse=natural, hint=_HINT)
         hosts = read_var(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", parse=expand_hostlist,
@@ -89,7 +91,7 @@ class SlurmClusterResolver(ClusterResolver):
                      for local in range(count)]
         ranks = jobs_by_rank(jobs, len(addresses), "Slurm's tasks per node")
         self._cluster = cluster_of_ranks(ranks, addresses)
-        super().__init__(*task_of_rank(ranks, rank))
+        super().__init__(*task_of_rank(ranks, rank), token)
 
     def cluster_spec(self) -> ClusterSpec:
         """The step's tasks at ``host:port_base + local index``."""

@@ -14,11 +14,13 @@ class TFConfigClusterResolver(ClusterResolver):
     TF_CONFIG is JSON: ``{"cluster": {job: [host:port, ...] or {index: host:port}},
     "task": {"type": job, "index": i}}``. A job given as a mapping is sparse (TensorFlow's
     dynamic workers: only some indices are present). ``task_type`` and ``task_id`` override
-    TF_CONFIG's ``task``, which may then be absent.
+    TF_CONFIG's ``task``, which may then be absent. ``token`` is the job token of the
+    server this task starts (default: the server's, TENSORVERBS_TOKEN or
+    TENSORVERBS_TOKEN_FILE; without one it serves anyone).
     """
 
     def __init__(self, task_type: str | None = None, task_id: int | None = None, *,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, token: str | None = None) -> None:
         env = environment(environ)
         self._cluster = ClusterSpec.from_tf_config(env)
         if task_type is None or task_id is None:
@@ -30,7 +32,7 @@ class TFConfigClusterResolver(ClusterResolver):
                 raise InvalidArgumentError(f"TF_CONFIG's 'task' is {task!r}: expected "
                                            f"{{\"type\": job, \"index\": i}} ({exc!r})") from None
         self._cluster.resolve(TaskName(task_type, task_id))
-        super().__init__(task_type, task_id)
+        super().__init__(task_type, task_id, token)
 
     def cluster_spec(self) -> ClusterSpec:
         """TF_CONFIG's cluster."""

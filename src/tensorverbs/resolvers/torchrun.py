@@ -31,10 +31,13 @@ class TorchrunClusterResolver(ClusterResolver):
         host: the name or address the other tasks reach this one at.
         timeout: seconds to wait for the store, and for the other tasks' addresses.
         environ: the environment to read (default: the process's).
+        token: the job token of the server this task starts (default: as the server's,
+            TENSORVERBS_TOKEN or TENSORVERBS_TOKEN_FILE; without one it serves anyone).
     """
 
     def __init__(self, jobs: Mapping[str, int] | None = None, *, host: str | None = None,
-                 timeout: float = 300.0, environ: Mapping[str, str] | None = None) -> None:
+                 timeout: float = 300.0, environ: Mapping[str, str] | None = None,
+                 token: str | None = None) -> None:
         env = environment(environ)
         rank = read_var(env, "RANK", parse=natural, hint=_HINT)
         size = read_var(env, "WORLD_SIZE", parse=natural, hint=_HINT)
@@ -47,7 +50,7 @@ class TorchrunClusterResolver(ClusterResolver):
         # a group torchrun restarted must not read the addresses of the one before
         self._prefix = f"tensorverbs/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         self._cluster: ClusterSpec | None = None
-        super().__init__(*task_of_rank(self._ranks, rank))
+        super().__init__(*task_of_rank(self._ranks, rank), token)
 
     def cluster_spec(self) -> ClusterSpec:
         """Every task's address. The first call publishes this task's and waits for the
