@@ -43,11 +43,21 @@ class TaskName:
         return f"{self}/device:CPU:0"
 
 
+#: the longest task name taken: names from peers reach the cache of parsed names, whose
+#: 4096 entries must stay small
+MAX_TASK_NAME = 1024
+
+
 def parse_task(name: Union[str, TaskName]) -> TaskName:
-    """Parse ``/job:J[/replica:R]/task:T[/device:D:N]``; raise InvalidArgumentError otherwise."""
+    """Parse ``/job:J[/replica:R]/task:T[/device:D:N]`` of at most :data:`MAX_TASK_NAME`
+    characters; raise InvalidArgumentError otherwise."""
     if isinstance(name, TaskName):
         return name
-    return _parse_task(name) if isinstance(name, str) else _parse_task(repr(name))
+    text = name if isinstance(name, str) else repr(name)
+    if len(text) > MAX_TASK_NAME:
+        raise InvalidArgumentError(f"malformed task name {text[:64]!r}...: {len(text)} characters, "
+                                   f"longer than {MAX_TASK_NAME}")
+    return _parse_task(text)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,5 +1,6 @@
 """The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor,
-ReleaseSharedTensor, GetRemoteAccess, GetHeldTensors and grpc.health.v1.
+ReleaseSharedTensor, GetRemoteAccess, GetHeldTensors and grpc.health.v1 (its watches
+capped, :mod:`.health`).
 
 RecvTensor is the sender side of the "grpc" data path: it matches the request against
 the local table (waiting if the tensor is not sent yet) and streams the tensor back.
@@ -16,7 +17,6 @@ import asyncio
 from typing import TYPE_CHECKING, AsyncIterator, Awaitable, Callable, NoReturn
 
 import grpc
-from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..errors import (
@@ -28,6 +28,7 @@ from ..rendezvous.key import parse_key
 from . import tensorverbs_pb2 as pb
 from .auth import JobToken, TokenInterceptor
 from .errors import to_status
+from .health import HealthServicer
 from .options import RELEASE_BATCH, SERVER_OPTIONS, SERVICE, SERVICE_ERROR
 from .tensor_stream import tensor_messages
 from .tls import TlsConfig
@@ -243,7 +244,7 @@ async def start_server(servicer: Servicer, bind: str, token: JobToken | None = N
     server = grpc.aio.server(options=SERVER_OPTIONS,
                              interceptors=[TokenInterceptor(token)] if token is not None else None)
     server.add_generic_rpc_handlers((servicer.handler(),))
-    health = health_async.HealthServicer()
+    health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     try:
         port = (server.add_insecure_port(bind) if credentials is None
