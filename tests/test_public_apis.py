@@ -14,6 +14,9 @@ FOREIGN = ("ray", "torch")
 NO_PUBLIC_WAY = {
     "'_ray_system_error'": "an actor's only concurrency group that never waits behind a transfer: "
                            "asking a destination for its address elsewhere can deadlock",
+    "'_ray_enable_tensor_transport'": "whether an actor was declared with enable_tensor_transport=True, "
+                                      "which Ray keeps on its handle only: a call to one without it in "
+                                      "the transports' concurrency groups ends its process",
     "torch.UntypedStorage._release_ipc_counter": "the only way to release the reference counter "
                                                  "of a CUDA IPC export that no receiver opened",
 }
