@@ -215,7 +215,8 @@ class VerbsChannels:
 
     async def _set_up_again(self, peer: TaskName, pid: int) -> None:
         """Set the broken channel to ``peer`` up again; failing that, fail the recvs it holds."""
-        log.info("%s: the verbs channel to %s broke; setting it up again", self.rt.task, peer)
+        log.info("%s: the verbs channel to %s closed (its task stopped, or the transport broke); "
+                 "setting it up again", self.rt.task, peer)
         # its status is asked afresh: a new process of it (a quick restart) gets a channel of
         # its own incarnation, and the recvs held for the last fail (the core compares them)
         self.rt.peers.lost(peer, self._incarnations.get(peer))
