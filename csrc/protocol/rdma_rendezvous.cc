@@ -297,7 +297,7 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
     local->start();
     return local;
   }
-  if (auto aborted = table_.aborted(step)) {
+  if (auto aborted = table_.start_recv(step)) {
     caller->complete(RecvResult{*aborted, TensorValue{}});
     return nullptr;
   }
@@ -368,13 +368,15 @@ void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
     table_.requeue(key.step, key.key, std::move(value));
     return;
   }
-  if (table_.aborted(key.step)) return;
+  if (table_.drops_late(key.step)) return;  // (it would bring the step back, for nobody)
   if (value.borrowed) {  // its caller may reuse that memory: the next recv gets a copy
     std::optional<TensorValue> copy = copy_of(value);
     if (!copy) return;  // no memory left anywhere to keep it in
     value = std::move(*copy);
   }
   recvs_.hand_over(key, std::move(value));
+  // a clean-up of the step since the look above dropped its late tensors before this one
+  if (table_.drops_late(key.step)) recvs_.cleanup_step(key.step);
 }
 
 void RdmaRendezvous::on_tensor_request(const std::shared_ptr<RdmaChannel>& channel,
