@@ -115,8 +115,7 @@ Result<std::string> RdmaRendezvous::channel(std::int32_t peer, std::uint64_t inc
     const bool restarted = old->incarnation() != incarnation;
     const Status why = replaced(*old, restarted);
     const bool transient = !restarted && !old->error();
-    old->fail(why, transient);
-    adapter_->detach(old->qp_num());
+    old->fail(why, transient);  // (still attached: the flush of a read it posted comes there)
     if (restarted) {  // what the last incarnation was asked for is gone with it
       for (auto& request : take_held(peer)) request->give_up(why);
     } else if (transient) {
@@ -454,8 +453,9 @@ void RdmaRendezvous::stop() {
   recvs_.stop();
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
   adapter_->stop();
-  // no completion is taken any more: what waits for a read's end is let go now
-  for (auto& [peer, channel] : channels) channel->abandon_reads();
+  // no completion is taken any more: what waits for a read's end is let go now (on the
+  // channels replaced earlier too)
+  for (auto& channel : adapter_->channels()) channel->abandon_reads();
   quarantine_.check();
   channels.clear();
   pool_->close();

@@ -1,6 +1,7 @@
 // A recv whose channel broke under the transport still ends: given up (its deadline, its
 // step's abort, its caller's cancel) as its channel is set up again, whichever comes first,
-// the give-up or the recv asked again there.
+// the give-up or the recv asked again there; and one whose read into its caller's memory was
+// cut short by the set-up.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -62,10 +63,57 @@ TEST_P(ChannelRecoveryEnds, ARecvGivenUpAsItIsAskedAgainEnds) {
   }
 }
 
+// Read mode: a recv into the caller's memory whose read was outstanding as its channel was
+// set up again ends (its caller hears once the read's flush was seen: nothing lands in its
+// memory after that), though the channel it read on was replaced before the flush came.
+class ChannelRecoveryReads : public RendezvousPair {};
+
+TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWhoseReadWasCutShortByARecoveryEnds) {
+  constexpr std::size_t kCount = std::size_t{16} << 20;  // 64 MiB: a read that takes a while
+  const TensorValue sent = floats(kCount, 1.0f);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const std::int64_t step = 30 + attempt;
+    const RecvDestination destination = zeros(kCount, {static_cast<std::int64_t>(kCount)});
+    auto caller = std::make_shared<Waiting>();
+    std::shared_ptr<PendingRecv> pending = worker_->recv(step, kPs, "big", 60, caller, destination);
+    ASSERT_TRUE(ps_->send(step, kWorker, "big", sent).ok());
+    while (pending->progress().find("requested") != std::string::npos) std::this_thread::yield();
+    // the worker's adapter stops taking completions: its read's completion waits there
+    auto gate = std::make_shared<Gate>();
+    worker_->recv(step, kWorker, "freeze", 0, gate);
+    gate->wait_entered();
+    if (pending->progress().find("being read") == std::string::npos) {  // the read ended first
+      gate->release();
+      ASSERT_TRUE(caller->get().status.ok());
+      continue;
+    }
+    // the ps's side broke and the ps sets the channel up again: the worker's is replaced
+    ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
+    const ::testing::AssertionResult set_up = connect_tasks(*ps_, 7, *worker_, 8);
+    gate->release();
+    ASSERT_TRUE(set_up);
+    RecvResult got = caller->get();
+    EXPECT_EQ(got.status.code(), Code::kUnavailable) << got.status.message();
+    EXPECT_NE(got.status.message().find("its read may still be landing"), std::string::npos)
+        << got.status.message();
+    return;
+  }
+  FAIL() << "every read ended before the adapter could be held";
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, ChannelRecoveryEnds, all_modes(), mode_name);
 // write mode only, as the other recovery tests in the lane
 INSTANTIATE_TEST_SUITE_P(Ibverbs, ChannelRecoveryEnds,
                          ::testing::Values(Options{false, false, "auto", "ibverbs", "registration"}),
+                         mode_name);
+// read mode, on one host and over TCP (where the read's bytes stream in while it is outstanding)
+INSTANTIATE_TEST_SUITE_P(Modes, ChannelRecoveryReads,
+                         ::testing::Values(Options{true, false, "auto"}, Options{true, false, "no"}),
+                         [](const ::testing::TestParamInfo<Options>& mode) {
+                           return mode_name(mode) + (mode.param.same_host == "no" ? "_tcp" : "");
+                         });
+INSTANTIATE_TEST_SUITE_P(Ibverbs, ChannelRecoveryReads,
+                         ::testing::Values(Options{true, false, "auto", "ibverbs", "registration"}),
                          mode_name);
 
 }  // namespace
