@@ -27,6 +27,16 @@ void take_all(Queues& queues, std::vector<T>* out) {
   queues.clear();
 }
 
+Status cleaned_up(std::int64_t step) {
+  return Status(Code::kAborted, "step " + std::to_string(step) + " was cleaned up");
+}
+
+// Why a send whose value the step's clean-up dropped fails.
+Status dropped_at_cleanup(std::int64_t step) {
+  const Status why = cleaned_up(step);
+  return Status(why.code(), why.message() + " before its receiver took it");
+}
+
 void fail_sends(const std::vector<TensorValue>& values, const Status& why) {
   for (const TensorValue& value : values) {
     if (value.ticket) value.ticket->fail(why);
@@ -49,20 +59,29 @@ void LocalTable::offer(std::int64_t step, const RendezvousKey& key, TensorValue 
                        bool first, Status* refused) {
   const StepKey match{step, key};
   std::optional<Pending> waiter;
+  bool dropped = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Step& state = steps_[step];
-    if (state.aborted) {
-      if (refused) *refused = *state.aborted;
-      return;
+    if (!first) cleaned_.erase(step);  // a send uses the step again
+    dropped = first && cleaned_.contains(step);  // it would bring the step back, for nobody
+    if (!dropped) {
+      Step& state = steps_[step];
+      if (state.aborted) {
+        if (refused) *refused = *state.aborted;
+        return;
+      }
+      waiter = pop_front(state.waiters, match);
+      if (!waiter) {
+        auto& queue = state.items[match];
+        first ? queue.push_front(std::move(value)) : queue.push_back(std::move(value));
+        return;
+      }
+      prune(step, state);
     }
-    waiter = pop_front(state.waiters, match);
-    if (!waiter) {
-      auto& queue = state.items[match];
-      first ? queue.push_front(std::move(value)) : queue.push_back(std::move(value));
-      return;
-    }
-    prune(step, state);
+  }
+  if (dropped) {  // (its send fails, and its memory goes, outside the lock)
+    if (value.ticket) value.ticket->fail(dropped_at_cleanup(step));
+    return;
   }
   waiter->callback(Status(), std::move(value));
 }
@@ -127,10 +146,17 @@ void LocalTable::abort_step(std::int64_t step, const Status& why) {
   for (Pending& waiter : failed) waiter.callback(why, TensorValue{});
 }
 
-std::optional<Status> LocalTable::aborted(std::int64_t step) const {
+std::optional<Status> LocalTable::start_recv(std::int64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
+  cleaned_.erase(step);
   const Step* state = steps_.find(step);
   return state == nullptr ? std::nullopt : state->aborted;
+}
+
+bool LocalTable::drops_late(std::int64_t step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Step* state = steps_.find(step);
+  return cleaned_.contains(step) || (state != nullptr && state->aborted);
 }
 
 void LocalTable::cleanup_step(std::int64_t step) {
@@ -138,14 +164,16 @@ void LocalTable::cleanup_step(std::int64_t step) {
   std::vector<Pending> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // (a value of it out with a recv may still come back, even when it holds nothing now)
+    cleaned_.add(step);
     Step* state = steps_.find(step);
     if (state == nullptr) return;
     take(*state, &dropped, &failed);
     steps_.erase(step);
   }
   if (dropped.empty() && failed.empty()) return;
-  const Status why(Code::kAborted, "step " + std::to_string(step) + " was cleaned up");
-  fail_sends(dropped, Status(why.code(), why.message() + " before its receiver took it"));
+  const Status why = cleaned_up(step);
+  fail_sends(dropped, dropped_at_cleanup(step));
   for (Pending& waiter : failed) waiter.callback(why, TensorValue{});
 }
 

@@ -5,7 +5,9 @@
 // value if it is there and waits otherwise; first in, first out per key. Aborting a step
 // fails its waiting recvs and refuses its later sends and recvs until it is cleaned up; the
 // sends it drops (aborted or cleaned up) have their completions failed with the reason. A
-// step's state is dropped as soon as it holds nothing (no value, no recv, no abort).
+// step cleaned up stays so (CleanedSteps) until it is used again: a value of it given back
+// meanwhile is dropped, its send failed. A step's state is dropped as soon as it holds
+// nothing (no value, no recv, no abort).
 // Callbacks run outside the lock, in the thread that completed the match. Thread-safe.
 #pragma once
 
@@ -21,6 +23,7 @@
 
 #include "core/recycling_map.h"
 #include "core/status.h"
+#include "protocol/cleaned_steps.h"
 #include "protocol/rendezvous_key.h"
 #include "protocol/tensor_value.h"
 
@@ -37,10 +40,10 @@ class LocalTable {
     std::uint64_t id = 0;
   };
 
-  // Offers `value`; fails (Aborted) if the step is aborted.
+  // Offers `value`; fails (Aborted) if the step is aborted. A step cleaned up is used again.
   Status send(std::int64_t step, const RendezvousKey& key, TensorValue value);
   // Gives back a value a recv took but could not deliver: matched again before any later
-  // send of the key. Dropped if the step was aborted meanwhile.
+  // send of the key. Dropped if the step was aborted or cleaned up meanwhile (its send fails).
   void requeue(std::int64_t step, const RendezvousKey& key, TensorValue value);
   // Matches a recv: `callback` runs now if the value (or the step's abort) is there.
   Waiter recv(std::int64_t step, const RendezvousKey& key, Callback callback);
@@ -48,7 +51,12 @@ class LocalTable {
   bool withdraw(const Waiter& waiter);
 
   void abort_step(std::int64_t step, const Status& why);
-  std::optional<Status> aborted(std::int64_t step) const;
+  // A recv of a peer's tensor at `step` starts, a use of the step (one cleaned up is used
+  // again): the step's abort, if it is aborted.
+  std::optional<Status> start_recv(std::int64_t step);
+  // Whether a tensor of `step` that comes late is dropped: the step is aborted, or cleaned
+  // up and not used since.
+  bool drops_late(std::int64_t step) const;
   // Forgets the step; its waiting recvs fail with Aborted.
   void cleanup_step(std::int64_t step);
 
@@ -88,6 +96,7 @@ class LocalTable {
 
   mutable std::mutex mu_;
   RecyclingMap<std::int64_t, Step, std::hash<std::int64_t>, ClearKeeping> steps_{kSpareSteps};
+  CleanedSteps cleaned_;
   std::uint64_t next_id_ = 1;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <string>
 
 #include "core/thread_guard.h"
@@ -43,12 +44,19 @@ RdmaAdapter::~RdmaAdapter() { stop(); }
 
 void RdmaAdapter::attach(const std::shared_ptr<RdmaChannel>& channel) {
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = channels_.begin(); it != channels_.end();) {  // (channels gone leave nothing)
+    it = it->second.expired() ? channels_.erase(it) : std::next(it);
+  }
   channels_[channel->qp_num()] = channel;
 }
 
-void RdmaAdapter::detach(std::uint32_t qp_num) {
+std::vector<std::shared_ptr<RdmaChannel>> RdmaAdapter::channels() {
+  std::vector<std::shared_ptr<RdmaChannel>> channels;
   std::lock_guard<std::mutex> lock(mu_);
-  channels_.erase(qp_num);
+  for (auto& [qp_num, weak] : channels_) {
+    if (auto channel = weak.lock()) channels.push_back(std::move(channel));
+  }
+  return channels;
 }
 
 void RdmaAdapter::add_deadline(Clock::time_point when, double timeout,
@@ -91,15 +99,8 @@ void RdmaAdapter::linger(std::chrono::milliseconds bound) {
 }
 
 void RdmaAdapter::check_quiet() {
-  std::vector<std::shared_ptr<RdmaChannel>> channels;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [qp_num, weak] : channels_) {
-      if (auto channel = weak.lock()) channels.push_back(std::move(channel));
-    }
-  }
   bool quiet = true;
-  for (auto& channel : channels) {
+  for (auto& channel : channels()) {
     run_guarded([&] { quiet = channel->quiet() && quiet; }, failing(channel));
   }
   if (quiet) {

@@ -36,8 +36,12 @@ class RdmaAdapter {
   RdmaAdapter(std::shared_ptr<verbs::CompletionQueue> cq, std::function<bool()> housekeeping);
   ~RdmaAdapter();
 
+  // Hands `channel` the completions of its queue pair for as long as it lives, even once
+  // another channel to its peer replaced it: the flush of a read it posted says that the read
+  // can no longer land.
   void attach(const std::shared_ptr<RdmaChannel>& channel);
-  void detach(std::uint32_t qp_num);
+  // The channels attached that are alive (replaced ones among them).
+  std::vector<std::shared_ptr<RdmaChannel>> channels();
   // `recv` gives up with DeadlineExceeded at `when` (after `timeout` seconds) unless it is
   // gone by then.
   void add_deadline(Clock::time_point when, double timeout, std::weak_ptr<PendingRecv> recv);

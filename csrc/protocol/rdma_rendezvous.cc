@@ -115,8 +115,7 @@ Result<std::string> RdmaRendezvous::channel(std::int32_t peer, std::uint64_t inc
     const bool restarted = old->incarnation() != incarnation;
     const Status why = replaced(*old, restarted);
     const bool transient = !restarted && !old->error();
-    old->fail(why, transient);
-    adapter_->detach(old->qp_num());
+    old->fail(why, transient);  // (still attached: the flush of a read it posted comes there)
     if (restarted) {  // what the last incarnation was asked for is gone with it
       for (auto& request : take_held(peer)) request->give_up(why);
     } else if (transient) {
@@ -297,7 +296,7 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
     local->start();
     return local;
   }
-  if (auto aborted = table_.aborted(step)) {
+  if (auto aborted = table_.start_recv(step)) {
     caller->complete(RecvResult{*aborted, TensorValue{}});
     return nullptr;
   }
@@ -368,13 +367,15 @@ void RdmaRendezvous::keep_late(const StepKey& key, TensorValue value) {
     table_.requeue(key.step, key.key, std::move(value));
     return;
   }
-  if (table_.aborted(key.step)) return;
+  if (table_.drops_late(key.step)) return;  // (it would bring the step back, for nobody)
   if (value.borrowed) {  // its caller may reuse that memory: the next recv gets a copy
     std::optional<TensorValue> copy = copy_of(value);
     if (!copy) return;  // no memory left anywhere to keep it in
     value = std::move(*copy);
   }
   recvs_.hand_over(key, std::move(value));
+  // a clean-up of the step since the look above dropped its late tensors before this one
+  if (table_.drops_late(key.step)) recvs_.cleanup_step(key.step);
 }
 
 void RdmaRendezvous::on_tensor_request(const std::shared_ptr<RdmaChannel>& channel,
@@ -452,8 +453,9 @@ void RdmaRendezvous::stop() {
   recvs_.stop();
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
   adapter_->stop();
-  // no completion is taken any more: what waits for a read's end is let go now
-  for (auto& [peer, channel] : channels) channel->abandon_reads();
+  // no completion is taken any more: what waits for a read's end is let go now (on the
+  // channels replaced earlier too)
+  for (auto& channel : adapter_->channels()) channel->abandon_reads();
   quarantine_.check();
   channels.clear();
   pool_->close();

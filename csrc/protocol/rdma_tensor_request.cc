@@ -414,23 +414,29 @@ bool RdmaTensorRequest::destination_reachable_locked() const {
 }
 
 void RdmaTensorRequest::give_up(const Status& why) {
-  if (auto next = successor()) {  // asked again on a new channel: that one is the recv now
-    next->give_up(why);
-    return;
-  }
+  std::shared_ptr<RdmaTensorRequest> next;
   std::shared_ptr<RecvCallback> caller;
   std::optional<RdmaMessage> cancel;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kDone || deferred_) return;
-    cancel_locked(&cancel);
-    if (destination_reachable_locked()) {
-      // the peer may still write (or our read still land) in the caller's memory: the
-      // caller hears `why` from finish(), once nothing can
-      deferred_ = why;
-    } else {
-      caller.swap(caller_);
+    // asked again on a new channel, that one is the recv now: looked at under the lock that
+    // resume() hands the caller over under, so that no give-up falls between the two
+    next = next_.lock();
+    if (!next) {
+      if (state_ == State::kDone || deferred_) return;
+      cancel_locked(&cancel);
+      if (destination_reachable_locked()) {
+        // the peer may still write (or our read still land) in the caller's memory: the
+        // caller hears `why` from finish(), once nothing can
+        deferred_ = why;
+      } else {
+        caller.swap(caller_);
+      }
     }
+  }
+  if (next) {
+    next->give_up(why);
+    return;
   }
   if (cancel) channel_->send(std::move(*cancel));
   rendezvous_.forget(this);

@@ -2,6 +2,7 @@
 list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/channel_description.cc"
   "${CMAKE_CURRENT_LIST_DIR}/checksum.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/cleaned_steps.cc"
   "${CMAKE_CURRENT_LIST_DIR}/error_status.cc"
   "${CMAKE_CURRENT_LIST_DIR}/held_messages.cc"
   "${CMAKE_CURRENT_LIST_DIR}/landing_quarantine.cc"

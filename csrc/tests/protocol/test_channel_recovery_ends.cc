@@ -1,0 +1,120 @@
+// A recv whose channel broke under the transport still ends: given up (its deadline, its
+// step's abort, its caller's cancel) as its channel is set up again, whichever comes first,
+// the give-up or the recv asked again there; and one whose read into its caller's memory was
+// cut short by the set-up.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/rdma_rendezvous.h"
+#include "rendezvous_pair.h"
+
+namespace tensorverbs {
+namespace {
+
+using namespace rendezvous_testing;
+
+// Counts the recvs answered (a give-up answers its caller before it returns); the count
+// outlives a recv that ends only as the task stops.
+class Ended : public RecvCallback {
+ public:
+  explicit Ended(std::shared_ptr<std::atomic<int>> count) : count_(std::move(count)) {}
+  void complete(RecvResult) override { count_->fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  const std::shared_ptr<std::atomic<int>> count_;
+};
+
+// Tasks whose queue pairs hold 8 requests: most recvs wait in their channel, so the held
+// recvs are asked again in the order they were made, as they are given up.
+class ChannelRecoveryEnds : public ShallowQueuePair {};
+
+// The recvs are given up from another thread as the set-up asks them again, over and over:
+// a give-up that saw no recv asked again yet, and then found it ended by being asked again,
+// was lost (the recv asked again had no deadline of its own, and waited for ever).
+TEST_P(ChannelRecoveryEnds, ARecvGivenUpAsItIsAskedAgainEnds) {
+  constexpr int kRecvs = 200;
+  const int rounds = GetParam().provider == "ibverbs" ? 5 : 200;
+  for (int round = 0; round < rounds; ++round) {
+    const std::int64_t step = 300 + round;
+    auto ended = std::make_shared<std::atomic<int>>(0);
+    std::vector<std::shared_ptr<PendingRecv>> recvs;
+    for (int i = 0; i < kRecvs; ++i) {
+      recvs.push_back(worker_->recv(step, kPs, "t" + std::to_string(i), -1,
+                                    std::make_shared<Ended>(ended)));
+    }
+    worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
+    std::atomic<bool> set_up_failed{false};
+    std::thread giving_up([&] {
+      // the channel is connected again: its held recvs are being asked again now
+      while (!worker_->ready(kPs) && !set_up_failed) std::this_thread::yield();
+      for (auto& recv : recvs) recv->give_up(Status(Code::kCancelled, "given up"));
+    });
+    const ::testing::AssertionResult set_up = connect_tasks(*worker_, 8, *ps_, 7);
+    set_up_failed = !set_up;
+    giving_up.join();
+    ASSERT_TRUE(set_up);
+    ASSERT_EQ(ended->load(), kRecvs) << "round " << round << ": " << kRecvs - ended->load()
+                                    << " recvs given up did not end";
+  }
+}
+
+// Read mode: a recv into the caller's memory whose read was outstanding as its channel was
+// set up again ends (its caller hears once the read's flush was seen: nothing lands in its
+// memory after that), though the channel it read on was replaced before the flush came.
+class ChannelRecoveryReads : public RendezvousPair {};
+
+TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWhoseReadWasCutShortByARecoveryEnds) {
+  constexpr std::size_t kCount = std::size_t{16} << 20;  // 64 MiB: a read that takes a while
+  const TensorValue sent = floats(kCount, 1.0f);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const std::int64_t step = 30 + attempt;
+    const RecvDestination destination = zeros(kCount, {static_cast<std::int64_t>(kCount)});
+    auto caller = std::make_shared<Waiting>();
+    std::shared_ptr<PendingRecv> pending = worker_->recv(step, kPs, "big", 60, caller, destination);
+    ASSERT_TRUE(ps_->send(step, kWorker, "big", sent).ok());
+    while (pending->progress().find("requested") != std::string::npos) std::this_thread::yield();
+    // the worker's adapter stops taking completions: its read's completion waits there
+    auto gate = std::make_shared<Gate>();
+    worker_->recv(step, kWorker, "freeze", 0, gate);
+    gate->wait_entered();
+    if (pending->progress().find("being read") == std::string::npos) {  // the read ended first
+      gate->release();
+      ASSERT_TRUE(caller->get().status.ok());
+      continue;
+    }
+    // the ps's side broke and the ps sets the channel up again: the worker's is replaced
+    ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
+    const ::testing::AssertionResult set_up = connect_tasks(*ps_, 7, *worker_, 8);
+    gate->release();
+    ASSERT_TRUE(set_up);
+    RecvResult got = caller->get();
+    EXPECT_EQ(got.status.code(), Code::kUnavailable) << got.status.message();
+    EXPECT_NE(got.status.message().find("its read may still be landing"), std::string::npos)
+        << got.status.message();
+    return;
+  }
+  FAIL() << "every read ended before the adapter could be held";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ChannelRecoveryEnds, all_modes(), mode_name);
+// write mode only, as the other recovery tests in the lane
+INSTANTIATE_TEST_SUITE_P(Ibverbs, ChannelRecoveryEnds,
+                         ::testing::Values(Options{false, false, "auto", "ibverbs", "registration"}),
+                         mode_name);
+// read mode, on one host and over TCP (where the read's bytes stream in while it is outstanding)
+INSTANTIATE_TEST_SUITE_P(Modes, ChannelRecoveryReads,
+                         ::testing::Values(Options{true, false, "auto"}, Options{true, false, "no"}),
+                         [](const ::testing::TestParamInfo<Options>& mode) {
+                           return mode_name(mode) + (mode.param.same_host == "no" ? "_tcp" : "");
+                         });
+INSTANTIATE_TEST_SUITE_P(Ibverbs, ChannelRecoveryReads,
+                         ::testing::Values(Options{true, false, "auto", "ibverbs", "registration"}),
+                         mode_name);
+
+}  // namespace
+}  // namespace tensorverbs
