@@ -7,7 +7,7 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, settings
 
-from variants import VARIANTS, start_pair
+from variants import VARIANTS, pair_of
 
 # the machines that run the tests are small and busy: never fail a property test on speed
 settings.register_profile("tensorverbs", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -29,8 +29,10 @@ def variant(request) -> str:
 
 @pytest.fixture(scope="module")
 def pair(variant):
-    protocol, env = VARIANTS[variant]
-    p = start_pair(protocol, env)
-    yield p
-    p.worker.stop()
-    p.ps.stop()
+    yield from pair_of(variant)
+
+
+@pytest.fixture(params=list(VARIANTS))
+def fresh_pair(request):
+    """A pair of its own for one test (one whose peers stop or fail), on each variant."""
+    yield from pair_of(request.param)

@@ -9,17 +9,8 @@ import pytest
 import tensorverbs as tv
 from tensorverbs.verbs.config import RdmaConfig
 
-from variants import VARIANTS, start_pair
+from variants import VARIANTS
 from tensorverbs.local_cluster import TaskProcess, cluster_spec
-
-
-@pytest.fixture(params=list(VARIANTS))
-def fresh_pair(request):
-    protocol, env = VARIANTS[request.param]
-    p = start_pair(protocol, env)
-    yield p
-    p.worker.stop()
-    p.ps.stop()
 
 
 def test_peer_killed_while_recv_waits(fresh_pair):

@@ -16,7 +16,7 @@ import tensorverbs as tv
 from tensorverbs.local_cluster import cluster_spec
 from tensorverbs.verbs.config import RdmaConfig
 
-from variants import VARIANTS, start_pair
+from variants import VARIANTS
 
 WAIT = 30.0
 
@@ -24,15 +24,6 @@ WAIT = 30.0
 def _delivered(pair, name: str, step: int, value: np.ndarray) -> None:
     """The ps sends ``value``; returns once the worker has it."""
     pair.ps.call("run", "delivered:send", name, value, pair.WORKER, step, WAIT)
-
-
-@pytest.fixture(params=list(VARIANTS))
-def fresh_pair(request):
-    protocol, env = VARIANTS[request.param]
-    p = start_pair(protocol, env)
-    yield p
-    p.worker.stop()
-    p.ps.stop()
 
 
 # -- a peer that ran and left ----------------------------------------------------------------
