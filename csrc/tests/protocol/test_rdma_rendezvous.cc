@@ -70,14 +70,17 @@ TEST_P(RendezvousPair, ATimedOutRecvLeavesItsTensorForTheNext) {
 
 TEST_P(RendezvousPair, ATensorForAGivenUpRecvGoesToTheNextOneAlreadyWaiting) {
   // the first recv's request is waiting at the ps when its caller gives up
+  // (given up as its deadline would, once the ps has it: a deadline of its own could pass
+  // before the request reached a ps slowed by a busy machine, and this wait would not end)
   auto first = std::make_shared<Waiting>();
-  worker_->recv(9, kPs, "k", 0.3, first);
+  auto request = worker_->recv(9, kPs, "k", -1, first);
   while (ps_->pending().second == 0) std::this_thread::yield();
   // the ps's messages wait (its CANCEL and the next request among them)
   auto gate = std::make_shared<Gate>();
   ps_->recv(9, kWorker, "freeze", -1, gate);
   ASSERT_TRUE(worker_->send(9, kPs, "freeze", floats(1, 0)).ok());
   gate->wait_entered();
+  request->give_up(Status(Code::kDeadlineExceeded, "its deadline passed"));
   EXPECT_EQ(first->get().status.code(), Code::kDeadlineExceeded);
   auto second = std::make_shared<Waiting>();
   // (timeouts that only guard against a hang: the soft-RoCE lane's emulated guest is slow)
