@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "completions.h"
 #include "verbs/context.h"
 #include "verbs/device.h"
 #include "verbs/work.h"
@@ -63,7 +64,9 @@ class Side {
   std::vector<WorkCompletion> drain(double quiet_s);
   std::unique_ptr<MemoryRegion> region(std::size_t n, std::uint32_t access = kAllAccess,
                                        std::uint8_t fill = 0);
-  void stop();  // ends the collector (before the CQ or context go)
+  // Ends the collector (before the CQ or context go). Its wake-up may be left for the next
+  // wait on the CQ: a test that waits there after stop() uses wait_for (completions.h).
+  void stop();
 
   std::string error;
   std::shared_ptr<Context> ctx;

@@ -8,13 +8,13 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "completions.h"
 #include "verbs/context.h"
 #include "verbs/ibverbs/ibverbs_provider.h"
 #include "verbs/provider.h"
@@ -106,23 +106,6 @@ inline void connect(End& a, End& b) {
 // The largest single transfer the tests try: a device's max_msg_sz, up to 16 MiB (soft-RoCE
 // allows 8 MiB on Linux 6.1 and 2 GiB since, more than the lane's guest holds twice over).
 constexpr std::size_t kLargestIbverbsTransfer = std::size_t{16} << 20;
-
-// At least `n` completions from `cq` within `timeout_ms` (fewer on timeout: a failure).
-inline std::vector<WorkCompletion> wait_for(CompletionQueue& cq, std::size_t n,
-                                            int timeout_ms = 30000) {
-  using namespace std::chrono;
-  std::vector<WorkCompletion> out;
-  const auto deadline = steady_clock::now() + milliseconds(timeout_ms);
-  WorkCompletion wcs[32];
-  while (out.size() < n) {
-    const auto left = duration_cast<milliseconds>(deadline - steady_clock::now()).count();
-    if (left <= 0) break;
-    const int got = cq.wait(wcs, 32, static_cast<int>(left));
-    out.insert(out.end(), wcs, wcs + got);
-  }
-  EXPECT_GE(out.size(), n) << "only " << out.size() << " of " << n << " completions";
-  return out;
-}
 
 // Two connected ends on the first two active devices.
 class IbverbsPair : public ::testing::Test {
