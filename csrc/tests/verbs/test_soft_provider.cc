@@ -211,9 +211,9 @@ TEST(SoftProvider, DoorbellsRingOnlyForSleepers) {
     EXPECT_EQ(p.a.qp->send_room(), 64u) << "the write waits for an ACK: it took the stream";
   });
   WorkCompletion wc;
-  const int woken = p.b.cq->wait(&wc, 1, 20000);  // only the doorbell wakes it in time
+  const int woken = p.b.cq->wait(&wc, 1, 20000);  // b sleeps until the doorbell wakes it
   writer.join();
-  ASSERT_EQ(woken, 1) << "the sleeper was not woken";
+  ASSERT_EQ(woken, 1) << "the write's completion never came";
   EXPECT_TRUE(wc.ok());
   EXPECT_EQ(rung, 1u);
 
