@@ -15,6 +15,7 @@
 
 #include "conformance.h"
 #include "verbs/soft/doorbell.h"
+#include "verbs/soft/soft_context.h"
 #include "verbs/soft/soft_endpoint.h"
 #include "verbs/soft/soft_provider.h"
 #include "verbs/soft/wire.h"
@@ -166,11 +167,18 @@ TEST(SoftProvider, AMixedPairFallsBackToTcp) {
 }
 
 // A sleeping target is woken through its doorbell; a spinning (polling) one costs no
-// system call at all.
+// system call at all. A write rings (doorbell_writes() counts it) only where it publishes
+// its immediate in the target's event ring, i.e. takes shared memory: the segment mapped,
+// and no request of its queue pair still waiting for its ACK on the stream (else it goes
+// behind them on the stream, whose socket wakes the target), and only if the target's
+// `waiting` flag is set then: its driver spun and sleeps (or is about to) until woken.
 TEST(SoftProvider, DoorbellsRingOnlyForSleepers) {
   Pair p("auto");
   ASSERT_TRUE(p.a.ok() && p.b.ok());
   ASSERT_TRUE(connect_pair(*p.a.qp, *p.b.qp));
+  auto* target = dynamic_cast<soft::SoftContext*>(p.b.ctx.get());
+  ASSERT_NE(target, nullptr);
+  const std::atomic<std::uint32_t>& waiting = target->keys().header().waiting;
   auto src = p.a.region(64, kAllAccess, 3);
   auto dst = p.b.region(64);
   SendWr w;
@@ -178,31 +186,52 @@ TEST(SoftProvider, DoorbellsRingOnlyForSleepers) {
   w.sge = src->sge(0, 64);
   w.remote_addr = dst->addr();
   w.rkey = dst->rkey();
-  w.signaled = false;
   RecvWr r{1};
   ASSERT_TRUE(p.b.qp->post_recv(&r, 1).ok());
-  ASSERT_TRUE(p.a.qp->post_send(&w, 1).ok());  // maps the segment
+  ASSERT_TRUE(p.a.qp->post_send(&w, 1).ok());  // by the stream: it maps the segment
   ASSERT_EQ(p.b.completions(1).size(), 1u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // b's collector sleeps now
-  const std::uint64_t before = soft::doorbell_writes();
-  ASSERT_TRUE(p.b.qp->post_recv(&r, 1).ok());
-  ASSERT_TRUE(p.a.qp->post_send(&w, 1).ok());
-  ASSERT_EQ(p.b.completions(1).size(), 1u);
-  EXPECT_GE(soft::doorbell_writes() - before, 1u);
+  // its ACK came (after the segment): the next writes take shared memory, done at once
+  ASSERT_EQ(p.a.completions(1).size(), 1u);
+  w.signaled = false;
 
-  p.b.stop();  // now a thread polls b's queue without ever sleeping
+  // b's collector wakes every 100 ms (its wait's timeout) and spins again: from now on
+  // this thread is b's only waiter, sleeping with a deadline far off
+  p.b.stop();
+  ASSERT_TRUE(p.b.qp->post_recv(&r, 1).ok());
+  std::uint64_t rung = 0;
+  std::thread writer([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (waiting.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    ASSERT_EQ(waiting.load(), 1u) << "b's driver never slept";
+    const std::uint64_t before = soft::doorbell_writes();
+    ASSERT_TRUE(p.a.qp->post_send(&w, 1).ok());
+    rung = soft::doorbell_writes() - before;
+    EXPECT_EQ(p.a.qp->send_room(), 64u) << "the write waits for an ACK: it took the stream";
+  });
+  WorkCompletion wc;
+  const int woken = p.b.cq->wait(&wc, 1, 20000);  // b sleeps until the doorbell wakes it
+  writer.join();
+  ASSERT_EQ(woken, 1) << "the write's completion never came";
+  EXPECT_TRUE(wc.ok());
+  EXPECT_EQ(rung, 1u);
+
+  // now a thread polls b's queue without ever sleeping: b's flag stays clear
   auto cq = p.b.cq;
   std::atomic<bool> stop{false};
   std::atomic<int> got{0};
   std::thread spinner([&] {
-    WorkCompletion wc[8];
-    while (!stop.load()) got += cq->poll(wc, 8);
+    WorkCompletion wcs[8];
+    while (!stop.load()) got += cq->poll(wcs, 8);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const std::uint64_t spinning = soft::doorbell_writes();
-  for (int i = 0; i < 16; ++i) {
-    ASSERT_TRUE(p.b.qp->post_recv(&r, 1).ok());
-    ASSERT_TRUE(p.a.qp->post_send(&w, 1).ok());
+  for (int i = 0; i < 16; ++i) {  // (no ASSERT while the spinner runs: it must be joined)
+    const Status received = p.b.qp->post_recv(&r, 1);
+    const Status posted = received.ok() ? p.a.qp->post_send(&w, 1) : received;
+    EXPECT_TRUE(posted.ok()) << posted.message();
+    if (!posted.ok()) break;
+    EXPECT_EQ(p.a.qp->send_room(), 64u) << "the write waits for an ACK: it took the stream";
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (got.load() <= i && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   }
