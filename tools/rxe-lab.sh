@@ -199,7 +199,7 @@ mkdir -p "$SHARE"
 RUN=$(mktemp -d "$SHARE/run.XXXXXX")
 trap 'rm -rf "$RUN"' EXIT
 mkdir -p "$RUN/repo"
-for p in pyproject.toml src tests tools; do
+for p in pyproject.toml README.md src tests tools; do
   [ -e "$REPO/$p" ] && cp -a "$REPO/$p" "$RUN/repo/"
 done
 for p in ${RXE_CARRY:-}; do
