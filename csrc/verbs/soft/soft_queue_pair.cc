@@ -275,6 +275,9 @@ void SoftQueuePair::to_error(std::string_view why) {
   // what arrived is acknowledged first, as a NIC has done by now; the reason stays this
   // call's whatever the ACK meets (a broken stream)
   if (state_.load() == QpState::kRts && detail_.empty()) detail_ = why;
+  // the writes the peer published in the ring finished at its side: their receives
+  // complete before the rest is flushed, as a NIC completed those of what it acknowledged
+  if (state_ready_locked()) drain_ring_locked(0, false);
   send_ack_if_owed_locked();
   enter_error_locked(std::string(why));
 }
