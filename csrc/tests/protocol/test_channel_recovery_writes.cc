@@ -18,38 +18,61 @@ using namespace rendezvous_testing;
 // completion the receiver's (held) completion thread would see to
 constexpr std::size_t kLarge = std::size_t{1} << 18;
 
-class ChannelRecoveryWrites : public RendezvousPair {};
+class ChannelRecoveryWrites : public RendezvousPair {
+ protected:
+  // With the worker's completion thread held (released by `gate_`), the ps writes `sent_`
+  // for the worker's recv at step 2 (answered to `caller_`); whether the ps's send said
+  // delivered.
+  bool write_while_held() {
+    auto ledger = std::make_shared<SendLedger>();
+    // the worker caches the meta-data (later requests carry their landing), and the ps maps
+    // the worker's pool block: the soft provider's first write there takes the stream, and
+    // the block comes before that write's acknowledgement (its send is delivered once it has)
+    TensorValue warm = floats(kLarge, 0.5f);
+    warm.ticket = ledger->open("'w' at step 1");
+    EXPECT_TRUE(ps_->send(1, kWorker, "w", warm).ok());
+    EXPECT_TRUE(recv(1, "w").status.ok());
+    EXPECT_TRUE(ledger->wait_all(60));
+    worker_->recv(2, kPs, "w", 5, caller_);
+    while (ps_->pending().second < 1) std::this_thread::yield();
+    worker_->recv(0, kWorker, "freeze", 0, gate_);
+    gate_->wait_entered();
+    sent_.ticket = ledger->open("'w' at step 2");
+    std::shared_ptr<SendCompletion> completion = sent_.ticket->completion();
+    EXPECT_TRUE(ps_->send(2, kWorker, "w", sent_).ok());  // written at once
+    return completion->wait(60) && completion->status()->ok();
+  }
+  void expect_received() {
+    RecvResult got = caller_->get();
+    ASSERT_TRUE(got.status.ok()) << "the ps's send says delivered; the worker: " << got.status.message();
+    EXPECT_TRUE(same(got.value, sent_));
+  }
+
+  std::shared_ptr<Waiting> caller_ = std::make_shared<Waiting>();
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
+  TensorValue sent_ = floats(kLarge, 2.0f);
+};
 
 TEST_P(ChannelRecoveryWrites, AWriteTheSenderSawFinishReachesItsRecvAcrossARecovery) {
-  auto ledger = std::make_shared<SendLedger>();
-  // the worker caches the meta-data (later requests carry their landing), and the ps maps
-  // the worker's pool block: the soft provider's first write there takes the stream, and the
-  // block comes before that write's acknowledgement (its send is delivered once it has)
-  TensorValue warm = floats(kLarge, 0.5f);
-  warm.ticket = ledger->open("'w' at step 1");
-  ASSERT_TRUE(ps_->send(1, kWorker, "w", warm).ok());
-  ASSERT_TRUE(recv(1, "w").status.ok());
-  ASSERT_TRUE(ledger->wait_all(60));
-  auto caller = std::make_shared<Waiting>();
-  worker_->recv(2, kPs, "w", 5, caller);
-  while (ps_->pending().second < 1) std::this_thread::yield();
-  auto gate = std::make_shared<Gate>();  // the worker's completion thread is held
-  worker_->recv(0, kWorker, "freeze", 0, gate);
-  gate->wait_entered();
-  TensorValue sent = floats(kLarge, 2.0f);
-  sent.ticket = ledger->open("'w' at step 2");
-  std::shared_ptr<SendCompletion> completion = sent.ticket->completion();
-  ASSERT_TRUE(ps_->send(2, kWorker, "w", sent).ok());  // written at once
-  const bool delivered = completion->wait(60) && completion->status()->ok();
+  const bool delivered = write_while_held();
   // the ps's side broke and the ps sets the channel up again before the worker saw the write
   ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
   const ::testing::AssertionResult set_up = connect_tasks(*ps_, 7, *worker_, 8);
-  gate->release();
+  gate_->release();
   ASSERT_TRUE(delivered);
   ASSERT_TRUE(set_up);
-  RecvResult got = caller->get();
-  ASSERT_TRUE(got.status.ok()) << "the ps's send says delivered; the worker: " << got.status.message();
-  EXPECT_TRUE(same(got.value, sent));
+  expect_received();
+}
+
+TEST_P(ChannelRecoveryWrites, AWriteTheSenderSawFinishReachesItsRecvAsTheWorkerSeesTheBreakFirst) {
+  const bool delivered = write_while_held();
+  // the ps's side broke; the worker's thread goes on and finds its channel broken before it
+  // took the write's completion, then the channel is set up again
+  ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
+  gate_->release();
+  ASSERT_TRUE(delivered);
+  ASSERT_TRUE(connect_tasks(*ps_, 7, *worker_, 8));
+  expect_received();
 }
 
 // Write mode on one host only: over TCP the write is finished by the receiver's
