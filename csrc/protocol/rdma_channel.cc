@@ -361,7 +361,11 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
     failed_ = true;
     if (!error_) error_ = why;
     failed = *error_;
-    requests = requests_.take_all();
+    if (transient) {  // (those that wait for the receives' flush stay registered: see below)
+      for (auto& entry : requests_) requests.insert(entry);
+    } else {
+      requests = requests_.take_all();
+    }
     queued.swap(queued_);
     responses = responses_.take_all();
     waiting.swap(inline_);
@@ -374,8 +378,16 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
   }
   qp_->to_error(failed.message());
   // what a caller throws as its recv fails is the caller's: the other recvs fail all the same
-  for (auto& entry : requests) {
-    run_guarded([&] { entry.second->fail(failed, transient); }, [](const char*) {});
+  for (auto& [index, request] : requests) {
+    run_guarded(
+        [&] {
+          // the peer's write may have reached the queue pair unseen: its completion comes
+          // before the receives' flush (drained())
+          if (transient && request->await_drain(failed)) return;
+          if (transient) remove_request(index);
+          request->fail(failed, transient);
+        },
+        [](const char*) {});
   }
   for (auto& request : queued) {
     run_guarded([&] { request->fail(failed, transient); }, [](const char*) {});
@@ -383,6 +395,18 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
   for (auto& [index, response] : responses) response->abandon();
   for (auto& [sequence, response] : waiting) response->abandon();
   return true;
+}
+
+void RdmaChannel::drained() {
+  std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_) return;
+    requests = requests_.take_all();
+  }
+  for (auto& [index, request] : requests) {
+    run_guarded([&] { request->drained(); }, [](const char*) {});
+  }
 }
 
 }  // namespace tensorverbs

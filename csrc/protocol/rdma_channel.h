@@ -160,9 +160,14 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // The connection is gone: fails every request and response, once; true if this call did.
   // `transient`: the connection broke under the transport (it gave up retransmitting, or
   // the peer's side was closed) rather than for good, so a request may be asked again on
-  // the channel that replaces this one (RdmaTensorRequest::fail). Tensors being answered
-  // go back to the table either way.
+  // the channel that replaces this one (RdmaTensorRequest::fail); one the peer may have
+  // written its tensor for stays registered until drained(). Tensors being answered go back
+  // to the table either way.
   bool fail(const Status& why, bool transient = false);
+  // Its queue pair's receives were flushed (or no completion is taken any more): the
+  // requests that a transient failure left waiting for that (RdmaTensorRequest::await_drain)
+  // are held or fail now, and the channel lets go of them.
+  void drained();
   // Whether it failed for good (a fail() that was not transient, even after a transient
   // one): a request of it that its transient failure would hold fails instead.
   bool gone() const { return gone_.load(std::memory_order_acquire); }

@@ -31,6 +31,8 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
         transient) {
       owner_.channel_lost(peer_);
     }
+    // the receive queue completes in order: every write with immediate that reached it came first
+    if (kind == WorkKind::kRecv) drained();
     return;
   }
   if (kind == WorkKind::kRecv) {

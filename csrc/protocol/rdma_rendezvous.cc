@@ -453,9 +453,12 @@ void RdmaRendezvous::stop() {
   recvs_.stop();
   for (auto& [peer, channel] : channels) channel->fail(Status(Code::kUnavailable, channel->name() + " was closed"));
   adapter_->stop();
-  // no completion is taken any more: what waits for a read's end is let go now (on the
-  // channels replaced earlier too)
-  for (auto& channel : adapter_->channels()) channel->abandon_reads();
+  // no completion is taken any more: what waits for a read's end or a flush of receives is
+  // let go now (on the channels replaced earlier too)
+  for (auto& channel : adapter_->channels()) {
+    channel->abandon_reads();
+    channel->drained();
+  }
   quarantine_.check();
   channels.clear();
   pool_->close();

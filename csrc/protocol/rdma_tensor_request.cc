@@ -59,6 +59,9 @@ std::string RdmaTensorRequest::progress() const {
       return "the meta-data arrived and the tensor was re-requested; its write has not";
     case State::kReading: return "the tensor is being read";
     case State::kRevoking: return "the tensor arrived; its landing's window is being invalidated";
+    case State::kDraining:
+      return broke_->message() + "; waiting for the old queue pair's receives to be flushed "
+             "(the tensor may have been written)";
     case State::kHeld:
       return broke_->message() + "; it is asked again once the channel is set up again (attempt " +
              std::to_string(attempt_) + " of " + std::to_string(kMaxAttempts) + ")";
@@ -327,7 +330,7 @@ std::string RdmaTensorRequest::why_not_held_locked() const {
   if (attempt_ >= kMaxAttempts) return "it was asked " + std::to_string(attempt_) + " times";
   if (!caller_) return "its caller left";
   if (deferred_) return "it ends with " + deferred_->message();
-  if (state_ == State::kRequested || state_ == State::kReRequested ||
+  if (state_ == State::kRequested || state_ == State::kReRequested || state_ == State::kDraining ||
       (state_ == State::kReading && !read_outstanding_locked())) {
     return "";
   }
@@ -340,6 +343,7 @@ void RdmaTensorRequest::fail(const Status& why, bool transient) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kRevoking) return;  // the tensor is here: it is handed over
+    if (state_ == State::kHeld) return;      // (drained() and its bound may both come)
     if (transient) why_not = why_not_held_locked();
     if (transient && why_not.empty()) {
       // Its queue pair is in the error state: nothing new lands there. A copy into the
@@ -361,6 +365,40 @@ void RdmaTensorRequest::fail(const Status& why, bool transient) {
   finish(why_not.empty() ? why
                          : Status(why.code(), why.message() + "; not asked again: " + why_not),
          std::nullopt, false);
+}
+
+bool RdmaTensorRequest::await_drain(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // a write lands only in the window of a request asked for
+    if (!sent_ || !window_ || (state_ != State::kRequested && state_ != State::kReRequested)) {
+      return false;
+    }
+    state_ = State::kDraining;
+    broke_ = why;
+  }
+  rendezvous_.quarantine([self = shared_from_this(),
+                          until = std::chrono::steady_clock::now() + kDrainBound] {
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      if (self->state_ != State::kDraining) return true;
+    }
+    if (std::chrono::steady_clock::now() < until) return false;
+    self->drained();  // no flush came: held as if none could have been written
+    return true;
+  });
+  return true;
+}
+
+void RdmaTensorRequest::drained() {
+  Status why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != State::kDraining) return;  // its tensor arrived, or it ended otherwise
+    why = *broke_;
+  }
+  channel_->remove_request(index_);
+  fail(why, !channel_->gone());
 }
 
 void RdmaTensorRequest::resume(const std::shared_ptr<RdmaChannel>& channel) {
@@ -410,7 +448,7 @@ bool RdmaTensorRequest::hand_over(TensorValue& value) {
 bool RdmaTensorRequest::destination_reachable_locked() const {
   if (!sent_ || !landing_ || !landing_->in_destination()) return false;
   return state_ == State::kRequested || state_ == State::kReRequested ||
-         state_ == State::kReading || state_ == State::kRevoking;
+         state_ == State::kReading || state_ == State::kRevoking || state_ == State::kDraining;
 }
 
 void RdmaTensorRequest::give_up(const Status& why) {

@@ -15,9 +15,14 @@
 // A request whose channel broke under the transport (RdmaChannel::fail, transient) is held
 // (kHeld) until the channel is set up again, then asked again there by a successor, which
 // takes its caller; giving the request up gives the successor up. At most kMaxAttempts.
+// One whose tensor the peer may have written first waits (kDraining, keeping its index and
+// landing) until the old queue pair's receives are flushed: they complete in order, so a
+// write the peer saw finish was seen by then, and its tensor is handed over rather than
+// asked again of a peer that has nothing left to send.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,6 +45,9 @@ class RdmaTensorRequest : public PendingRecv,
                           public std::enable_shared_from_this<RdmaTensorRequest> {
  public:
   static constexpr std::uint32_t kMaxAttempts = 8;
+  // How long a request waits for its old queue pair's receives to be flushed (await_drain)
+  // before it is held all the same.
+  static constexpr std::chrono::seconds kDrainBound{5};
 
   // A tensor that fits `destination` lands in it (see TensorLanding). `previous`: the
   // attempt this one asks again for (kept alive: its deadline and handle lead here).
@@ -64,6 +72,13 @@ class RdmaTensorRequest : public PendingRecv,
   // The channel failed: nothing more will come. `transient` (it broke under the transport):
   // held for the channel that replaces it, if the rendezvous recovers channels.
   void fail(const Status& why, bool transient = false);
+  // The channel broke under the transport while the peer may have written our tensor: true
+  // if the request waits for drained() (at most kDrainBound), keeping its index and landing;
+  // false if no write can come for it (then fail() it).
+  bool await_drain(const Status& why);
+  // Its old queue pair's receives were flushed (or the wait's bound passed): a request still
+  // waiting is held (or fails) as fail() decides, and leaves the old channel.
+  void drained();
   // The held request is asked again on `channel` (the peer's new channel) by a successor.
   void resume(const std::shared_ptr<RdmaChannel>& channel);
   std::int32_t peer() const { return key_.key.src; }
@@ -79,8 +94,10 @@ class RdmaTensorRequest : public PendingRecv,
 
  private:
   // kRevoking: the content arrived; it is handed over once its window's invalidation ran
+  // kDraining: its channel broke under the transport; waiting for the old queue pair's
+  //   receives to be flushed (a write the peer finished is seen by then)
   // kHeld: its channel broke under the transport; waiting for the new one (resume)
-  enum class State { kRequested, kReRequested, kReading, kRevoking, kHeld, kDone };
+  enum class State { kRequested, kReRequested, kReading, kRevoking, kDraining, kHeld, kDone };
 
   void on_meta(const RdmaMessage& message);
   void on_inline(const RdmaMessage& message);
@@ -120,7 +137,7 @@ class RdmaTensorRequest : public PendingRecv,
   // Read mode: set once the completion of our read (a flush too) was seen; until then the
   // landing may still be written, so it is not reused and a caller's memory not given back.
   std::shared_ptr<std::atomic<bool>> read_seen_;
-  std::optional<Status> broke_;               // kHeld: why its channel broke
+  std::optional<Status> broke_;               // kDraining, kHeld: why its channel broke
   std::weak_ptr<RdmaTensorRequest> next_;     // the attempt that took over (resume)
 };
 
