@@ -378,7 +378,9 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
   }
   qp_->to_error(failed.message());
   // what a caller throws as its recv fails is the caller's: the other recvs fail all the same
-  for (auto& [index, request] : requests) {
+  for (auto& entry : requests) {  // (no structured bindings: a lambda captures none in C++17)
+    const std::uint32_t index = entry.first;
+    const std::shared_ptr<RdmaTensorRequest>& request = entry.second;
     run_guarded(
         [&] {
           // the peer's write may have reached the queue pair unseen: its completion comes
@@ -404,7 +406,8 @@ void RdmaChannel::drained() {
     if (!failed_) return;
     requests = requests_.take_all();
   }
-  for (auto& [index, request] : requests) {
+  for (auto& entry : requests) {
+    const std::shared_ptr<RdmaTensorRequest>& request = entry.second;
     run_guarded([&] { request->drained(); }, [](const char*) {});
   }
 }
