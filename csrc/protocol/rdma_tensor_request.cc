@@ -398,7 +398,10 @@ void RdmaTensorRequest::drained() {
     why = *broke_;
   }
   channel_->remove_request(index_);
-  fail(why, !channel_->gone());
+  // It broke under the transport (only such a failure waits for the drain): held, or asked
+  // again at once on the channel set up meanwhile, as hold() finds the peer's channel now.
+  // (Not the old channel's gone(): its replacement marks it so, once it has failed.)
+  fail(why, true);
 }
 
 void RdmaTensorRequest::resume(const std::shared_ptr<RdmaChannel>& channel) {
