@@ -305,7 +305,10 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
     return nullptr;
   }
   std::shared_ptr<RdmaChannel> channel = find_channel(src);
-  if (!channel || !channel->ready()) {
+  // a channel that broke under the transport, of a task that recovers channels, holds the
+  // request (start() finds it failed) until the control plane sets it up again
+  const bool held = channel && settings_.recover && !channel->gone();
+  if (!channel || (!held && !channel->ready())) {
     const std::optional<Status> error = channel ? channel->error() : std::nullopt;
     caller->complete(RecvResult{error ? *error
                                       : Status(Code::kFailedPrecondition,

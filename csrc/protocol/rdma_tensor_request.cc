@@ -307,7 +307,9 @@ void RdmaTensorRequest::on_read_done() {
   std::optional<TensorValue> value;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ != State::kReading || !meta_) return;
+    // (draining: its channel broke after the read landed, a read the peer can no longer
+    // be told of; the tensor it gave back to its table goes with the step)
+    if ((state_ != State::kReading && state_ != State::kDraining) || !meta_) return;
     value = TensorValue{*meta_, landing_ ? landing_->data() : nullptr, landing_,
                         landing_ && landing_->in_destination()};
     landing_.reset();
@@ -363,38 +365,44 @@ void RdmaTensorRequest::fail(const Status& why, bool transient) {
   if (held && rendezvous_.hold(shared_from_this(), &why_not)) return;
   // a transient failure that does not ask again says why not (else a user cannot tell)
   finish(why_not.empty() ? why
-                         : Status(why.code(), why.message() + "; not asked again: " + why_not),
+                         : Status(why.code(), what() + ": " + why.message() + "; not asked again: " + why_not),
          std::nullopt, false);
 }
 
 bool RdmaTensorRequest::await_drain(const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // a write lands only in the window of a request asked for
-    if (!sent_ || !window_ || (state_ != State::kRequested && state_ != State::kReRequested)) {
-      return false;
-    }
+    // a write lands only in the window of a request asked for; our read, where it was posted
+    const bool written = sent_ && window_ && (state_ == State::kRequested || state_ == State::kReRequested);
+    if (!written && !(state_ == State::kReading && read_outstanding_locked())) return false;
     state_ = State::kDraining;
     broke_ = why;
   }
   rendezvous_.quarantine([self = shared_from_this(),
                           until = std::chrono::steady_clock::now() + kDrainBound] {
+    bool read_over = false;
     {
       std::lock_guard<std::mutex> lock(self->mu_);
       if (self->state_ != State::kDraining) return true;
+      read_over = self->read_seen_ && !self->read_outstanding_locked();
     }
-    if (std::chrono::steady_clock::now() < until) return false;
-    self->drained();  // no flush came: held as if none could have been written
+    const bool waited_out = std::chrono::steady_clock::now() >= until;
+    if (!read_over && !waited_out) return false;
+    // the read's completion came; or no flush came: held as if nothing could have landed
+    self->drained(waited_out);
     return true;
   });
   return true;
 }
 
-void RdmaTensorRequest::drained() {
+void RdmaTensorRequest::drained(bool waited_out) {
   Status why;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != State::kDraining) return;  // its tensor arrived, or it ended otherwise
+    // the receive queue's flush says nothing of our read (on the send queue): its own
+    // completion does (the quarantine above sees it)
+    if (read_outstanding_locked() && !waited_out) return;
     why = *broke_;
   }
   channel_->remove_request(index_);

@@ -72,13 +72,14 @@ class RdmaTensorRequest : public PendingRecv,
   // The channel failed: nothing more will come. `transient` (it broke under the transport):
   // held for the channel that replaces it, if the rendezvous recovers channels.
   void fail(const Status& why, bool transient = false);
-  // The channel broke under the transport while the peer may have written our tensor: true
-  // if the request waits for drained() (at most kDrainBound), keeping its index and landing;
-  // false if no write can come for it (then fail() it).
+  // The channel broke under the transport while the peer may have written our tensor, or
+  // our read may still land: true if the request waits for drained() (at most kDrainBound),
+  // keeping its index and landing; false if nothing can land for it (then fail() it).
   bool await_drain(const Status& why);
-  // Its old queue pair's receives were flushed (or the wait's bound passed): a request still
-  // waiting is held (or fails) as fail() decides, and leaves the old channel.
-  void drained();
+  // Its old queue pair's receives were flushed, or its read's completion came (a request
+  // whose read is outstanding waits for that), or `waited_out` the wait's bound: a request
+  // still waiting is held (or fails) as fail() decides, and leaves the old channel.
+  void drained(bool waited_out = false);
   // The held request is asked again on `channel` (the peer's new channel) by a successor.
   void resume(const std::shared_ptr<RdmaChannel>& channel);
   std::int32_t peer() const { return key_.key.src; }

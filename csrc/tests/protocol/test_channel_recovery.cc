@@ -76,6 +76,18 @@ TEST_P(ChannelRecovery, ATransportFailureHoldsTheRecvsUntilThisSideSetsTheChanne
   EXPECT_TRUE(same(got.value, after));
 }
 
+// The control plane saw the channel up, and starts the core's recv as it breaks: the recv
+// is held for the channel set up again like those already pending on it.
+TEST_P(ChannelRecovery, ARecvStartedAsItsChannelBrokeIsHeldForTheNextOne) {
+  worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
+  auto small = std::make_shared<Waiting>(), large = std::make_shared<Waiting>();
+  worker_->recv(10, kPs, "small", 60, small);
+  worker_->recv(10, kPs, "large", 60, large);
+  ASSERT_EQ(worker_->next_lost(60), std::optional<std::int32_t>(kPs));
+  ASSERT_TRUE(connect_tasks(*worker_, 8, *ps_, 7));
+  expect_both(10, *small, *large);
+}
+
 TEST_P(ChannelRecovery, HeldRecvsEndByTheirDeadlineAStepsAbortOrAFailureForGood) {
   auto timed = std::make_shared<Waiting>(), aborted = std::make_shared<Waiting>(),
        failed = std::make_shared<Waiting>();

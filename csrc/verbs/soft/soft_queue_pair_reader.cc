@@ -71,7 +71,7 @@ void SoftQueuePair::read_frames_locked() {
     payload_locked(&progress);
     const std::uint32_t read = before - rx_.left;
     if (rx_.active && rx_.left == 0) finish_frame_locked();
-    if (!progress) return;
+    if (!progress || !stream_) return;  // (finishing the frame may end the stream: an error)
     // Level-triggered epoll brings the next pass for what the socket still holds, but not
     // for frames the stream has buffered already: those are taken now, budget or not (else
     // they would wait for the peer's next bytes, which may never come).
