@@ -74,8 +74,10 @@ void RdmaTensorRequest::start() {
   auto admitted = channel_->add_request(shared_from_this());
   if (!admitted.ok()) {
     // the channel failed since it was chosen (a successor resumed on a channel that broke
-    // at once): under the transport, it is held for the next one as its requests were
-    fail(admitted.status(), !channel_->gone());
+    // at once, a recv started as it broke): held for the next one as its requests were,
+    // where the task recovers channels (hold() fails it if the peer is gone for good; the
+    // channel's own gone() may only say that it was replaced meanwhile)
+    fail(admitted.status(), rendezvous_.recovers());
     return;
   }
   // queued behind the requests in flight: the channel sends it when one of them ends

@@ -198,7 +198,10 @@ TEST_P(ChannelRecoveryStress, EveryTensorArrivesOnceOrItsRecvEndsByItsDeadline) 
         continue;
       }
       ++ended_by_deadline;
-      EXPECT_LT(answer.timeout(), kLongDeadline) << what << ": " << status.message();
+      EXPECT_LT(answer.timeout(), kLongDeadline)
+          << what << ": " << status.message() << "\nthe ps holds " << ps_->pending().first
+          << " tensors and " << ps_->pending().second << " requests; its channel: "
+          << ps_->describe_channels() << "the worker's: " << worker_->describe_channels();
       EXPECT_EQ(status.code(), Code::kDeadlineExceeded) << what << ": " << status.message();
       EXPECT_NE(status.message().find("/job:ps/replica:0/task:0"), std::string::npos)
           << what << ": " << status.message();
