@@ -54,7 +54,13 @@ std::string RdmaTensorRequest::progress() const {
                rendezvous_.task_name(key_.key.src) + " (" +
                std::to_string(channel_->queued_requests()) + " queued)";
       }
-      return "requested; " + rendezvous_.task_name(key_.key.src) + " has not answered";
+      lock.unlock();
+      {
+        // (a channel that failed, or was replaced, says so: the request should have moved on)
+        const std::optional<Status> broke = channel_->error();
+        return "requested; " + rendezvous_.task_name(key_.key.src) + " has not answered" +
+               (broke ? " (its channel failed: " + broke->message() + ")" : "");
+      }
     case State::kReRequested:
       return "the meta-data arrived and the tensor was re-requested; its write has not";
     case State::kReading: return "the tensor is being read";

@@ -18,14 +18,13 @@ RdmaTensorResponse::RdmaTensorResponse(RdmaRendezvous& rendezvous,
 RdmaTensorResponse::~RdmaTensorResponse() = default;
 
 void RdmaTensorResponse::start() {
-  std::weak_ptr<RdmaTensorResponse> self = shared_from_this();
+  // The waiter holds the response: a tensor the table hands over as the channel abandons
+  // the response (it was taken off the table already) reaches on_tensor, which gives it
+  // back. (The response holds only the waiter's key: no cycle; the table lets the waiter go
+  // once it fired, was withdrawn or its step ended.)
   LocalTable::Waiter waiter = rendezvous_.table().recv(
-      step_, key_, [self](Status status, TensorValue value) {
-        if (auto response = self.lock()) {
-          response->on_tensor(std::move(status), std::move(value));
-        } else if (status.ok()) {
-          // unreachable: the channel holds the response while it waits
-        }
+      step_, key_, [self = shared_from_this()](Status status, TensorValue value) {
+        self->on_tensor(std::move(status), std::move(value));
       });
   std::unique_lock<std::mutex> lock(mu_);
   waiter_ = waiter;

@@ -61,6 +61,26 @@ TEST(SoftRing, WrapsAroundAndPushesBackWhenFull) {
   EXPECT_TRUE(error.ok());
 }
 
+// The producer that found the ring full waits for the consumer's head to move from where
+// it was then: room the consumer made (and rang for) before the producer looked again is
+// seen, not taken for the state to wait from.
+TEST(SoftRing, RoomMadeAsTheProducerFoundTheRingFullIsSeen) {
+  auto ring = EventRing::create(4);
+  ASSERT_TRUE(ring.ok());
+  auto producer = EventRingProducer::map(dup_fd(ring.value()->segment().fd()));
+  ASSERT_TRUE(producer.ok()) << producer.status().message();
+  for (std::uint32_t seq = 1; seq <= 4; ++seq) {
+    ASSERT_EQ(producer.value()->push({seq, 0, 0}), EventRingProducer::Push::kDone);
+  }
+  ASSERT_EQ(producer.value()->push({5, 0, 0}), EventRingProducer::Push::kFull);
+  RingEvent e;
+  Status error;
+  ASSERT_TRUE(ring.value()->peek(&e, &error));
+  EXPECT_TRUE(ring.value()->pop());  // the producer waits: the consumer rings for it
+  EXPECT_NE(producer.value()->consumed(), producer.value()->head_when_full());
+  EXPECT_EQ(producer.value()->push({5, 0, 0}), EventRingProducer::Push::kDone);
+}
+
 TEST(SoftRing, AnImpossibleTailIsAnErrorNotACrash) {
   auto ring = EventRing::create(4);
   ASSERT_TRUE(ring.ok());

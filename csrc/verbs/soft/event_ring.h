@@ -103,6 +103,10 @@ class EventRingProducer {
   Push push(const RingEvent& event);
   // The consumer's head as last seen, for telling whether room was made since.
   std::uint64_t consumed() const;
+  // The consumer's head when the last push found the ring full: room was made since once
+  // consumed() differs. (Not consumed() read after that push: the consumer may have made
+  // room, and rung for it, in between; a wait for a later change would never end.)
+  std::uint64_t head_when_full() const { return tail_ - capacity_; }
   void clear_waiting();
   // Whether the consumer's queue pair entered the error state (seq_cst: after whatever it
   // did next, such as revoking keys, was seen).

@@ -234,7 +234,7 @@ bool SoftQueuePair::publish_event_locked(SendOp& op) {
       finish_locked(op, WcStatus::kSuccess);
       return true;
     case EventRingProducer::Push::kFull:
-      pending_seen_head_.store(peer_ring_->consumed(), std::memory_order_relaxed);
+      pending_seen_head_.store(peer_ring_->head_when_full(), std::memory_order_relaxed);
       pending_on_ring_.store(true, std::memory_order_release);
       return false;
     case EventRingProducer::Push::kCorrupt:
