@@ -2,7 +2,7 @@
 from .cluster import ClusterSpec, TaskName, parse_task
 from .errors import (
     AbortedError, CancelledError, Code, DataLossError, DeadlineExceededError,
-    FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
+    FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError,
     ResourceExhaustedError, TensorverbsError, UnauthenticatedError, UnavailableError, UnimplementedError,
     UnknownError,
 )
@@ -25,6 +25,6 @@ __all__ = [
     "as_completed", "parse_key", "parse_task", "resolvers", "wait",
     "AbortedError", "CancelledError", "Code", "DataLossError", "DeadlineExceededError",
     "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError",
-    "ResourceExhaustedError", "TensorverbsError", "UnauthenticatedError", "UnavailableError",
+    "PermissionDeniedError", "ResourceExhaustedError", "TensorverbsError", "UnauthenticatedError", "UnavailableError",
     "UnimplementedError", "UnknownError", "__version__",
 ]

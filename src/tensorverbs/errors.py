@@ -132,6 +132,13 @@ class DataLossError(TensorverbsError):
     code = Code.DATA_LOSS
 
 
+class PermissionDeniedError(TensorverbsError):
+    """A peer refused a call made for another task than the one that made it (a task of
+    the job acts only as itself)."""
+
+    code = Code.PERMISSION_DENIED
+
+
 class UnauthenticatedError(TensorverbsError):
     """A peer refused this task, or this task refused a peer: no valid job token, or a
     TLS handshake that failed (a plaintext peer, or one of another CA)."""
@@ -144,7 +151,8 @@ _BY_CODE: dict[Code, type[TensorverbsError]] = {
     for cls in (
         CancelledError, UnknownError, InvalidArgumentError, DeadlineExceededError,
         NotFoundError, FailedPreconditionError, ResourceExhaustedError, AbortedError,
-        UnimplementedError, InternalError, UnavailableError, DataLossError, UnauthenticatedError,
+        UnimplementedError, InternalError, UnavailableError, DataLossError, PermissionDeniedError,
+        UnauthenticatedError,
     )
 }
 

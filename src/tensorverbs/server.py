@@ -136,7 +136,7 @@ class Server(BatchCalls, OneSidedCalls):
         tls = check.optional_instance(tls, TlsConfig, "tls") or TlsConfig.from_env()
         rdma_config = config or RdmaConfig.from_env()
         bind = bind_address or self.cluster.address(self._task)
-        peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls)
+        peers = Peers(self.cluster, startup_grace, token=job_token, tls=tls, caller=str(self._task))
         # every argument and setting is checked: from here on, what starts is stopped by
         # Running.shutdown, on a failure below, stop(), or the finalizer of a dropped server
         self.incarnation = secrets.randbits(64) or 1

@@ -13,7 +13,7 @@ import tensorverbs as tv  # noqa: E402
 from tensorverbs.local_cluster import pattern  # noqa: E402
 from tensorverbs.ray import register_transport  # noqa: E402
 from tensorverbs.rpc import tensorverbs_pb2 as pb  # noqa: E402
-from tensorverbs.rpc.auth import HEADER  # noqa: E402
+from tensorverbs.rpc.auth import JobToken  # noqa: E402
 from tensorverbs.rpc.options import method  # noqa: E402
 
 NAME, TOKEN = "TENSORVERBS_WITH_TOKEN", "ray-job-token-31c7"
@@ -44,7 +44,8 @@ def test_a_transport_s_token_guards_its_actors_servers(ray_cluster):
         with pytest.raises(grpc.RpcError) as refused:
             status(pb.GetStatusRequest(), timeout=30)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert status(pb.GetStatusRequest(), timeout=30, metadata=((HEADER, TOKEN),)).task
+        answer = status(pb.GetStatusRequest(), timeout=30, metadata=JobToken(TOKEN).metadata("an actor's task"))
+        assert answer.task
     # registered again with another token: refused, without showing either
     with pytest.raises(tv.InvalidArgumentError, match="another token") as info:
         register_transport(NAME, "grpc", token="another")

@@ -15,7 +15,7 @@ from tensorverbs.certs import write_cluster
 from tensorverbs.cluster import ClusterSpec
 from tensorverbs.local_cluster import cluster_spec
 from tensorverbs.rpc import tensorverbs_pb2 as pb
-from tensorverbs.rpc.auth import HEADER
+from tensorverbs.rpc.auth import JobToken
 from tensorverbs.rpc.options import method
 
 from secured import tls_config
@@ -76,4 +76,5 @@ def test_a_resolver_s_token_reaches_the_server_it_starts():
         with pytest.raises(grpc.RpcError) as refused:
             status(pb.GetStatusRequest(), timeout=10)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert status(pb.GetStatusRequest(), timeout=10, metadata=((HEADER, "job-token"),)).task
+        proof = JobToken("job-token").metadata("/job:worker/replica:0/task:0")
+        assert status(pb.GetStatusRequest(), timeout=10, metadata=proof).task

@@ -96,11 +96,11 @@ def test_the_token_comes_from_the_argument_the_variable_or_the_file(tmp_path):
     (tmp_path / "token").write_text("from-file\n")
     file_only = {"TENSORVERBS_TOKEN_FILE": str(tmp_path / "token")}
     both = {"TENSORVERBS_TOKEN": "from-variable", **file_only}
-    grant = ((HEADER, "from-file"),)
-    assert JobToken.resolve(None, file_only).matches(grant)
-    assert JobToken.resolve(None, both).matches(((HEADER, "from-variable"),))
-    assert JobToken.resolve("from-file", both).matches(grant)
-    assert not JobToken.resolve("from-file", {}).matches(grant + grant)  # one token, not two
+    grant = JobToken("from-file").metadata(WORKER)
+    assert JobToken.resolve(None, file_only).caller(grant) == WORKER
+    assert JobToken.resolve(None, both).caller(JobToken("from-variable").metadata(WORKER)) == WORKER
+    assert JobToken.resolve("from-file", both).caller(grant) == WORKER
+    assert JobToken.resolve("from-file", {}).caller(grant + grant) is None  # one proof, not two
     assert JobToken.resolve(None, {}) is None
     with pytest.raises(tv.InvalidArgumentError, match="TENSORVERBS_TOKEN_FILE"):
         JobToken.resolve(None, {"TENSORVERBS_TOKEN_FILE": str(tmp_path / "missing")})

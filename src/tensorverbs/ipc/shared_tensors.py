@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..devices import Cuda, Device, StandIn
-from ..errors import FailedPreconditionError, InvalidArgumentError
+from ..errors import FailedPreconditionError, InvalidArgumentError, PermissionDeniedError
 from ..in_hand import release_later
 from ..rendezvous.local import Value
 from ..tensor import DT_VARIANT
@@ -70,7 +70,8 @@ def device_ipc_mode(value: bool | None) -> bool | None:
 @dataclass
 class _Exported:
     """An export and what ends it: its step (None once it outlived it), the completion of
-    its send, and its receiver's address and process (as the host registry names it)."""
+    its send, its receiver's address and process (as the host registry names it), and its
+    receiver (the only task that may release it)."""
 
     step: int | None
     ipc: DeviceIpc
@@ -78,6 +79,7 @@ class _Exported:
     sent: "_core.SendCompletion"
     receiver: str
     pid: int | None
+    task: str
 
     def taken(self) -> bool:
         """Whether a receiver took its descriptor (its send is delivered, or under way)."""
@@ -162,7 +164,7 @@ class SharedTensors:
                         self.task, key.name, exc)
             return None
         exported = _Exported(step_id, ipc, export, ticket.completion, receiver,
-                             self.registry.process(receiver))
+                             self.registry.process(receiver), str(key.dst))
         with self._lock:
             export_id = next(self._ids)
             self._exports[export_id] = exported
@@ -179,13 +181,25 @@ class SharedTensors:
         if entry is not None:
             entry.ipc.release(entry.export, consumed=False)
 
-    def release(self, incarnation: int, export_ids: Iterable[int]) -> None:
-        """A receiver copied exports ``export_ids`` out: free them (nothing for one unknown)."""
+    def release(self, incarnation: int, export_ids: Iterable[int],
+                callers: set[str] | None = None) -> PermissionDeniedError | None:
+        """A receiver copied exports ``export_ids`` out: free them (nothing for one unknown).
+        ``callers``: the tasks the release proves it comes from (None: anyone's word is
+        taken); an export of another receiver is kept, and the refusal says whose."""
         if incarnation != self.incarnation:
-            return
+            return None
         with self._lock:
-            entries = [self._exports.pop(export_id, None) for export_id in export_ids]
-        self._free([entry for entry in entries if entry is not None], consumed=True)
+            mine = [i for i in export_ids if i in self._exports
+                    and (callers is None or {self._exports[i].task} == callers)]
+            others = sorted({self._exports[i].task for i in export_ids if i in self._exports} - callers
+                            ) if callers is not None else []
+            entries = [self._exports.pop(export_id) for export_id in mine]
+        self._free(entries, consumed=True)
+        if not others:
+            return None
+        by = " and ".join(sorted(c for c in callers or () if c)) or "a caller that proves no task"
+        return PermissionDeniedError(f"{by} releases shared tensors of {self.task} sent to "
+                                     f"{', '.join(others)}: a task acts only as itself")
 
     def drop_step(self, step_id: int | None = None) -> None:
         """The end of ``step_id`` (of every step if None, as the server stops): free its

@@ -1,13 +1,17 @@
-"""The job token: every call of the tensorverbs service carries it, and a server refuses a
-call without it (UNAUTHENTICATED) before any handler runs or any request is parsed.
+"""The job token: every call of the tensorverbs service proves with it which task of the
+job makes it, and a server refuses a call without a valid proof (UNAUTHENTICATED) before
+any handler runs or any request is parsed.
 
 The token is ``Server(token=...)``, else ``TENSORVERBS_TOKEN``, else the contents of the
-file ``TENSORVERBS_TOKEN_FILE`` names. It travels as call metadata (TLS keeps it off the
-wire), is compared in constant time and is never logged or put in a message. The
-standard health service stays open, for orchestrators' probes.
+file ``TENSORVERBS_TOKEN_FILE`` names. A call carries the calling task's name and its
+proof, an HMAC-SHA256 of the name keyed with the token (the token itself never leaves the
+process): a server that holds the token checks the proof in constant time and then knows
+which task calls (:func:`caller`), so that a call acting for a task is refused unless that
+task makes it. The standard health service stays open, for orchestrators' probes.
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 from typing import Any, Awaitable, Callable, Mapping, Sequence
@@ -17,10 +21,16 @@ import grpc
 from ..errors import InvalidArgumentError
 from .options import SERVICE
 
-#: the metadata key of the token (gRPC keys are lower case)
+#: the metadata key of the calling task's proof (gRPC keys are lower case)
 HEADER = "tensorverbs-token"
+#: the metadata key of the calling task's name
+TASK_HEADER = "tensorverbs-task"
 #: a refused call's status message
 REFUSED = "the call carries no valid job token (only the tasks of its job are served)"
+#: what a proof's HMAC covers beside the task's name (a proof is good for nothing else)
+_PROOF_CONTEXT = b"tensorverbs task proof v1\0"
+#: the longest task name a proof is checked for (longer ones are refused unhashed)
+_MAX_TASK = 1024
 
 
 class JobToken:
@@ -52,28 +62,34 @@ class JobToken:
                     f"TENSORVERBS_TOKEN_FILE={path!r} cannot be read: {type(exc).__name__}") from None
         return None if token is None else cls(token)
 
-    @property
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        """The call metadata that carries the token."""
-        return ((HEADER, self._value),)
+    def proof(self, task: str) -> str:
+        """What proves that a call comes from ``task`` (a task of this job)."""
+        return hmac.new(self._value.encode(), _PROOF_CONTEXT + task.encode(), hashlib.sha256).hexdigest()
 
-    def matches(self, metadata: Sequence[Any] | None) -> bool:
-        """Whether call ``metadata`` carries exactly one token, this one (constant time)."""
-        given = [value for key, value in metadata or () if key == HEADER]
-        if len(given) != 1:
-            return False
-        presented = given[0].encode() if isinstance(given[0], str) else given[0]
-        return hmac.compare_digest(presented, self._value.encode())
+    def metadata(self, task: str) -> tuple[tuple[str, str], ...]:
+        """The call metadata of a call by ``task``: its name and its proof."""
+        return ((TASK_HEADER, task), (HEADER, self.proof(task)))
+
+    def caller(self, metadata: Sequence[Any] | None) -> str | None:
+        """The task whose valid proof call ``metadata`` carries (exactly one name and one
+        proof, checked in constant time), else None."""
+        names = [value for key, value in metadata or () if key == TASK_HEADER]
+        proofs = [value for key, value in metadata or () if key == HEADER]
+        if len(names) != 1 or len(proofs) != 1 or not isinstance(names[0], str) or len(names[0]) > _MAX_TASK:
+            return None
+        presented = proofs[0].encode() if isinstance(proofs[0], str) else proofs[0]
+        return names[0] if hmac.compare_digest(presented, self.proof(names[0]).encode()) else None
 
     def __repr__(self) -> str:
         return "JobToken(<hidden>)"
 
 
-def authorize(multicallable: Callable[..., Any], token: JobToken | None) -> Callable[..., Any]:
-    """``multicallable`` with ``token`` in every call's metadata (itself without a token)."""
+def authorize(multicallable: Callable[..., Any], token: JobToken | None, task: str) -> Callable[..., Any]:
+    """``multicallable`` with ``task``'s proof of ``token`` in every call's metadata (itself
+    without a token)."""
     if token is None:
         return multicallable
-    metadata = token.metadata
+    metadata = token.metadata(task)
 
     def call(*args: Any, **kwargs: Any) -> Any:
         return multicallable(*args, metadata=metadata, **kwargs)
@@ -105,6 +121,6 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
             details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         if (handler is None or not details.method.startswith(self._prefix)
-                or self._token.matches(details.invocation_metadata)):
+                or self._token.caller(details.invocation_metadata) is not None):
             return handler
         return _REFUSALS[(handler.request_streaming, handler.response_streaming)]

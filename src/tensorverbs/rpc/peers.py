@@ -68,36 +68,38 @@ class Peer:
     """The channel to one task and the methods of its service."""
 
     def __init__(self, task: TaskName, address: str, token: JobToken | None = None,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, caller: str = "") -> None:
+        """The channel to ``task`` at ``address``, whose calls prove with ``token`` that
+        ``caller`` (this task) makes them."""
         self.task, self.address = task, address
         self.channel = (grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) if credentials is None
                         else grpc.aio.secure_channel(address, credentials, options=CHANNEL_OPTIONS))
         self.get_status = authorize(self.channel.unary_unary(
             method("GetStatus"), request_serializer=pb.GetStatusRequest.SerializeToString,
-            response_deserializer=pb.GetStatusResponse.FromString), token)
+            response_deserializer=pb.GetStatusResponse.FromString), token, caller)
         self.get_remote_address = authorize(self.channel.unary_unary(
             method("GetRemoteAddress"),
             request_serializer=pb.GetRemoteAddressRequest.SerializeToString,
-            response_deserializer=pb.GetRemoteAddressResponse.FromString), token)
+            response_deserializer=pb.GetRemoteAddressResponse.FromString), token, caller)
         # responses stay raw bytes: rpc.tensor_stream parses chunks without copying them
         self.recv_tensor = authorize(self.channel.stream_stream(
             method("RecvTensor"), request_serializer=pb.RecvTensorRequest.SerializeToString,
-            response_deserializer=None), token)
+            response_deserializer=None), token, caller)
         self.cancel_recv_tensor = authorize(self.channel.unary_unary(
             method("CancelRecvTensor"),
             request_serializer=pb.CancelRecvTensorRequest.SerializeToString,
-            response_deserializer=pb.CancelRecvTensorResponse.FromString), token)
+            response_deserializer=pb.CancelRecvTensorResponse.FromString), token, caller)
         self.release_shared_tensor = authorize(self.channel.unary_unary(
             method("ReleaseSharedTensor"),
             request_serializer=pb.ReleaseSharedTensorRequest.SerializeToString,
-            response_deserializer=pb.ReleaseSharedTensorResponse.FromString), token)
+            response_deserializer=pb.ReleaseSharedTensorResponse.FromString), token, caller)
         self.get_remote_access = authorize(self.channel.unary_unary(
             method("GetRemoteAccess"),
             request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
-            response_deserializer=pb.GetRemoteAccessResponse.FromString), token)
+            response_deserializer=pb.GetRemoteAccessResponse.FromString), token, caller)
         self.get_held_tensors = authorize(self.channel.unary_unary(
             method("GetHeldTensors"), request_serializer=pb.GetHeldTensorsRequest.SerializeToString,
-            response_deserializer=pb.GetHeldTensorsResponse.FromString), token)
+            response_deserializer=pb.GetHeldTensorsResponse.FromString), token, caller)
         self.status: pb.GetStatusResponse | None = None
         self._handshake: asyncio.Future | None = None
 
@@ -116,12 +118,12 @@ def _next_try(peer: Peer, error: grpc.aio.AioRpcError, seconds: float) -> float:
 
 
 class Peers:
-    """Channels to every other task of the cluster, created on first use, carrying
-    ``token`` over ``tls`` (either may be None)."""
+    """Channels to every other task of the cluster, created on first use, whose calls prove
+    with ``token`` that ``caller`` makes them, over ``tls`` (either may be None)."""
 
     def __init__(self, cluster: ClusterSpec, startup_grace: float,
                  on_lost: Callable[[TaskName], None] | None = None, *,
-                 token: JobToken | None = None, tls: TlsConfig | None = None) -> None:
+                 token: JobToken | None = None, tls: TlsConfig | None = None, caller: str = "") -> None:
         self.cluster = cluster
         self.startup_grace = startup_grace
         self._peers: dict[TaskName, Peer] = {}
@@ -129,13 +131,14 @@ class Peers:
         self._left: dict[TaskName, int] = {}
         self._on_lost = on_lost
         self._token = token
+        self._caller = caller
         self._credentials = tls.channel_credentials() if tls is not None else None
 
     def peer(self, task: TaskName) -> Peer:
         peer = self._peers.get(task)
         if peer is None:
             peer = self._peers[task] = Peer(task, self.cluster.address(task), self._token,
-                                            self._credentials)
+                                            self._credentials, self._caller)
         return peer
 
     async def handshake(self, task: TaskName) -> pb.GetStatusResponse:

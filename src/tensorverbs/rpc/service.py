@@ -29,6 +29,7 @@ from . import tensorverbs_pb2 as pb
 from .auth import JobToken, TokenInterceptor
 from .errors import to_status
 from .health import HealthServicer
+from .identity import Identity
 from .options import RELEASE_BATCH, SERVER_OPTIONS, SERVICE, SERVICE_ERROR
 from .tensor_stream import tensor_messages
 from .tls import TlsConfig
@@ -53,8 +54,10 @@ class Servicer:
         self.setup_handler = setup_handler
         self.access_handler = access_handler
         self.held = held
-        # request id -> withdraw the RecvTensor call's waiter (on the event loop)
-        self._waiting: dict[int, Callable[[], None]] = {}
+        #: who calls (start_server sets it with the server's token and TLS)
+        self.identity = Identity(None, None)
+        # (receiver, request id) -> withdraw the RecvTensor call's waiter (on the event loop)
+        self._waiting: dict[tuple[str, int], Callable[[], None]] = {}
 
     async def get_status(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
         return pb.GetStatusResponse(task=str(self.rt.task), incarnation=self.rt.incarnation,
@@ -62,6 +65,9 @@ class Servicer:
 
     async def get_remote_address(self, request: pb.GetRemoteAddressRequest,
                                  context) -> pb.GetRemoteAddressResponse:
+        refused = self.identity.refusal(context, request.host_name, "sets up a verbs channel")
+        if refused is not None:
+            await _abort(context, refused)
         if self.setup_handler is None:
             await _abort(context, FailedPreconditionError(
                 f"{self.rt.task} runs protocol {self.rt.protocol!r}, not 'grpc+verbs': "
@@ -73,6 +79,9 @@ class Servicer:
 
     async def get_remote_access(self, request: pb.GetRemoteAccessRequest,
                                 context) -> pb.GetRemoteAccessResponse:
+        refused = self.identity.refusal(context, request.host_name, "asks for one-sided access")
+        if refused is not None:
+            await _abort(context, refused)
         if self.access_handler is None:
             await _abort(context, FailedPreconditionError(f"{self.rt.task} has no registered buffers"))
         try:
@@ -97,9 +106,11 @@ class Servicer:
             key = parse_key(request.rendezvous_key)
         except InvalidArgumentError as exc:
             await _abort(context, exc)
-        error = self.check_request(key.src, key.src_incarnation) or self.check_protocol(key.dst)
+        error = (self.identity.refusal(context, str(key.dst), f"takes the tensor {key.name!r}")
+                 or self.check_request(key.src, key.src_incarnation) or self.check_protocol(key.dst))
         if error is not None:
             await _abort(context, error)
+        waiting = (str(key.dst), request.request_id)
         loop = asyncio.get_running_loop()
         arrived: asyncio.Future = loop.create_future()
         table, step_id = self.rt.table, request.step_id
@@ -116,11 +127,11 @@ class Servicer:
             if waiter is None or waiter.cancel():
                 deliver(CancelledError("withdrawn by its receiver"), None)
 
-        self._waiting[request.request_id] = withdraw
+        self._waiting[waiting] = withdraw
         value, counted, nbytes = None, 0, 0
         try:
             value = await arrived
-            self._waiting.pop(request.request_id, None)
+            self._waiting.pop(waiting, None)
             nbytes, messages = tensor_messages(value)
             counted = self._count_sent(1, nbytes)  # before the receiver can see it
             async for message in messages:
@@ -149,7 +160,7 @@ class Servicer:
                 waiter.cancel()
             raise
         finally:
-            self._waiting.pop(request.request_id, None)
+            self._waiting.pop(waiting, None)
 
     def _count_sent(self, sign: int, nbytes: int) -> int:
         """Count a tensor as sent (``sign`` 1) or as back (-1; 0 counts nothing); returns
@@ -160,9 +171,14 @@ class Servicer:
 
     async def cancel_recv_tensor(self, request: pb.CancelRecvTensorRequest,
                                  context) -> pb.CancelRecvTensorResponse:
-        withdraw = self._waiting.pop(request.request_id, None)
-        if withdraw is not None:
-            withdraw()
+        # a caller withdraws only its own calls (on an open server, whoever claims them)
+        callers = self.identity.callers(context)
+        if callers is None:
+            callers = {dst for dst, request_id in self._waiting if request_id == request.request_id}
+        for caller in callers:
+            withdraw = self._waiting.pop((caller, request.request_id), None)
+            if withdraw is not None:
+                withdraw()
         return pb.CancelRecvTensorResponse()
 
     async def release_shared_tensor(self, request: pb.ReleaseSharedTensorRequest,
@@ -170,7 +186,10 @@ class Servicer:
         if len(request.export_ids) > RELEASE_BATCH:
             await _abort(context, InvalidArgumentError(f"ReleaseSharedTensor of {len(request.export_ids)} "
                                                        f"exports: at most {RELEASE_BATCH} a call"))
-        self.rt.shared.release(request.incarnation, request.export_ids)
+        refused = self.rt.shared.release(request.incarnation, request.export_ids,
+                                         self.identity.callers(context))
+        if refused is not None:
+            await _abort(context, refused)
         return pb.ReleaseSharedTensorResponse()
 
     def check_request(self, src, incarnation: int) -> TensorverbsError | None:
@@ -243,6 +262,7 @@ async def start_server(servicer: Servicer, bind: str, token: JobToken | None = N
     credentials = tls.server_credentials() if tls is not None else None
     server = grpc.aio.server(options=SERVER_OPTIONS,
                              interceptors=[TokenInterceptor(token)] if token is not None else None)
+    servicer.identity = Identity(token, tls)
     server.add_generic_rpc_handlers((servicer.handler(),))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
