@@ -16,6 +16,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -152,6 +153,15 @@ TEST_P(ChannelRecoveryStress, EveryTensorArrivesOnceOrItsRecvEndsByItsDeadline) 
   std::mt19937 random(seed);
   auto ledger = std::make_shared<SendLedger>();
   std::thread breaker([&] { chaos(seed + 1); });
+  // (a failed assertion returns early: the breaker stops and is joined all the same)
+  struct Joined {
+    std::function<void()> stop;
+    std::thread& thread;
+    ~Joined() {
+      stop();
+      if (thread.joinable()) thread.join();
+    }
+  } joined{[this] { stop_chaos(); }, breaker};
 
   int succeeded = 0, ended_by_deadline = 0;
   for (std::int64_t step = 1; step <= steps; ++step) {
@@ -188,7 +198,8 @@ TEST_P(ChannelRecoveryStress, EveryTensorArrivesOnceOrItsRecvEndsByItsDeadline) 
       const std::string what = "step " + std::to_string(step) + " t" + std::to_string(i) + " (" +
                                std::to_string(sent[i].size()) + " bytes, deadline " +
                                std::to_string(answer.timeout()) + " s)";
-      ASSERT_TRUE(answers[i]->wait()) << what << ": not answered";
+      ASSERT_TRUE(answers[i]->wait()) << what << ": not answered; the worker's channel: "
+                                      << worker_->describe_channels();
       const Status& status = answer.result().status;
       EXPECT_LE(answer.late_by(), kGrace) << what << " ended " << answer.late_by()
                                           << " s past its deadline: " << status.message();
