@@ -64,6 +64,7 @@ std::string RdmaTensorRequest::progress() const {
     case State::kReRequested:
       return "the meta-data arrived and the tensor was re-requested; its write has not";
     case State::kReading: return "the tensor is being read";
+    case State::kArrived: return "the tensor arrived; it is being handed over";
     case State::kRevoking: return "the tensor arrived; its landing's window is being invalidated";
     case State::kDraining:
       return broke_->message() + "; waiting for the old queue pair's receives to be flushed "
@@ -246,6 +247,7 @@ void RdmaTensorRequest::on_inline(const RdmaMessage& message) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone || state_ == State::kHeld) return;
+    state_ = State::kArrived;  // (finish() takes the lock again: a failure between is too late)
     rendezvous_.update_meta(key_.key.src, key_.key.name, *message.meta);
     release_landing();
     const TensorMeta& meta = *message.meta;
@@ -274,6 +276,7 @@ void RdmaTensorRequest::on_content(std::uint32_t byte_len) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == State::kDone || state_ == State::kHeld) return;
+    state_ = State::kArrived;  // (as in on_inline)
     if (!meta_ || (meta_->nbytes && !landing_)) {
       status = Status(Code::kDataLoss, what() + ": content arrived before meta-data");
     } else {
@@ -318,6 +321,7 @@ void RdmaTensorRequest::on_read_done() {
     // (draining: its channel broke after the read landed, a read the peer can no longer
     // be told of; the tensor it gave back to its table goes with the step)
     if ((state_ != State::kReading && state_ != State::kDraining) || !meta_) return;
+    state_ = State::kArrived;  // (as in on_inline)
     value = TensorValue{*meta_, landing_ ? landing_->data() : nullptr, landing_,
                         landing_ && landing_->in_destination()};
     landing_.reset();
@@ -352,7 +356,9 @@ void RdmaTensorRequest::fail(const Status& why, bool transient) {
   std::string why_not;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ == State::kRevoking) return;  // the tensor is here: it is handed over
+    // the answer is here: it is handed over (a successor would ask for a tensor that the
+    // peer counts delivered, and wait for ever)
+    if (state_ == State::kArrived || state_ == State::kRevoking) return;
     if (state_ == State::kHeld) return;      // (drained() and its bound may both come)
     if (transient) why_not = why_not_held_locked();
     if (transient && why_not.empty()) {
@@ -436,8 +442,8 @@ void RdmaTensorRequest::resume(const std::shared_ptr<RdmaChannel>& channel) {
 }
 
 void RdmaTensorRequest::cancel_locked(std::optional<RdmaMessage>* out) {
-  if (cancel_sent_ || state_ == State::kReading || state_ == State::kRevoking ||
-      state_ == State::kDone) {
+  if (cancel_sent_ || state_ == State::kReading || state_ == State::kArrived ||
+      state_ == State::kRevoking || state_ == State::kDone) {
     return;
   }
   if (!sent_) {  // nothing was asked for (index_ is nobody's): nothing will come
@@ -467,7 +473,8 @@ bool RdmaTensorRequest::hand_over(TensorValue& value) {
 bool RdmaTensorRequest::destination_reachable_locked() const {
   if (!sent_ || !landing_ || !landing_->in_destination()) return false;
   return state_ == State::kRequested || state_ == State::kReRequested ||
-         state_ == State::kReading || state_ == State::kRevoking || state_ == State::kDraining;
+         state_ == State::kReading || state_ == State::kArrived || state_ == State::kRevoking ||
+         state_ == State::kDraining;
 }
 
 void RdmaTensorRequest::give_up(const Status& why) {

@@ -18,7 +18,8 @@
 // One whose tensor the peer may have written first waits (kDraining, keeping its index and
 // landing) until the old queue pair's receives are flushed: they complete in order, so a
 // write the peer saw finish was seen by then, and its tensor is handed over rather than
-// asked again of a peer that has nothing left to send.
+// asked again of a peer that has nothing left to send. One whose answer arrived (kArrived)
+// is handed it whatever its channel does meanwhile: the peer counts the tensor delivered.
 #pragma once
 
 #include <atomic>
@@ -94,11 +95,14 @@ class RdmaTensorRequest : public PendingRecv,
   bool hand_over(TensorValue& value) override;
 
  private:
+  // kArrived: the answer arrived (the tensor, or why not); it is being handed over
   // kRevoking: the content arrived; it is handed over once its window's invalidation ran
   // kDraining: its channel broke under the transport; waiting for the old queue pair's
   //   receives to be flushed (a write the peer finished is seen by then)
   // kHeld: its channel broke under the transport; waiting for the new one (resume)
-  enum class State { kRequested, kReRequested, kReading, kRevoking, kDraining, kHeld, kDone };
+  enum class State {
+    kRequested, kReRequested, kReading, kArrived, kRevoking, kDraining, kHeld, kDone
+  };
 
   void on_meta(const RdmaMessage& message);
   void on_inline(const RdmaMessage& message);
