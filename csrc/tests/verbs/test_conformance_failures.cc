@@ -179,6 +179,36 @@ TEST_P(Conformance, AKeyRevokedAfterItsQueuePairFailedMeansTheConnectionBroke) {
   EXPECT_TRUE(all_equal(region->data() + 64, 4096 - 64, kPoison));
 }
 
+// A write with immediate that reaches a queue pair already in the error state is not
+// reported done: no receive of it completes there (the queue pair flushed its receives), so
+// a sender told "done" would count delivered what nobody took. A NIC's retransmissions find
+// no queue pair; on the soft provider the event goes into a ring its consumer closed.
+TEST_P(Conformance, AWriteWithImmediateToAQueuePairInTheErrorStateIsNotReportedDone) {
+  auto region = b_->region(4096, kAllAccess, kPoison);
+  auto src = a_->region(4096);
+  fill_random(src->data(), 4096, 13);
+  RecvWr r{3};
+  ASSERT_TRUE(b_->qp->post_recv(&r, 1).ok());
+  SendWr before = wr(1, WrOpcode::kRdmaWriteWithImm, src.get(), 0, 64, region->addr(), region->rkey());
+  before.imm = 7;
+  ASSERT_TRUE(a_->qp->post_send(&before, 1).ok());
+  ASSERT_EQ(a_->completions(1).size(), 1u);
+  ASSERT_EQ(b_->completions(1).size(), 1u);
+  // a's side learns that b's queue pair went only from what its next operation meets
+  a_->stop();
+  a_->cq->wake();
+  RecvWr again{4};
+  ASSERT_TRUE(b_->qp->post_recv(&again, 1).ok());
+  b_->qp->to_error("its channel broke");
+  SendWr after = wr(2, WrOpcode::kRdmaWriteWithImm, src.get(), 64, 64, region->addr() + 64, region->rkey());
+  after.imm = 8;
+  ASSERT_TRUE(a_->qp->post_send(&after, 1).ok());
+  auto wcs = wait_for(*a_->cq, 1, 60000);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_FALSE(wcs[0].ok()) << "the write was reported done; its receive: "
+                            << to_string(b_->completions(1).at(0).status);
+}
+
 TEST_P(Conformance, AWindowRefusesAccessOutsideItsRange) {
   auto region = b_->region(3 * 4096, kAllAccess, kPoison);
   auto window = b_->pd->bind_window(*region, region->addr() + 4096, 4096, kRemoteWrite);

@@ -54,7 +54,12 @@ EventRing::EventRing(std::shared_ptr<SharedSegment> segment, std::uint32_t capac
   h.magic.store(kRingMagic, std::memory_order_release);
 }
 
-void EventRing::close() { header().consumer_closed.store(1, std::memory_order_seq_cst); }
+void EventRing::close() {
+  header().consumer_closed.store(1, std::memory_order_seq_cst);
+  // against the producer's push (its tail, then its look at consumer_closed): either this
+  // side's next look at the tail sees the event, or the producer sees the ring closed
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
 
 ring_layout::Header& EventRing::header() const {
   return *at<ring_layout::Header>(segment_->data());

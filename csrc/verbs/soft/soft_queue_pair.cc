@@ -302,12 +302,14 @@ void SoftQueuePair::enter_error_locked(const std::string& why) {
   if (state_.load() == QpState::kError) return;
   state_.store(QpState::kError, std::memory_order_release);
   if (detail_.empty()) detail_ = why;
+  // closed first (before anything of ours is revoked: the peer tells why its access fails),
+  // then drained: a write the peer publishes from now on finds the ring closed and fails at
+  // its side, so one that succeeded there is in the ring now
+  if (ring_) ring_->close();
   // the writes the peer published in the ring finished at its side: their receives complete
   // before the rest is flushed, as a NIC completed those of what it acknowledged (whatever
   // broke: a stream that failed too; a failure the ring meets here is this one's)
   if (stream_) drain_ring_locked(0, false);
-  // before anything of ours is revoked: the peer tells why its access fails
-  if (ring_) ring_->close();
   teardown_locked();  // first: nothing may touch the callers' buffers after their flush
   sends_.flush_all(copying_);  // a copy under way ends first: its operation flushes then
   emit_locked();

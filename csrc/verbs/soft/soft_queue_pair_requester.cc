@@ -231,6 +231,14 @@ bool SoftQueuePair::publish_event_locked(SendOp& op) {
     case EventRingProducer::Push::kDone:
       tx_seq_ = event.seq;
       ring_doorbell_ = true;
+      if (peer_ring_->consumer_closed()) {
+        // its queue pair entered the error state as the event went in: whether it took the
+        // write is unknown, so it is not reported done (as a NIC whose retransmissions found
+        // no queue pair); the peer completes what it took, this side fails the rest
+        finish_locked(op, WcStatus::kRetryExcErr,
+                      "the peer's queue pair entered the error state as the write completed");
+        return true;
+      }
       finish_locked(op, WcStatus::kSuccess);
       return true;
     case EventRingProducer::Push::kFull:
