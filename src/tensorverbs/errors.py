@@ -12,7 +12,7 @@ import concurrent.futures
 import enum
 import functools
 import inspect
-from typing import Any, Callable, ParamSpec, TypeVar, cast
+from typing import Any, Callable, Iterable, ParamSpec, TypeVar, cast
 
 from .in_hand import emptied, give_back, give_up_started
 
@@ -137,6 +137,13 @@ class PermissionDeniedError(TensorverbsError):
     the job acts only as itself)."""
 
     code = Code.PERMISSION_DENIED
+
+    @classmethod
+    def acting_for(cls, callers: Iterable[str], what: str, claimed: str) -> "PermissionDeniedError":
+        """The refusal of a call by ``callers`` (the tasks it proves it comes from; none
+        known: empty) that ``what`` (e.g. "takes the tensor 'w'") for ``claimed``."""
+        by = " and ".join(sorted(c for c in callers if c)) or "a caller that proves no task"
+        return cls(f"{by} {what} for {claimed}: a task acts only as itself")
 
 
 class UnauthenticatedError(TensorverbsError):

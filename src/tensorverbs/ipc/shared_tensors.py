@@ -189,17 +189,15 @@ class SharedTensors:
         if incarnation != self.incarnation:
             return None
         with self._lock:
-            mine = [i for i in export_ids if i in self._exports
-                    and (callers is None or {self._exports[i].task} == callers)]
-            others = sorted({self._exports[i].task for i in export_ids if i in self._exports} - callers
-                            ) if callers is not None else []
-            entries = [self._exports.pop(export_id) for export_id in mine]
+            known = {i: self._exports[i] for i in export_ids if i in self._exports}
+            mine = [i for i, e in known.items() if callers is None or {e.task} == callers]
+            entries = [self._exports.pop(i) for i in mine]
         self._free(entries, consumed=True)
+        others = sorted({e.task for e in known.values()} - {e.task for e in entries})
         if not others:
             return None
-        by = " and ".join(sorted(c for c in callers or () if c)) or "a caller that proves no task"
-        return PermissionDeniedError(f"{by} releases shared tensors of {self.task} sent to "
-                                     f"{', '.join(others)}: a task acts only as itself")
+        return PermissionDeniedError.acting_for(callers or (), f"releases shared tensors of {self.task}",
+                                                ", ".join(others))
 
     def drop_step(self, step_id: int | None = None) -> None:
         """The end of ``step_id`` (of every step if None, as the server stops): free its

@@ -11,6 +11,7 @@ task makes it. The standard health service stays open, for orchestrators' probes
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -64,7 +65,7 @@ class JobToken:
 
     def proof(self, task: str) -> str:
         """What proves that a call comes from ``task`` (a task of this job)."""
-        return hmac.new(self._value.encode(), _PROOF_CONTEXT + task.encode(), hashlib.sha256).hexdigest()
+        return _proof(self._value, task)
 
     def metadata(self, task: str) -> tuple[tuple[str, str], ...]:
         """The call metadata of a call by ``task``: its name and its proof."""
@@ -82,6 +83,13 @@ class JobToken:
 
     def __repr__(self) -> str:
         return "JobToken(<hidden>)"
+
+
+@functools.lru_cache(maxsize=4096)
+def _proof(token: str, task: str) -> str:
+    """The HMAC of ``task`` keyed with ``token``, once per pair: a server checks every call
+    (the interceptor, then the handler that acts for a task) with what it computed before."""
+    return hmac.new(token.encode(), _PROOF_CONTEXT + task.encode(), hashlib.sha256).hexdigest()
 
 
 def authorize(multicallable: Callable[..., Any], token: JobToken | None, task: str) -> Callable[..., Any]:

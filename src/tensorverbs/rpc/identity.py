@@ -45,8 +45,8 @@ class Identity:
         callers = self.callers(context)
         if callers is None or callers == {claimed}:
             return None
-        by = " and ".join(sorted(c for c in callers if c)) or "a caller that proves no task"
-        return PermissionDeniedError(f"{by} {what} for {claimed}: a task acts only as itself")
+        return PermissionDeniedError.acting_for(callers, what, claimed)
+
 
 def _is_task(name: str) -> bool:
     """Whether ``name`` is a task's name (/job:J/replica:0/task:N)."""
