@@ -20,6 +20,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/rdma_message_buffer.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_rendezvous.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_tensor_request.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/rdma_tensor_request_recovery.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_tensor_response.cc"
   "${CMAKE_CURRENT_LIST_DIR}/recv_tracker.cc"
   "${CMAKE_CURRENT_LIST_DIR}/registered_pool.cc"
