@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 
 import tensorverbs as tv
-from tensorverbs.local_cluster import TaskProcess, cluster_spec, pattern
-from tensorverbs.verbs.config import RdmaConfig
+from receivers import TRAINER, receiver_names, trainer_and_receivers
+from tensorverbs.local_cluster import pattern
 from variants import VARIANTS
 
 WAIT = 60.0
-RECEIVERS = [f"/job:worker/replica:0/task:{i}" for i in range(3)]
-TRAINER = "/job:trainer/replica:0/task:0"
+RECEIVERS = receiver_names(3)
 #: an inline tensor, one staged into the pool, one large enough to be registered
 SIZES = [16, 16 << 10, 2 << 20]
 
@@ -21,14 +20,8 @@ SIZES = [16, 16 << 10, 2 << 20]
 @pytest.fixture(scope="module")
 def job(variant):
     """(the trainer, here; its three receivers, each in a process of its own)."""
-    protocol, env = VARIANTS[variant]
-    spec = cluster_spec({"trainer": 1, "worker": len(RECEIVERS)})
-    receivers = [TaskProcess(spec, "worker", i, protocol, env) for i in range(len(RECEIVERS))]
-    trainer = tv.Server(spec, "trainer", 0, protocol, config=RdmaConfig.from_env(env))
-    yield trainer, receivers
-    trainer.stop()
-    for receiver in receivers:
-        receiver.stop()
+    with trainer_and_receivers(variant, len(RECEIVERS)) as job:
+        yield job
 
 
 @pytest.mark.parametrize("nbytes", SIZES)

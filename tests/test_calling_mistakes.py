@@ -38,7 +38,7 @@ def _type_error(call) -> str:
 def test_calls_with_arguments_their_signature_does_not_take_raise_type_error(pair):
     worker, ps = pair.worker, pair.PS
     assert "'to'" in _type_error(lambda: worker.send("w", np.ones(2)))
-    assert "'relay'" in _type_error(lambda: worker.send("w", np.ones(2), to=ps, relay=True))
+    assert "'chain'" in _type_error(lambda: worker.send("w", np.ones(2), to=ps, chain=True))
     assert "'source'" in _type_error(lambda: worker.recv("w"))
     assert "'bogus'" in _type_error(lambda: worker.recv_many([("w", ps)], bogus=1))
     assert "'source'" in _type_error(lambda: asyncio.run(worker.arecv("w")))

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .ipc.shared_tensors import SharedTensors
     from .metrics.recvs import RecvMetrics
     from .rendezvous.lanes import Lanes
+    from .rendezvous.relay import Relays
     from .rpc.loop import EventLoopThread
     from .rpc.peers import Peers
 
@@ -37,6 +38,8 @@ class TaskRuntime:
     lanes: "Lanes"
     #: this task's tensors passed by handle
     shared: "SharedTensors"
+    #: the relay broadcasts this task sends and follows (set once its sends can be made)
+    relays: "Relays" = None  # type: ignore[assignment]
 
     @property
     def host(self) -> str:

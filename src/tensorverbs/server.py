@@ -36,6 +36,7 @@ from .rendezvous.deadlines import Deadlines
 from .rendezvous.key import TaskKeys
 from .rendezvous.lanes import Lanes
 from .rendezvous.local import LocalTable
+from .rendezvous.relay import Relays
 from .rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from .rendezvous.sending import EntryFailed, Sending
 from .resolvers.base import ClusterResolver
@@ -165,6 +166,8 @@ class Server(BatchCalls, OneSidedCalls):
             self._rendezvous: RemoteRendezvous = getattr(importlib.import_module(module), cls)(self._rt, options)
             running.rendezvous = self._rendezvous
             self._sending = Sending(self._keys, self._sends, self._rt, self._rendezvous)
+            self._rt.relays = Relays(self._task, self.incarnation, running.loop, peers, running.lanes, self._sends,
+                                     self._rendezvous)
             counters.gauge("table_steps", self._rendezvous.table_steps)
             self._one_sided = running.one_sided = OneSided(
                 self._rt, rdma_config, host_of(bind_address) if bind_address else "")
@@ -252,9 +255,16 @@ class Server(BatchCalls, OneSidedCalls):
 
     @public
     def send(self, name: str, value: Any, to: str | Sequence[str], step_id: int = 0,
-             is_dead: bool = False) -> SendHandle:
+             is_dead: bool = False, *, relay: bool | int = False) -> SendHandle:
         """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``; ``to`` a list
         of tasks: for each of them (a broadcast), the tensor's bytes registered once for all.
+
+        ``relay`` (a broadcast of a host tensor): each receiver passes the tensor on to the
+        next, in the order of ``to`` (True: a chain; a number k: a tree of k children per
+        receiver, at most 16), so this task's link carries its bytes once whatever the
+        number of receivers; receivers recv it as any tensor. A receiver whose parent in
+        the relay is gone gets it from this task. Each receiver passes on the tensor its
+        recv returned: it must not modify it until its children have it (``flush``).
 
         ``value`` is a numpy array (or anything ``numpy.asarray`` takes: a list or tuple
         of numbers, or of strings, nested as numpy takes it, is one tensor), a torch tensor
@@ -271,6 +281,8 @@ class Server(BatchCalls, OneSidedCalls):
         :meth:`flush` waits for all of them.
         """
         self._check_running()
+        if relay is not False:
+            return self._sending.relay(name, value, to, step_id, is_dead, relay)
         return self._sending.send(name, value, to, step_id, is_dead)
 
     @public
@@ -330,6 +342,7 @@ class Server(BatchCalls, OneSidedCalls):
         message = f"step {step_id} was aborted" + (f": {reason}" if reason else "")
         self._rendezvous.abort_step(step_id, AbortedError(message))
         self._rt.shared.drop_step(step_id)
+        self._rt.relays.drop_step(step_id, AbortedError(message))
 
     @public
     def cleanup_step(self, step_id: int) -> None:
@@ -337,6 +350,7 @@ class Server(BatchCalls, OneSidedCalls):
         step_id = check.integer(step_id, "step_id")
         self._rendezvous.cleanup_step(step_id)
         self._rt.shared.drop_step(step_id)
+        self._rt.relays.drop_step(step_id, AbortedError(f"step {step_id} was cleaned up before its receiver took it"))
 
     @public
     def pending(self) -> tuple[int, int]:

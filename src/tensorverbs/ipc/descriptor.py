@@ -21,12 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataLossError, InvalidArgumentError
-from ..tensor import DT_STRING, DT_VARIANT, MAX_RANK, VARIANT_DTYPE, numpy_dtype
+from ..byte_reader import ByteReader
+from ..errors import DataLossError
+from ..tensor import VARIANT_DTYPE, numpy_dtype
 
 MAGIC = b"TVSH"
 #: a packed TensorList's (:mod:`tensorverbs.tensor_list`), the other DT_VARIANT bytes
 LIST_MAGIC = b"TVLS"
+#: a relay broadcast's descriptor's (:mod:`tensorverbs.rendezvous.relay_plan`)
+RELAY_MAGIC = b"TVRL"
 VERSION = 1
 #: kinds of handle: a CUDA IPC memory handle, or a file of the host's shared memory (the
 #: ``cpu:proxy`` stand-in's)
@@ -72,31 +75,18 @@ class SharedTensorDescriptor:
     def decode(cls, data: bytes | memoryview | np.ndarray) -> "SharedTensorDescriptor":
         """Parse DT_VARIANT bytes from a peer; DataLossError if they are not a descriptor."""
         raw: Any = data  # numpy's stubs leave out arrays' buffer protocol
-        reader = _Reader(bytes(memoryview(raw).cast("B")))
+        reader = ByteReader(bytes(memoryview(raw).cast("B")), "shared tensor descriptor")
         magic, version, kind, dtype, rank = reader.take(_HEAD)
         if magic != MAGIC or version != VERSION:
             raise DataLossError(f"not a shared tensor descriptor (magic {magic!r}, version {version})")
         if kind not in KINDS:
             raise DataLossError(f"shared tensor descriptor of unknown kind {kind}")
-        if dtype in (DT_STRING, DT_VARIANT):
-            raise DataLossError(f"shared tensor descriptor of DataType {dtype}, which is never shared")
-        try:
-            itemsize = numpy_dtype(dtype).itemsize
-        except InvalidArgumentError:
-            raise DataLossError(f"shared tensor descriptor of unknown DataType {dtype}") from None
-        if rank > MAX_RANK:
-            raise DataLossError(f"shared tensor descriptor of rank {rank} (at most {MAX_RANK})")
-        shape = reader.take(struct.Struct(f"<{rank}q"))
-        if any(d < 0 for d in shape) or math.prod(shape) * itemsize >= 1 << 63:
-            raise DataLossError(f"shared tensor descriptor of invalid shape {shape}")
+        shape = reader.shape(dtype, rank)
         incarnation, export_id = reader.take(_IDS)
-        device = reader.bytes(reader.take(struct.Struct("<B"))[0])
+        device = reader.raw(reader.take(struct.Struct("<B"))[0])
         blobs = []
         for _ in range(reader.count(_MAX_BLOBS, "blobs")):
-            size = reader.take(struct.Struct("<H"))[0]
-            if size > _MAX_BLOB:
-                raise DataLossError(f"shared tensor descriptor with a blob of {size} bytes")
-            blobs.append(reader.bytes(size))
+            blobs.append(reader.blob(_MAX_BLOB))
         ints = reader.take(struct.Struct(f"<{reader.count(_MAX_INTS, 'integers')}Q"))
         reader.end()
         try:
@@ -108,31 +98,6 @@ class SharedTensorDescriptor:
 
 def is_descriptor(array: np.ndarray) -> bool:
     """Whether a received array is a shared tensor's descriptor (DT_VARIANT bytes that are
-    not a packed TensorList: a malformed one fails as a descriptor)."""
-    return array.dtype == VARIANT_DTYPE and array[:4].view(np.uint8).tobytes() != LIST_MAGIC
-
-
-class _Reader:
-    """Reads a descriptor's fields in order, refusing to read past its end."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
-
-    def bytes(self, size: int) -> bytes:
-        if self.at + size > len(self.data):
-            raise DataLossError(f"shared tensor descriptor cut short at byte {len(self.data)}")
-        self.at += size
-        return self.data[self.at - size:self.at]
-
-    def take(self, layout: struct.Struct) -> tuple:
-        return layout.unpack(self.bytes(layout.size))
-
-    def count(self, limit: int, what: str) -> int:
-        n = self.take(struct.Struct("<B"))[0]
-        if n > limit:
-            raise DataLossError(f"shared tensor descriptor with {n} {what} (at most {limit})")
-        return n
-
-    def end(self) -> None:
-        if self.at != len(self.data):
-            raise DataLossError(f"shared tensor descriptor with {len(self.data) - self.at} bytes past its end")
+    not a packed TensorList nor a relay's descriptor: a malformed one fails as a shared
+    tensor's descriptor)."""
+    return array.dtype == VARIANT_DTYPE and array[:4].view(np.uint8).tobytes() not in (LIST_MAGIC, RELAY_MAGIC)

@@ -103,7 +103,7 @@ class SendHandle:
         if len(self._completions) == 1:
             code, message = failed[0][1]
             return from_code(code, message)
-        return from_code(failed[0][1][0], "; ".join(f"{what}: {message}" for what, (_, message) in failed))
+        return from_code(failed[0][1][0], "; ".join(message for _, (_, message) in failed))  # (each names its send)
 
     def _settled_within(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the sends still open; whether all are settled."""

@@ -24,6 +24,7 @@ from ..tensor import dtype_enum, mark_dead
 from ..tensor_list import is_packed, unpack
 from .local import Value
 from .recv_call import RecvCall, settle
+from .relay_plan import Relayed, RelayDescriptor, is_relay
 
 if TYPE_CHECKING:
     from ..cluster import TaskName
@@ -37,10 +38,10 @@ class Delivery:
         self.rt = runtime
 
     def on_lane(self, call: RecvCall, value: Value) -> bool:
-        """Whether delivering ``value`` to ``call`` copies it to a device or opens a shared
-        tensor (:meth:`run_on_lane` then)."""
+        """Whether delivering ``value`` to ``call`` copies it to a device, opens a shared
+        tensor or follows a relay (:meth:`run_on_lane` then)."""
         device = call.out.device if call.out is not None else call.device
-        return not device.dma or is_descriptor(value.array)
+        return not device.dma or is_descriptor(value.array) or is_relay(value.array)
 
     def run_on_lane(self, call: RecvCall, fn: Callable[..., Any], *args: Any) -> None:
         """``fn(*args)`` on the lane of ``call``'s peer."""
@@ -65,18 +66,25 @@ class Delivery:
         if is_packed(array):
             return InvalidArgumentError(f"{what}: the sender sent a TensorList, which arrives as a list of "
                                         "arrays: receive it without out=; it is kept for the next recv of it")
-        dtype, shape = self.rt.shared.meta(dtype_enum(array.dtype), array.shape, array)
+        if is_relay(array):
+            relay = RelayDescriptor.decode(array)
+            dtype, shape = relay.dtype, relay.shape
+        else:
+            dtype, shape = self.rt.shared.meta(dtype_enum(array.dtype), array.shape, array)
         return None if out.fits(dtype, shape) else out.refusal(what, dtype, shape)
 
     def result(self, value: Value, src: "TaskName", device: Device, out: Out | None,
                call: RecvCall | None = None) -> Any:
         """What the caller of a recv from ``src`` gets of ``value``: on ``device``, or
-        ``out`` holding it (``out`` fits it); a TensorverbsError if it cannot be made (e.g.
-        no memory for the copy to the device), naming ``call`` if given."""
+        ``out`` holding it (``out`` fits it), or :class:`Relayed` for a relay's descriptor
+        (followed before the caller sees anything); a TensorverbsError if it cannot be made
+        (e.g. no memory for the copy to the device), naming ``call`` if given."""
         array = value.array
         if is_packed(array) and out is None:  # a TensorList: a list of views of what arrived
             return [self.result(Value(a, value.is_dead), src, device, None, call) for a in unpack(array)]
         try:
+            if is_relay(array):  # fetched from the relay's parent next
+                return Relayed(RelayDescriptor.decode(array), src)
             if is_descriptor(array):  # a tensor passed by handle
                 return self.rt.shared.deliver(array, src, device, out)
             if out is not None:
@@ -117,6 +125,9 @@ class Delivery:
             result = self.result(value, call.key.src, call.device, call.out, call)
         except Exception as exc:
             settle(fut, as_error(exc, f"{call.what}: delivering the tensor"))
+            return True
+        if type(result) is Relayed:
+            self.rt.relays.follow(call, result)
             return True
         if give_back is not None and not is_descriptor(value.array):
             if call.out is None:

@@ -20,6 +20,7 @@ from ..tensor_list import Packed, TensorList
 from .completion import SendHandle, Sends, describe_send
 from .key import RendezvousKey, TaskKeys
 from .local import Value
+from .relay_plan import MAX_FANOUT
 
 if TYPE_CHECKING:
     from .. import _core
@@ -106,8 +107,26 @@ class Sending:
                 value.ticket.fail(int(failed[1].code), failed[1].message)
             raise EntryFailed(end - len(offers) + offered, failed[1])
 
-    def _broadcast(self, name: str, value: Any, to: Sequence[str], step_id: int,
-                   is_dead: bool) -> SendHandle:
+    def relay(self, name: str, value: Any, to: str | Sequence[str], step_id: int, is_dead: bool,
+              relay: bool | int) -> SendHandle:
+        """:meth:`send` by relay (``relay``: True, a chain, or children per receiver); a
+        send to one task, a dead tensor, a TensorList or one passed by handle is sent as
+        without it."""
+        fanout = 1 if relay is True else check.integer(relay, "relay", 1)
+        if fanout > MAX_FANOUT:
+            raise InvalidArgumentError(f"relay is {fanout}: a receiver passes a tensor on to at most {MAX_FANOUT}")
+        if isinstance(to, (str, TaskName)) or is_dead is not False or isinstance(value, TensorList):
+            return self.send(name, value, to, step_id, is_dead)
+        keys, step = self._receivers(name, to), check.integer(step_id, "step_id")
+        if any(key.dst == self._rt.task for key in keys):
+            raise InvalidArgumentError(f"to lists {self._rt.task}, the sending task: a relay goes to other tasks")
+        array = _prepared(host_array(value, device_of(value))[0])
+        handle = self._rt.relays.broadcast(name, array, keys, step, fanout)
+        self._rt.counters.add("sends", len(keys))
+        return handle
+
+    def _receivers(self, name: str, to: Sequence[str]) -> list[RendezvousKey]:
+        """The keys of a broadcast of ``name`` to each of ``to``, which lists each task once."""
         keys = [self._keys.send(name, task) for task in check.sequence(to, "to", "a task or a list of tasks")]
         if not keys:
             raise InvalidArgumentError("to lists no task to send to")
@@ -116,6 +135,11 @@ class Sending:
             if key.dst in seen:
                 raise InvalidArgumentError(f"to lists {key.dst} twice")
             seen.add(key.dst)
+        return keys
+
+    def _broadcast(self, name: str, value: Any, to: Sequence[str], step_id: int,
+                   is_dead: bool) -> SendHandle:
+        keys = self._receivers(name, to)
         step, device = check.integer(step_id, "step_id"), device_of(value)
         if check.flag(is_dead, "is_dead") or device is not HOST:  # a send each (by handle on a device)
             handles = [self.send(name, value, str(key.dst), step, is_dead) for key in keys]

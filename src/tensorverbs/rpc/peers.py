@@ -153,6 +153,19 @@ class Peers:
             peer._handshake = shared_task(self._get_status(peer))
         return await asyncio.shield(peer._handshake)
 
+    def answered(self, task: TaskName) -> bool:
+        """Whether ``task`` answered a handshake and was not lost since."""
+        peer = self._peers.get(task)
+        return peer is not None and peer.status is not None
+
+    async def reach(self, task: TaskName, within: float) -> None:
+        """Return once ``task`` answered a handshake; UnavailableError if it did not within
+        ``within`` seconds (its handshake goes on, for the calls that wait longer)."""
+        try:
+            await asyncio.wait_for(self.handshake(task), within)
+        except asyncio.TimeoutError:
+            raise UnavailableError(f"{self.peer(task)} did not answer within {within:g} s") from None
+
     async def _get_status(self, peer: Peer) -> pb.GetStatusResponse:
         loop = asyncio.get_running_loop()
         left = self._left.get(peer.task)

@@ -1,0 +1,121 @@
+"""What a relay broadcast tells each receiver: where to fetch the tensor and whom to pass
+it on to (:class:`RelayDescriptor`), the tree it is read from (:func:`tree`), and the
+names of the relay's own tensors.
+
+A relay broadcast sends each receiver this descriptor, as DT_VARIANT bytes under the
+tensor's own key, instead of the tensor. The receiver fetches the tensor from its parent
+(the sender, or a receiver before it) under the relay's data name, offers it to its
+children under that name, and confirms to the sender under an ack name. The bytes come
+from a peer, so :meth:`RelayDescriptor.decode` checks every field and length before
+anything is taken from them; malformed input raises DataLossError.
+
+Layout (little-endian): magic ``TVRL``, version u8, dtype i32, rank u8, rank dims i64,
+the relay's tag, its parent and each child (u8 count, then u16 length + UTF-8 each).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..byte_reader import ByteReader
+from ..cluster import MAX_TASK_NAME, TaskName
+from ..errors import DataLossError
+from ..ipc.descriptor import RELAY_MAGIC as MAGIC
+from ..tensor import VARIANT_DTYPE
+
+VERSION = 1
+#: the most children a receiver passes a tensor on to
+MAX_FANOUT = 16
+#: tensor names that start so are a relay's own (the data, its confirmations)
+PREFIX = ".tv-relay:"
+_MAX_TEXT = max(MAX_TASK_NAME, 128)
+
+_HEAD = struct.Struct("<4sBiB")
+
+
+@dataclass(frozen=True)
+class RelayDescriptor:
+    """One receiver's part of a relay broadcast: the tensor's dtype and shape, the relay's
+    ``tag`` (what its names start with), the task to fetch from and those to pass it on to."""
+
+    tag: str
+    dtype: int
+    shape: tuple[int, ...]
+    parent: str
+    children: tuple[str, ...] = ()
+
+    @property
+    def data(self) -> str:
+        """The name the tensor goes by from parent to child."""
+        return self.tag + ":data"
+
+    @property
+    def direct(self) -> str:
+        """The name the sender offers it under to a receiver whose parent is gone."""
+        return self.tag + ":direct"
+
+    def encode(self) -> np.ndarray:
+        """The descriptor as DT_VARIANT bytes: a 1-D array of :data:`VARIANT_DTYPE`."""
+        parts = [_HEAD.pack(MAGIC, VERSION, self.dtype, len(self.shape)),
+                 struct.pack(f"<{len(self.shape)}q", *self.shape), _texts([self.tag]),
+                 _texts([self.parent]), _texts(self.children)]
+        return np.frombuffer(b"".join(parts), VARIANT_DTYPE)
+
+    @classmethod
+    def decode(cls, data: Any) -> "RelayDescriptor":
+        """Parse DT_VARIANT bytes from a peer; DataLossError if they are not a descriptor."""
+        reader = ByteReader(bytes(memoryview(data).cast("B")), "relay descriptor")
+        magic, version, dtype, rank = reader.take(_HEAD)
+        if magic != MAGIC or version != VERSION:
+            raise DataLossError(f"not a relay descriptor (magic {magic!r}, version {version})")
+        shape = reader.shape(dtype, rank)
+        tags, parents = _read_texts(reader, 1), _read_texts(reader, 1)
+        children = _read_texts(reader, MAX_FANOUT)
+        reader.end()
+        if len(tags) != 1 or not tags[0].startswith(PREFIX) or len(parents) != 1:
+            raise DataLossError("relay descriptor without its tag or parent")
+        return cls(tags[0], dtype, tuple(shape), parents[0], tuple(children))
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """What a recv's delivery makes of a relay descriptor from ``origin``: followed
+    (:meth:`~tensorverbs.rendezvous.relay.Relays.follow`) before the recv's caller sees
+    anything."""
+
+    descriptor: RelayDescriptor
+    origin: TaskName
+
+
+def is_relay(array: np.ndarray) -> bool:
+    """Whether a received array is a relay descriptor (DT_VARIANT bytes with its magic)."""
+    return array.dtype == VARIANT_DTYPE and array[:4].view(np.uint8).tobytes() == MAGIC
+
+
+def ack_name(tag: str, attempt: int) -> str:
+    """The name of a receiver's ``attempt``-th confirmation to the sender (0: from its
+    parent, 1: fetched from the sender directly)."""
+    return f"{tag}:ack{attempt}"
+
+
+def tree(count: int, fanout: int) -> list[tuple[int, list[int]]]:
+    """The relay tree over receivers 0..count-1 in order, the sender at its root: each
+    receiver's (parent, children), a parent of -1 being the sender; ``fanout`` children
+    each (1: a chain)."""
+    nodes = []
+    for i in range(count):  # receiver i sits at position i + 1, the sender at 0
+        first = (i + 1) * fanout
+        nodes.append((i // fanout - 1, [c for c in range(first, first + fanout) if c < count]))
+    return nodes
+
+
+def _texts(items: Sequence[str]) -> bytes:
+    encoded = [item.encode() for item in items]
+    return struct.pack("<B", len(encoded)) + b"".join(struct.pack("<H", len(e)) + e for e in encoded)
+
+
+def _read_texts(reader: ByteReader, limit: int) -> list[str]:
+    return [reader.text(_MAX_TEXT) for _ in range(reader.count(limit, "names"))]

@@ -1,0 +1,152 @@
+"""Relay broadcast: ``send(..., to=[...], relay=True)`` sends the tensor to the first
+receiver only; each receiver passes it on to the next. Receivers recv as usual, each in a
+process of its own; the sender's link carries each byte once (its bytes_sent), a receiver
+that dies mid-relay is routed around and named in the handle, a recv that ended before
+its tensor came gets it when asked again."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import tensorverbs as tv
+from receivers import TRAINER, receiver_names, trainer_and_receivers
+from tensorverbs.local_cluster import pattern, same
+
+WAIT = 60.0
+RECEIVERS = receiver_names(4)
+#: an inline tensor, one staged into the pool, one large enough to be registered
+SIZES = [16, 64 << 10, 2 << 20]
+
+
+# -- in a receiver's process (TaskProcess.run) ------------------------------------------------
+def recv_all(server: tv.Server, names: list[str], sizes: list[int], step: int, how: str = "recv",
+             timeout: float = WAIT) -> list[bool]:
+    """Receive each of ``names`` (``w<i>``) from the trainer (``how``); whether each holds
+    its pattern (seeded ``step + i``)."""
+    if how == "recv_many":
+        got = server.recv_many([(name, TRAINER, step) for name in names], timeout=timeout)
+    elif how == "recv_async":
+        futures = [server.recv_async(name, TRAINER, step, timeout) for name in names]
+        got = [fut.result() for fut in futures]
+    elif how == "out":
+        got = []
+        for name, nbytes in zip(names, sizes):
+            out = np.empty(nbytes, np.uint8)
+            assert server.recv(name, TRAINER, step, timeout, out=out) is out
+            got.append(out)
+    else:
+        got = [server.recv(name, TRAINER, step, timeout) for name in names]
+    return [same(array, pattern(nbytes, step + int(name[1:])))
+            for name, array, nbytes in zip(names, got, sizes)]
+
+
+def recv_error(server: tv.Server, name: str, step: int, timeout: float, **kwargs) -> str:
+    """The type of the error a recv of ``name`` from the trainer raises ("" if none)."""
+    try:
+        server.recv(name, TRAINER, step, timeout, **kwargs)
+    except tv.TensorverbsError as exc:
+        return type(exc).__name__
+    return ""
+
+
+def recv_then_exit(server: tv.Server, name: str, step: int) -> None:
+    """Receive ``name`` (passing it on), then end the process at once, unstopped."""
+    server.recv(name, TRAINER, step, WAIT)
+    os._exit(0)
+
+
+# -- in the trainer's (this) process --------------------------------------------------------
+@pytest.fixture(scope="module")
+def job(variant):
+    """(the trainer, here; its four receivers, each in a process of its own)."""
+    with trainer_and_receivers(variant, len(RECEIVERS)) as job:
+        yield job
+
+
+def _recv_everywhere(receivers, names, sizes, step, how="recv") -> list[list[bool]]:
+    for receiver in receivers:  # all at once
+        receiver.post("run", f"{__name__}:recv_all", names, sizes, step, how)
+    return [receiver.result(WAIT * 2) for receiver in receivers]
+
+
+@pytest.mark.parametrize("fanout", [True, 2])
+@pytest.mark.parametrize("how", ["recv", "out", "recv_async", "recv_many"])
+def test_every_receiver_gets_every_tensor_and_the_sender_sends_each_once(job, step, fanout, how):
+    trainer, receivers = job
+    names = [f"w{i}" for i in range(len(SIZES))]
+    before = trainer.stats()["bytes_sent"]
+    handles = [trainer.send(name, pattern(nbytes, step + i), to=RECEIVERS, step_id=step, relay=fanout)
+               for i, (name, nbytes) in enumerate(zip(names, SIZES))]
+    assert _recv_everywhere(receivers, names, SIZES, step, how) == [[True] * len(SIZES)] * len(RECEIVERS)
+    for handle in handles:
+        handle.wait(timeout=WAIT)
+    sent = trainer.stats()["bytes_sent"] - before
+    children = 1 if fanout is True else fanout  # of the trainer, in the relay's tree
+    # each byte once to each of its children, and a few hundred bytes of descriptors
+    assert children * sum(SIZES) <= sent < children * sum(SIZES) + 4096, sent
+    for receiver in receivers:
+        receiver.flush(timeout=WAIT)  # each child took what its parent passed on
+    trainer.flush(timeout=WAIT)
+
+
+def test_a_receiver_that_dies_mid_relay_is_routed_around_and_named(variant, step):
+    chain = RECEIVERS[:3]
+    with trainer_and_receivers(variant, len(chain)) as (trainer, receivers):
+        first = trainer.send("w0", pattern(64 << 10, step), to=chain, step_id=step, relay=True)
+        assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [64 << 10], step) == [True]
+        receivers[1].post("run", f"{__name__}:recv_then_exit", "w0", step)
+        with pytest.raises(tv.UnavailableError):  # (it ended without answering)
+            receivers[1].result(WAIT)
+        # the middle of the chain is gone: its child fetches what it missed from the trainer
+        second = trainer.send("w1", pattern(64 << 10, step + 1), to=chain, step_id=step, relay=True)
+        assert receivers[0].run(f"{__name__}:recv_all", ["w1"], [64 << 10], step) == [True]
+        assert receivers[2].run(f"{__name__}:recv_all", ["w0", "w1"], [64 << 10] * 2, step) == [True, True]
+        error = second.exception(timeout=WAIT)
+        assert isinstance(error, tv.UnavailableError), error
+        assert chain[1] in str(error) and chain[0] not in str(error) and chain[2] not in str(error), error
+        error = first.exception(timeout=WAIT)  # its confirmation of w0 may have gone with it
+        assert error is None or (chain[1] in str(error) and chain[2] not in str(error)), error
+
+
+def test_a_relayed_recv_that_timed_out_gets_its_tensor_when_asked_again(job, step):
+    """The second receiver's parent has not received yet: its recv times out; asked again
+    once the parent has the tensor, it gets it."""
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(64 << 10, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    assert receivers[1].run(f"{__name__}:recv_error", "w0", step, 0.3) == "DeadlineExceededError"
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [64 << 10], step) == [True]
+    assert receivers[1].run(f"{__name__}:recv_all", ["w0"], [64 << 10], step) == [True]
+    handle.wait(timeout=WAIT)
+
+
+def test_a_relayed_tensor_refused_by_out_is_kept_for_the_next_recv(job, step):
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(4096, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    wrong = np.empty(1024, np.float64)
+    assert receivers[0].run(f"{__name__}:recv_error", "w0", step, WAIT, out=wrong) == "InvalidArgumentError"
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [4096], step, "out") == [True]
+    assert receivers[1].run(f"{__name__}:recv_all", ["w0"], [4096], step, "out") == [True]
+    handle.wait(timeout=WAIT)
+
+
+def test_a_relay_at_a_cleaned_up_step_fails_naming_the_receivers_that_did_not_confirm(job, step):
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(4096, step), to=RECEIVERS[:3], step_id=step, relay=True)
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [4096], step) == [True]
+    trainer.cleanup_step(step)  # the others never asked
+    error = handle.exception(timeout=WAIT)
+    assert isinstance(error, tv.AbortedError), error
+    assert RECEIVERS[1] in str(error) and RECEIVERS[2] in str(error) and RECEIVERS[0] not in str(error), error
+    receivers[0].cleanup_step(step)  # (what it passed on, nobody takes)
+
+
+@pytest.mark.parametrize("relay, what", [(0, "expected 1 or more"), (17, "at most 16"), ("yes", "integer")])
+def test_a_bad_relay_is_refused(job, step, relay, what):
+    trainer, _ = job
+    with pytest.raises(tv.InvalidArgumentError, match=what):
+        trainer.send("w", np.arange(4), to=RECEIVERS, step_id=step, relay=relay)
+    with pytest.raises(tv.InvalidArgumentError, match="the sending task"):
+        trainer.send("w", np.arange(4), to=[RECEIVERS[0], TRAINER], step_id=step, relay=True)
+    assert trainer.pending()[0] == 0  # nothing was offered
