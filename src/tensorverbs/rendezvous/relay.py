@@ -24,6 +24,7 @@ import concurrent.futures
 import itertools
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
@@ -107,6 +108,9 @@ class Relays:
         self._following: dict[tuple[TaskName, str, int], _Following] = {}
         #: step -> the relays this task sends at it whose receivers did not all confirm
         self._sent: dict[int, list[_Sent]] = {}
+        #: parents that did not answer -> when (time.monotonic()): not waited for again
+        #: within REACH_SECONDS * 12 unless they answer meanwhile
+        self._unanswered: dict[TaskName, float] = {}
 
     # -- sending ---------------------------------------------------------------------------------
     def broadcast(self, name: str, array: np.ndarray, keys: Sequence[RendezvousKey], step: int,
@@ -222,6 +226,11 @@ class Relays:
         if not state.direct and state.descriptor.parent != str(state.origin):
             parent = parse_task(state.descriptor.parent)
             if not self._peers.answered(parent):
+                since = self._unanswered.get(parent)
+                if since is not None and time.monotonic() - since < REACH_SECONDS * 12:
+                    ago = time.monotonic() - since
+                    self._parent_gone(call, state, UnavailableError(f"{parent} did not answer when asked {ago:.0f} s ago"))
+                    return
                 probe = self._loop.submit(self._peers.reach(parent, REACH_SECONDS))
                 probe.add_done_callback(lambda p: self._lanes.run(str(state.origin), self._reached, call, state, p))
                 return
@@ -232,6 +241,7 @@ class Relays:
         if error is None:
             self._start(call, state)
         else:
+            self._unanswered[parse_task(state.descriptor.parent)] = time.monotonic()
             self._parent_gone(call, state, error)
 
     def _parent_gone(self, call: RecvCall, state: _Following, error: BaseException) -> None:
