@@ -12,8 +12,8 @@ import json
 import shutil
 import subprocess
 
-import netns
-from netns import Namespace
+from tensorverbs import netns
+from tensorverbs.netns import Namespace
 
 TABLE = "tensorverbs_faults"
 

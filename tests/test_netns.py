@@ -9,7 +9,7 @@ from tensorverbs.verbs.config import RdmaConfig
 
 from variants import VARIANTS
 from tensorverbs.local_cluster import TaskProcess, free_port, pattern
-from netns import namespace, unavailable_reason
+from tensorverbs.netns import namespace, unavailable_reason
 
 pytestmark = pytest.mark.netns
 _REASON = unavailable_reason()

@@ -51,6 +51,20 @@ def recv_error(server: tv.Server, name: str, step: int, timeout: float, **kwargs
     return ""
 
 
+_asked: list = []
+
+
+def ask(server: tv.Server, names: list[str], step: int) -> None:
+    """Start a recv of each of ``names`` and keep their futures, not looked at."""
+    _asked[:] = [server.recv_async(name, TRAINER, step, WAIT) for name in names]
+
+
+def answers(server: tv.Server, sizes: list[int], step: int) -> list[bool]:
+    """Whether each future :func:`ask` kept holds its pattern."""
+    got = [fut.result() for fut in _asked]
+    return [same(array, pattern(nbytes, step + i)) for i, (array, nbytes) in enumerate(zip(got, sizes))]
+
+
 def recv_then_exit(server: tv.Server, name: str, step: int) -> None:
     """Receive ``name`` (passing it on), then end the process at once, unstopped."""
     server.recv(name, TRAINER, step, WAIT)
@@ -89,6 +103,22 @@ def test_every_receiver_gets_every_tensor_and_the_sender_sends_each_once(job, st
     for receiver in receivers:
         receiver.flush(timeout=WAIT)  # each child took what its parent passed on
     trainer.flush(timeout=WAIT)
+
+
+def test_receivers_that_asked_before_and_do_not_look_still_pass_the_tensors_on(job, step):
+    """Each receiver started its recvs before the sends and looks at them only once the
+    sender's handles completed (a weight sync's usual order): the relay goes on as the
+    tensors come, not when a future is looked at."""
+    trainer, receivers = job
+    names = [f"w{i}" for i in range(len(SIZES))]
+    for receiver in receivers:
+        receiver.run(f"{__name__}:ask", names, step)
+    handles = [trainer.send(name, pattern(nbytes, step + i), to=RECEIVERS, step_id=step, relay=True)
+               for i, (name, nbytes) in enumerate(zip(names, SIZES))]
+    for handle in handles:
+        handle.wait(timeout=WAIT)
+    for receiver in receivers:
+        assert receiver.run(f"{__name__}:answers", SIZES, step) == [True] * len(SIZES)
 
 
 def test_a_receiver_that_dies_mid_relay_is_routed_around_and_named(variant, step):

@@ -94,8 +94,9 @@ FutureRecv::FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nb
 
 FutureRecv::~FutureRecv() {
   PyRefDeleter release;
-  if (call_) release(call_);
-  if (settle_) release(settle_);
+  for (PyObject* object : {call_, settle_, variant_call_, variant_settle_}) {
+    if (object) release(object);
+  }
 }
 
 void ArrivalGroup::arrived(std::size_t index) {
@@ -122,7 +123,13 @@ void FutureRecv::complete(RecvResult result) {
     std::lock_guard<std::mutex> lock(mu_);
     group = group_;
     index = group_index_;
-    if (!abandoned_ && (state_ == State::kWaited || !call_)) {
+    if (!abandoned_ && !call_ && variant_call_ && result.status.ok() && result.value.meta.dtype == kDtVariant &&
+        state_ != State::kWaited) {  // a descriptor to act on: settled as it comes
+      call_ = std::exchange(variant_call_, nullptr);
+      settle_ = std::exchange(variant_settle_, nullptr);
+      state_ = State::kGone;
+      settler_settles = true;
+    } else if (!abandoned_ && (state_ == State::kWaited || !call_)) {
       // a thread waits for it, or its future takes it
       result_ = std::move(result);
       state_ = call_ ? State::kArrived : State::kParked;
@@ -223,6 +230,25 @@ void FutureRecv::eager(nb::object call, nb::object settle) {
   settler().post(shared_from_this(), std::move(result));
 }
 
+void FutureRecv::eager_for_variants(nb::object call, nb::object settle) {
+  RecvResult result;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (call_ || abandoned_ || variant_call_ || state_ == State::kArrived || state_ == State::kGone) return;
+    if (state_ != State::kParked) {
+      variant_call_ = held(std::move(call));
+      variant_settle_ = held(std::move(settle));
+      return;
+    }
+    if (!result_.status.ok() || result_.value.meta.dtype != kDtVariant) return;
+    call_ = held(std::move(call));
+    settle_ = held(std::move(settle));
+    state_ = State::kGone;
+    result = std::move(result_);
+  }
+  settler().post(shared_from_this(), std::move(result));
+}
+
 void FutureRecv::abandon() {
   RecvResult result;
   {
@@ -287,13 +313,19 @@ void FutureRecv::settle_here(RecvResult& result) {
 void FutureRecv::release_python() {
   PyObject* call;
   PyObject* settle;
+  PyObject* variant_call;
+  PyObject* variant_settle;
   {
     std::lock_guard<std::mutex> lock(mu_);
     call = std::exchange(call_, nullptr);
     settle = std::exchange(settle_, nullptr);
+    variant_call = std::exchange(variant_call_, nullptr);
+    variant_settle = std::exchange(variant_settle_, nullptr);
   }
   Py_XDECREF(call);
   Py_XDECREF(settle);
+  Py_XDECREF(variant_call);
+  Py_XDECREF(variant_settle);
 }
 
 void stop_settler() { settler().stop(); }

@@ -75,6 +75,10 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
   // the settler thread (also one parked here already): something waits for the future
   // without asking for the answer. A no-op once it has a call and a settle.
   void eager(nanobind::object call, nanobind::object settle);
+  // With the GIL, for a parked recv: an answer of DataType DT_VARIANT (a descriptor the
+  // future must act on as it comes, such as a relay's) is settled as it comes, as eager()
+  // would, by `settle(call, ...)`; any other stays parked.
+  void eager_for_variants(nanobind::object call, nanobind::object settle);
   // A parked recv's future will not take the answer (it was cancelled, or never got its
   // handle): a tensor parked here, or parked yet, goes to the next recv of its key and step
   // (by the settler thread). A no-op for a recv that settles its future itself.
@@ -106,6 +110,8 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
   StepKey key_;
   PyObject* call_;    // guarded by mu_ while the answer may come; none: parked
   PyObject* settle_;
+  PyObject* variant_call_ = nullptr;  // (guarded by mu_) eager_for_variants()'s
+  PyObject* variant_settle_ = nullptr;
   std::mutex mu_;
   std::condition_variable arrived_;
   State state_ = State::kPending;

@@ -14,6 +14,8 @@ namespace tensorverbs {
 // The largest rank a tensor may have (the message layout reserves room for this many).
 inline constexpr std::size_t kMaxRank = 32;
 inline constexpr std::int32_t kDtString = 7;
+// DT_VARIANT: the bytes of a descriptor (a relay's, a tensor passed by handle, a TensorList)
+inline constexpr std::int32_t kDtVariant = 21;
 
 // A DataType tensorverbs knows: numpy's name for it and its item size.
 struct DataType {

@@ -96,6 +96,11 @@ class RecvHandle:
         If the answer is parked here, settle(call, code, message, dtype, shape, is_dead, payload, arrived) with it in this thread (arrived: when it came, as time.monotonic()); whether it was. Interrupted, the settler thread settles it.
         """
 
+    def eager_for_variants(self, call: object, settle: object) -> None:
+        """
+        A parked recv settles an answer of DataType DT_VARIANT (a descriptor to act on at once, such as a relay's) as it comes, by settle(call, code, message, dtype, shape, is_dead, payload) in the settler thread; any other stays parked.
+        """
+
     def eager(self, call: object, settle: object) -> None:
         """
         From now on the settler thread settles the recv's future as its answer comes, settle(call, code, message, dtype, shape, is_dead, payload) (at once if it is parked here already).

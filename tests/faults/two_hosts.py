@@ -12,7 +12,7 @@ import tensorverbs as tv
 from tensorverbs.local_cluster import COMMAND_TIMEOUT, TaskProcess, free_port
 from tensorverbs.verbs.config import RdmaConfig
 
-from netns import namespace
+from tensorverbs.netns import namespace
 from nft import Faults
 from training import worker_step
 from variants import VARIANTS

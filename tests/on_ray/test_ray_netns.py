@@ -17,7 +17,7 @@ pytest.importorskip("torch", reason="the Ray integration moves torch tensors")
 
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
-from netns import namespace, unavailable_reason  # noqa: E402
+from tensorverbs.netns import namespace, unavailable_reason  # noqa: E402
 from tensorverbs.ray import run_cluster  # noqa: E402
 from test_ray_transport import BIG, Actor  # noqa: E402
 from test_run_cluster import parameter_server_step  # noqa: E402

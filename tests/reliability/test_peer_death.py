@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from netns import namespace, unavailable_reason
+from tensorverbs.netns import namespace, unavailable_reason
 from tensorverbs.cluster import ClusterSpec, parse_task
 from tensorverbs.local_cluster import TaskProcess, free_port
 from tensorverbs.rpc.peers import REFUSALS_SECONDS, Peers

@@ -9,11 +9,18 @@ receivers have the tensor. Two ways of offering, alternating round by round so t
 noisy neighbour slows both alike:
 
 - sends: one ``send`` per tensor and receiver;
-- broadcast: one ``send(..., to=[receivers])`` per tensor (its bytes registered once).
+- broadcast: one ``send(..., to=[receivers])`` per tensor (its bytes registered once);
+- relay: one ``send(..., to=[receivers], relay=True)`` per tensor (each receiver passes
+  it on to the next).
 
 For each receiver count and way: the median round, the rate delivered (bytes times
-receivers per second), and the broadcast's time against the sends'. Every receiver
-checks the bytes of its first, middle and last tensor each round.
+receivers per second), and the broadcast's and the relay's time against the sends'. Every
+receiver checks the bytes of its first, middle and last tensor each round.
+
+With ``--hosts`` every task is a host of its own: a network namespace on a switch (a
+bridge), its link shaped to ``--link-rate`` both ways (tc token bucket), so that links,
+not this machine's memory, are the limit, as in a cluster; needs root. There the relay's
+time to N receivers against its time to one is what tells.
 
 A third way, ``reads``: the trainer holds the parameters in memory for one-sided access
 (``allocate(..., one_sided=True)``) and registered them once (``register``); each round
@@ -36,6 +43,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import netns
 from ..local_cluster import cluster_spec
 from ..server import Server
 from ..verbs.config import parse_size
@@ -45,7 +53,9 @@ from .peer import Peer, PeerError, close_all
 from .sync_nixl import NixlOwner, NixlReader, Offer
 
 #: tensorverbs' ways, and NIXL's where it is installed
-WAYS = ("sends", "broadcast", "reads")
+WAYS = ("sends", "broadcast", "relay", "reads")
+#: the port of every task with --hosts (each host has its own)
+HOST_PORT = 7000
 NIXL_WAY = "nixl reads"
 TRAINER = "/job:trainer/task:0"
 #: tensors per transformer layer: 4 attention (h, h), 2 MLP (4h, h) and (h, 4h), their
@@ -98,8 +108,8 @@ class SyncTrainer:
     def round(self, step: int, way: str) -> float:
         """Offer every tensor to every receiver ``way``; seconds until all have them."""
         start = time.perf_counter()
-        if way == "broadcast":
-            handles = [self.server.send(f"p{i}", p, to=self.receivers, step_id=step)
+        if way in ("broadcast", "relay"):
+            handles = [self.server.send(f"p{i}", p, to=self.receivers, step_id=step, relay=way == "relay")
                        for i, p in enumerate(self.params)]
         else:
             handles = [self.server.send(f"p{i}", p, to=r, step_id=step)
@@ -183,9 +193,9 @@ class SyncReceiver:
         self.server.stop()
 
 
-def ways() -> tuple[str, ...]:
-    """The ways this host can run: tensorverbs', and NIXL's where it is installed."""
-    return WAYS + ((NIXL_WAY,) if nixl.available()[0] else ())
+def ways(chosen: Sequence[str] = WAYS) -> tuple[str, ...]:
+    """The ``chosen`` ways this host can run: tensorverbs', and NIXL's where it is installed."""
+    return tuple(chosen) + ((NIXL_WAY,) if "reads" in chosen and nixl.available()[0] else ())
 
 
 def _reads(trainer: Peer, receivers: list[Peer], way: str, step: int) -> float:
@@ -204,23 +214,42 @@ def _reads(trainer: Peer, receivers: list[Peer], way: str, step: int) -> float:
     return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
-def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int) -> dict[str, Any]:
-    """Rounds of both ways to ``receivers`` receivers; their figures, or ``error``."""
-    cluster = cluster_spec({"trainer": 1, "infer": receivers})
+def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int,
+              chosen: Sequence[str] = WAYS, link_rate: str | None = None) -> dict[str, Any]:
+    """Rounds of each way to ``receivers`` receivers; their figures, or ``error``. With
+    ``link_rate``, every task is a host of its own with a link of that rate."""
+    if link_rate is None:
+        return _run_count(protocol, receivers, shapes, rounds, chosen, None)
+    with netns.switch(1 + receivers, link_rate) as hosts:
+        row = _run_count(protocol, receivers, shapes, rounds, chosen, hosts)
+    row["link_rate"] = link_rate
+    return row
+
+
+def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int,
+               chosen: Sequence[str], hosts: list[netns.Host] | None) -> dict[str, Any]:
+    if hosts is None:
+        cluster = cluster_spec({"trainer": 1, "infer": receivers})
+    else:
+        addresses = [f"{host.ip}:{HOST_PORT}" for host in hosts]
+        cluster = {"trainer": addresses[:1], "infer": addresses[1:]}
     nbytes = sum(int(np.prod(s)) * 4 for s in shapes)
     row: dict[str, Any] = {"protocol": protocol, "receivers": receivers, "tensors": len(shapes), "bytes": nbytes}
     peers: list[Peer] = []
-    run_ways = ways()
+    run_ways = ways(chosen)
     seconds: dict[str, list[float]] = {way: [] for way in run_ways}
+    where = [host.name for host in hosts] if hosts is not None else [None] * (1 + receivers)
     try:
-        trainer = Peer("trainer", "tensorverbs.bench.sync:SyncTrainer", cluster, protocol, shapes, wait=False)
+        trainer = Peer("trainer", "tensorverbs.bench.sync:SyncTrainer", cluster, protocol, shapes, wait=False,
+                       netns=where[0])
         peers = [trainer] + [Peer(f"infer{i}", "tensorverbs.bench.sync:SyncReceiver", cluster, i, protocol,
-                                  shapes, wait=False) for i in range(receivers)]
+                                  shapes, wait=False, netns=where[1 + i]) for i in range(receivers)]
         for peer in peers:
             peer.ready()
-        buffers = trainer.call("buffers")
-        for peer in peers[1:]:
-            peer.call("take", buffers)
+        if "reads" in run_ways:
+            buffers = trainer.call("buffers")
+            for peer in peers[1:]:
+                peer.call("take", buffers)
         if NIXL_WAY in run_ways:
             offer = trainer.call("nixl_offer")
             for peer in peers[1:]:
@@ -250,34 +279,47 @@ def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], roun
         median = statistics.median(seconds[way])
         row[way] = {"seconds": seconds[way], "median_s": median, "gbps": nbytes * receivers / median / 1e9,
                     "registrations": registered[way]}
-    row["broadcast_vs_sends"] = row["broadcast"]["median_s"] / row["sends"]["median_s"]
-    row["reads_vs_sends"] = row["reads"]["median_s"] / row["sends"]["median_s"]
+    for way in ("broadcast", "relay", "reads"):
+        if way in run_ways and "sends" in run_ways:
+            row[f"{way}_vs_sends"] = row[way]["median_s"] / row["sends"]["median_s"]
     if NIXL_WAY in run_ways:
         row["reads_vs_nixl"] = row["reads"]["median_s"] / row[NIXL_WAY]["median_s"]
     return row
 
 
 def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The weight-sync goals, on the grpc+verbs run to 4 receivers: broadcast within 0.8x
-    the time of 4 sends, and one-sided reads ahead of NIXL's."""
-    four = [r for r in rows if r["receivers"] == 4 and r["protocol"] == "grpc+verbs" and "error" not in r]
+    """The weight-sync goals, on the grpc+verbs runs: broadcast to 4 within 0.8x the time
+    of 4 sends, one-sided reads ahead of NIXL's; the relay to 4 within 1.3x and to 8 within
+    1.5x its time to 1."""
+    verbs = {r["receivers"]: r for r in rows if r["protocol"] == "grpc+verbs" and "error" not in r}
+    four = [verbs[4]] if 4 in verbs else []
     broadcast = {"goal": "broadcast to 4 <= 0.8x 4 sends", "measured": "no grpc+verbs run to 4", "met": None}
     reads = {"goal": "reads by 4 ahead of NIXL's READ", "measured": "no grpc+verbs run to 4", "met": None}
-    if four:
+    relays = []
+    for n, bound in ((4, 1.3), (8, 1.5)):
+        relay = {"goal": f"relay to {n} <= {bound}x relay to 1", "measured": f"no grpc+verbs relay to 1 and {n}",
+                 "met": None}
+        if n in verbs and 1 in verbs and "relay" in verbs[n] and "relay" in verbs[1]:
+            ratio = verbs[n]["relay"]["median_s"] / verbs[1]["relay"]["median_s"]
+            relay.update(measured=f"{ratio:.2f}x", met=ratio <= bound)
+        relays.append(relay)
+    if four and "broadcast_vs_sends" in four[0]:
         ratio = four[0]["broadcast_vs_sends"]
         broadcast.update(measured=f"{ratio:.2f}x", met=ratio <= 0.8)
+    if four and "reads" in four[0]:
         if "reads_vs_nixl" in four[0]:
             ratio = four[0]["reads_vs_nixl"]
             reads.update(measured=f"{ratio:.2f}x NIXL's time", met=ratio < 1.0)
         else:
             reads["measured"] = f"no NIXL ({nixl.available()[1]})"
-    return [broadcast, reads]
+    return [broadcast, reads, *relays]
 
 
 def show(rows: Sequence[dict[str, Any]]) -> None:
     """Print every count's figures and the goal."""
     shown = [w for w in ways() if any(w in r for r in rows)] or list(WAYS)
-    ratios = ["broadcast_vs_sends", "reads_vs_sends"] + (["reads_vs_nixl"] if NIXL_WAY in shown else [])
+    ratios = [ratio for ratio in ("broadcast_vs_sends", "relay_vs_sends", "reads_vs_sends", "reads_vs_nixl")
+              if any(ratio in r for r in rows)]
     body = []
     for r in rows:
         if "error" in r:
@@ -286,10 +328,11 @@ def show(rows: Sequence[dict[str, Any]]) -> None:
         body.append([r["protocol"], r["receivers"],
                      *(f"{r[w]['median_s'] * 1e3:.0f} ms, {r[w]['gbps']:.2f} GB/s, {r[w]['registrations']} reg."
                        for w in shown),
-                     *(f"{r[ratio]:.2f}x" for ratio in ratios), ""])
+                     *(f"{r[ratio]:.2f}x" if ratio in r else "-" for ratio in ratios), ""])
     total = report.human_size(rows[0]["bytes"]) if rows else "-"
+    hosts = f", each task a host with a {rows[0]['link_rate']} link" if rows and "link_rate" in rows[0] else ""
     report.console.print(report.table(
-        f"weight sync: {total} in {rows[0]['tensors'] if rows else 0} tensors to every receiver",
+        f"weight sync: {total} in {rows[0]['tensors'] if rows else 0} tensors to every receiver{hosts}",
         ["protocol", "receivers", *shown, *(ratio.replace("_vs_", " / ") for ratio in ratios), "error"],
         body,
         caption="median round (until every receiver has every tensor), bytes x receivers per second, "
@@ -305,6 +348,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--total", default="1GiB", help="bytes of parameters (default 1GiB)")
     p.add_argument("--tensors", type=int, default=300, help="about this many tensors (default 300)")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds of each way (default 3)")
+    p.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS),
+                   help="the ways to run (default: all; reads adds NIXL's where it is installed)")
+    p.add_argument("--hosts", action="store_true",
+                   help="every task a host of its own (a network namespace on a switch; needs root)")
+    p.add_argument("--link-rate", default="1gbit", help="with --hosts, each host's link, in tc's units (default 1gbit)")
     p.add_argument("--json", default="sync.json", help="where the results go (default sync.json)")
     return p
 
@@ -316,11 +364,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if min(args.receivers) < 1 or args.rounds < 1 or args.tensors < 1:
         p.error("give --receivers >= 1, --rounds >= 1 and --tensors >= 1")
+    if args.hosts and (why := netns.unavailable_reason()) is not None:
+        p.error(f"--hosts: {why}")
+    link_rate = args.link_rate if args.hosts else None
     try:
         shapes = layer_shapes(parse_size(args.total), args.tensors)
     except ValueError as exc:
         p.error(str(exc))
     rows = report.run_counts(args.protocols, args.receivers, "receiver(s)",
-                             lambda protocol, receivers: run_count(protocol, receivers, shapes, args.rounds))
+                             lambda protocol, receivers: run_count(protocol, receivers, shapes, args.rounds,
+                                                                   args.ways, link_rate))
     show(rows)
     return report.conclude(args.json, {"results": rows, "goals": goals(rows)}, ["sync", *argv])

@@ -17,6 +17,7 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from concurrent.futures import _base
 from typing import Any, Callable, Generator, Protocol
 
@@ -50,6 +51,8 @@ class NativeRecv(Protocol):
     def settle_parked(self, call: Any, settle: Callable[..., bool]) -> bool: ...
 
     def eager(self, call: Any, settle: Callable[..., bool]) -> None: ...
+
+    def eager_for_variants(self, call: Any, settle: Callable[..., bool]) -> None: ...
 
 
 class RecvFuture(concurrent.futures.Future[Any]):
@@ -172,13 +175,16 @@ class RecvFuture(concurrent.futures.Future[Any]):
         Cancelling this future calls ``native.cancel()`` (quick, never raising); at once if
         it is cancelled already. ``parked``: (settle, call) of a recv that parks its answer
         in ``native``, which ``settle(call, self, *answer)`` settles this future with (the
-        call may hold this future only weakly)."""
+        call may hold this future only weakly); a descriptor it gets (a relay's) settles it
+        as it comes."""
         self._native = self._on_cancel = native
         if parked is not None:
             self._parked_in = native
             self._parked_settle, self._parked_call = parked
             if self._callbacks or self._waiting:  # added as it started
                 self._settle_as_it_comes()
+            else:
+                native.eager_for_variants(weakref.ref(self), _settle_variant)
         if self._state in _CANCELLED:  # (read without the lock: cancel() reads it after setting it)
             self._parked_call = None
             native.cancel()
@@ -352,6 +358,13 @@ def _settle_with(fut: RecvFuture, *answer: Any) -> bool:
     taken = settle(call, fut, *answer)
     fut._parked_call = None  # (after: interrupted before, the settler thread settles it)
     return taken
+
+
+def _settle_variant(ref: "weakref.ref[RecvFuture]", *answer: Any) -> bool:
+    """:func:`_settle_with` of a parked recv's descriptor, which the settler thread settles
+    as it comes (``ref``: its future, held weakly: one dropped meanwhile takes nothing)."""
+    fut = ref()
+    return fut is not None and _settle_with(fut, *answer)
 
 
 class _Starting(threading.local):

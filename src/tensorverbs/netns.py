@@ -1,4 +1,5 @@
-"""A second "host": a network namespace joined to this one by a veth pair.
+"""Other "hosts" on this machine: a network namespace joined to this one by a veth pair
+(:func:`namespace`), or several on a switch, their links rate-limited (:func:`switch`).
 
 Every namespace gets a tag no other namespace of this machine holds at that moment (the
 kernel's refusal of a name in use settles it, so parallel runs never collide), and its
@@ -92,3 +93,65 @@ def namespace() -> Iterator[Namespace]:
     finally:
         subprocess.run(["ip", "link", "del", outer], capture_output=True)
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@dataclass
+class Host:
+    """A namespace on a switch: its name and address."""
+
+    name: str
+    ip: str
+
+
+def _shape(rate: str, *device: str) -> None:
+    """Limit ``device``'s egress (``[-n ns] dev``) to ``rate`` (tc's units: "1gbit") by a
+    token bucket whose burst is a hundredth of a second at that rate."""
+    burst = max(32 << 10, _bits(rate) // 8 // 100)
+    subprocess.run(["tc", *device[:-1], "qdisc", "replace", "dev", device[-1], "root", "tbf", "rate", rate,
+                    "burst", str(burst), "latency", "100ms"], check=True, capture_output=True, text=True)
+
+
+def _bits(rate: str) -> int:
+    """Bits per second of a tc rate ("1gbit", "500mbit", "100kbit")."""
+    units = {"gbit": 10 ** 9, "mbit": 10 ** 6, "kbit": 10 ** 3, "bit": 1}
+    for unit, scale in units.items():
+        if rate.endswith(unit):
+            return int(float(rate[:-len(unit)]) * scale)
+    raise ValueError(f"rate {rate!r}: expected a number and gbit, mbit, kbit or bit")
+
+
+@contextlib.contextmanager
+def switch(count: int, rate: str | None = None) -> Iterator[list[Host]]:
+    """``count`` namespaces, each a host with one link to a bridge of this namespace (a
+    switch), in one /24; each link shaped to ``rate`` both ways (tc token bucket on both
+    ends of its veth pair) if given; removed afterwards."""
+    for tag in random.sample(range(256), 256):
+        bridge = f"tvbr{tag}"
+        if _tried("link", "add", bridge, "type", "bridge"):
+            break
+    else:
+        raise RuntimeError("no free bridge tag")
+    made: list[tuple[str, str]] = []
+    try:
+        _ip("link", "set", bridge, "up")
+        hosts = []
+        for i in range(count):
+            _, name, outer, inner = _claim()
+            made.append((name, outer))
+            ip = f"10.215.{tag}.{i + 1}"
+            _ip("link", "set", inner, "netns", name)
+            _ip("link", "set", outer, "master", bridge)
+            _ip("link", "set", outer, "up")
+            _ip("-n", name, "addr", "add", f"{ip}/24", "dev", inner)
+            _ip("-n", name, "link", "set", inner, "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+            if rate is not None:
+                _shape(rate, outer)
+                _shape(rate, "-n", name, inner)
+            hosts.append(Host(name, ip))
+        yield hosts
+    finally:
+        for name, outer in made:
+            subprocess.run(["ip", "link", "del", outer], capture_output=True)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
