@@ -146,14 +146,15 @@ class Relays:
     def _offer(self, step: int, dst: TaskName, name: str, array: Any, what: str = "",
                ticket: "_core.SendTicket | None" = None) -> None:
         """Offer ``array`` as ``name`` to ``dst``, a send of the relay's own (``what``, for
-        its ticket) or with the ``ticket`` of a relayed send."""
+        its ticket; none: not tracked by ``flush``) or with the ``ticket`` of a relayed send."""
         key = RendezvousKey(self._task, self._incarnation, dst, name)
-        if ticket is None:
+        if ticket is None and what:
             ticket = self._sends.open(f"{what} to {dst} at step {step}")
         try:
             self._rendezvous.send(step, key, Value(array, False, ticket))
         except TensorverbsError as exc:
-            ticket.fail(int(exc.code), exc.message)
+            if ticket is not None:
+                ticket.fail(int(exc.code), exc.message)
             raise
 
     def _await_ack(self, sent: _Sent, i: int, attempt: int) -> None:
@@ -304,7 +305,7 @@ class Relays:
         """Tell the relay's sender that this task has its tensor (or needs it directly)."""
         name = ack_name(state.descriptor.tag, 1 if state.direct and what == HAVE_IT else 0)
         try:
-            self._offer(step, state.origin, name, np.array([what], np.uint8), "a relay's confirmation")
+            self._offer(step, state.origin, name, np.array([what], np.uint8))  # (flush waits not for it)
         except TensorverbsError as exc:
             log.warning("confirming a relayed tensor to %s failed: %s", state.origin, exc)
 
