@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
-import time
 from typing import Any, Callable, Iterable
 
 from . import arguments as check
 from . import batches
 from .batches import RecvEntry
-from .devices import HOST
 from .errors import public
 from .recv_calls import RecvCalls
-from .rendezvous.relay_plan import Relayed
 
 
 class BatchCalls(RecvCalls):
@@ -36,27 +33,13 @@ class BatchCalls(RecvCalls):
             self._check_running()
             seconds = check.optional_seconds(timeout, "timeout")
             keys, steps, local = batches.keys(batch, self._keys)
-            started = time.monotonic()
             results = self._rendezvous.recv_many(keys, steps, seconds)  # at once, where the protocol can
             if results is not None:
                 if local:
                     self._rt.counters.add("local_recvs", local)
-                if any(type(result) is Relayed for result in results):
-                    left = None if seconds is None else max(0.0, seconds - (time.monotonic() - started))
-                    results = self._follow_all(keys, steps, results, left)
                 return batches.Outcomes(batch, results).settle(return_exceptions)
         start_one = self._starter(timeout, device, dtype, tensor_type)
         return batches.run(batch, start_one).settle(return_exceptions)
-
-    def _follow_all(self, keys: list[Any], steps: list[int], results: list[Any], timeout: float | None
-                    ) -> list[Any]:
-        """``results`` with each relay descriptor among them followed: its tensor or error."""
-        futures = {i: self._follow(result, keys[i], steps[i], timeout, HOST, None)
-                   for i, result in enumerate(results) if type(result) is Relayed}
-        for i, fut in futures.items():
-            error = fut.exception()
-            results[i] = fut.result() if error is None else error
-        return results
 
     @public
     def recv_many_async(self, entries: Iterable[RecvEntry | tuple[Any, ...]], timeout: float | None = None, *,

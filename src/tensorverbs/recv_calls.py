@@ -4,7 +4,6 @@ result is made and where it lands."""
 from __future__ import annotations
 
 import concurrent.futures
-import time
 from typing import TYPE_CHECKING, Any, cast
 
 from . import arguments as check
@@ -13,8 +12,6 @@ from .errors import InvalidArgumentError, public
 from .out import Out
 from .rendezvous.future import RecvFuture
 from .rendezvous.key import RendezvousKey, TaskKeys
-from .rendezvous.recv_call import RecvCall
-from .rendezvous.relay_plan import Relayed
 from .results import ResultFuture, Results
 
 if TYPE_CHECKING:
@@ -63,7 +60,7 @@ class RecvCalls:
         step_id, timeout = check.integer(step_id, "step_id"), check.optional_seconds(timeout, "timeout")
         fut: concurrent.futures.Future[Any]
         if (relay := self._rt.relays.following(key, step_id)) is not None:  # asked again
-            fut = self._follow(relay, key, step_id, timeout, *self._into(device, out))
+            fut = self._rendezvous.follow(relay, key, step_id, timeout, *self._into(device, out))
         else:
             fut = self._rendezvous.recv_async(key, step_id, timeout, *self._into(device, out))
         return fut if results is None else ResultFuture(fut, results, self._rt.lanes, str(key.src))
@@ -76,15 +73,10 @@ class RecvCalls:
         if self._results(out, dtype, tensor_type) is None:
             key, step_id = self._recv_key(name, source), check.integer(step_id, "step_id")
             timeout, into = check.optional_seconds(timeout, "timeout"), self._into(device, out)
-            relay: Any = self._rt.relays.following(key, step_id)
-            fut: concurrent.futures.Future[Any]
+            relay = self._rt.relays.following(key, step_id)
             if relay is None:
-                started = time.monotonic()
-                result = self._rendezvous.recv(key, step_id, timeout, *into)
-                if type(result) is not Relayed:
-                    return result
-                relay, timeout = result, None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-            fut = self._follow(relay, key, step_id, timeout, *into)
+                return self._rendezvous.recv(key, step_id, timeout, *into)
+            fut: concurrent.futures.Future[Any] = self._rendezvous.follow(relay, key, step_id, timeout, *into)
         else:
             fut = self.recv_async(name, source, step_id, timeout, device, out, dtype=dtype, tensor_type=tensor_type)
         try:
@@ -110,14 +102,6 @@ class RecvCalls:
             if not fut.cancel():
                 fut.give_back()
             raise
-
-    def _follow(self, relay: Any, key: RendezvousKey, step_id: int, timeout: float | None, device: Device,
-                out: Out | None) -> RecvFuture:
-        """The future of a recv of ``key`` that follows ``relay`` (a relay descriptor that
-        came for it, now or for an earlier recv of it)."""
-        call = RecvCall(key, step_id, device, timeout, self._rendezvous.future(key), out=out)
-        self._rt.relays.follow(call, relay)
-        return call.future
 
     def _results(self, out: Any, dtype: Any, tensor_type: str | None) -> Results | None:
         """How a recv's result is made (None: the received array as it is)."""

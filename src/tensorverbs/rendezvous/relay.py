@@ -87,12 +87,8 @@ class _Sent:
     array: Any
     receivers: list[TaskName]
     tickets: list["_core.SendTicket"]
-    left: int = field(init=False)
     #: each receiver's confirmation being received
     acks: dict[int, concurrent.futures.Future] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.left = len(self.receivers)
 
 
 class Relays:
@@ -182,14 +178,13 @@ class Relays:
         else:
             error = as_error(error, "its confirmation")
             ticket.fail(int(error.code), f"{receiver} did not confirm the relayed tensor: {error.message}")
-        with self._lock:
-            sent.left -= 1
-            if sent.left == 0:
+        if all(ticket.completion.outcome() is not None for ticket in sent.tickets):  # all settled
+            with self._lock:
                 sent.array = None
-                sent_now = self._sent.get(sent.step, [])
-                if sent in sent_now:
-                    sent_now.remove(sent)
-                if not sent_now:
+                at_step = self._sent.get(sent.step, [])
+                if sent in at_step:
+                    at_step.remove(sent)
+                if not at_step:
                     self._sent.pop(sent.step, None)
 
     # -- following -------------------------------------------------------------------------------
@@ -230,7 +225,7 @@ class Relays:
                 since = self._unanswered.get(parent)
                 if since is not None and time.monotonic() - since < REACH_SECONDS * 12:
                     ago = time.monotonic() - since
-                    self._parent_gone(call, state, UnavailableError(f"{parent} did not answer when asked {ago:.0f} s ago"))
+                    self._parent_gone(call, state, UnavailableError(f"{parent} did not answer {ago:.0f} s ago"))
                     return
                 probe = self._loop.submit(self._peers.reach(parent, REACH_SECONDS))
                 probe.add_done_callback(lambda p: self._lanes.run(str(state.origin), self._reached, call, state, p))

@@ -184,6 +184,14 @@ class RemoteRendezvous(abc.ABC):
         ``key.src``."""
         return RecvFuture(self.rt.lanes, str(key.src))
 
+    def follow(self, relay: Any, key: RendezvousKey, step_id: int, timeout: float | None,
+               device: Device = HOST, out: Out | None = None) -> RecvFuture:
+        """The future of a recv of ``key`` that follows ``relay``, a relay descriptor that
+        came for it (:class:`~.relay_plan.Relayed`, now or for an earlier recv of it)."""
+        call = RecvCall(key, step_id, device, timeout, self.future(key), out=out)
+        self.rt.relays.follow(call, relay)
+        return call.future
+
     def _begin(self, call: RecvCall) -> None:
         """Start ``call``: from the local table, or through the protocol."""
         key, step_id, timeout, fut = call.key, call.step_id, call.timeout, call.future

@@ -32,6 +32,7 @@ from ..rendezvous.key import RendezvousKey
 from ..rendezvous.future import RecvFuture, started
 from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall, describe_recv, settle
+from ..rendezvous.relay_plan import Relayed
 from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous, raise_failed_sends
 from ..rpc.peers import HELD_SECONDS
 from ..runtime import host_of
@@ -232,7 +233,16 @@ class VerbsRendezvous(RemoteRendezvous):
             raise refusal
         if src != self.task_id:
             self.delivery.observe(key.src, memoryview(payload).nbytes, started)
-        return self.delivery.result(value, key.src, device, out)
+        result = self.delivery.result(value, key.src, device, out)
+        if type(result) is not Relayed:
+            return result
+        fut = self.follow(result, key, step_id, None if timeout is None else
+                          max(0.0, timeout - (time.monotonic() - started)), device, out)
+        try:
+            return fut.result()
+        except BaseException:  # a signal's exception: its tensor is kept for the next recv of it
+            fut.cancel()
+            raise
 
     def recv_many(self, keys: Sequence[RendezvousKey], steps: Sequence[int], timeout: float | None
                   ) -> list[Any] | None:
@@ -249,16 +259,26 @@ class VerbsRendezvous(RemoteRendezvous):
         names = [key.name for key in keys]
         answers = self.core.recv_many(steps, srcs, names, _timeout(timeout), IN_HAND)  # (in hand, as recv)
         seconds = time.monotonic() - started
-        results, arrived, peers = [], [], {src: str(task) for task, src in ready.items()}
+        results: list[Any] = []
+        arrived: list[tuple[str, int]] = []
+        peers = {src: str(task) for task, src in ready.items()}
+        relayed: dict[int, concurrent.futures.Future] = {}
         for key, step, src, answer in zip(keys, steps, srcs, answers):
             code, _, dtype, shape, is_dead, payload = answer
             array = None if code or src == self.task_id else plain_array(dtype, shape, is_dead, payload)
             if array is None:
-                results.append(self._answer(key, step, src, answer, started))
+                result = self._answer(key, step, src, answer, started)
+                if type(result) is Relayed:  # fetched from the relay's parent, all at once below
+                    left = None if timeout is None else max(0.0, timeout - seconds)
+                    relayed[len(results)] = self.follow(result, key, step, left)
+                results.append(result)
                 continue
             results.append(array)  # as _answer makes it, without its calls
             arrived.append((peers[src], array.nbytes))
         self.rt.recvs.observe_all(arrived, seconds)
+        for i, fut in relayed.items():
+            error = fut.exception()
+            results[i] = fut.result() if error is None else error
         return results
 
     def _answer(self, key: RendezvousKey, step_id: int, src: int, answer: tuple, started: float) -> Any:
