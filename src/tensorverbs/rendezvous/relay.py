@@ -54,6 +54,9 @@ HAVE_IT, NEED_IT = 1, 0
 #: how long a receiver waits for its relay's parent to answer at all before it fetches the
 #: tensor from the sender (a parent that ran and ended is not told from one not started)
 REACH_SECONDS = 5.0
+#: how long a receiver keeps what it passes on, that its children did not take, once its
+#: step was cleaned up or aborted
+PASS_ON_SECONDS = 60.0
 
 
 class Transport(Protocol):
@@ -63,6 +66,8 @@ class Transport(Protocol):
 
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None, device: Device = HOST,
                    out: Out | None = None) -> concurrent.futures.Future: ...
+
+    def cleanup_step(self, step_id: int) -> None: ...
 
 
 @dataclass
@@ -74,6 +79,17 @@ class _Following:
     origin: TaskName
     direct: bool = False
     kept: Any = None
+
+
+@dataclass
+class _PassedOn:
+    """What a receiver passed on at a relay's own step (``step``), for the recv of ``at``:
+    the completions of its children's sends, and when ``at`` was cleaned up."""
+
+    step: int
+    at: int
+    completions: list["_core.SendCompletion"]
+    cleaned: float | None = None
 
 
 @dataclass
@@ -107,6 +123,8 @@ class Relays:
         #: parents that did not answer -> when (time.monotonic()): not waited for again
         #: within REACH_SECONDS * 12 unless they answer meanwhile
         self._unanswered: dict[TaskName, float] = {}
+        #: what this task passed on that its children may not have taken yet
+        self._passed: list[_PassedOn] = []
 
     # -- sending ---------------------------------------------------------------------------------
     def broadcast(self, name: str, array: np.ndarray, keys: Sequence[RendezvousKey], step: int,
@@ -249,11 +267,14 @@ class Relays:
         self._start(call, state)
 
     def _start(self, call: RecvCall, state: _Following) -> None:
-        source = state.origin if state.direct else parse_task(state.descriptor.parent)
-        name = state.descriptor.direct if state.direct else state.descriptor.data
+        descriptor = state.descriptor
+        source = state.origin if state.direct else parse_task(descriptor.parent)
+        name = descriptor.direct if state.direct else descriptor.data
+        # the sender offers at the recv's step, a receiver at the relay's own
+        step = call.step_id if source == state.origin else descriptor.step
         key = RendezvousKey(source, 0, self._task, name)
         try:
-            fut = self._rendezvous.recv_async(key, call.step_id, call.time_left(), call.device, call.out)
+            fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
         except TensorverbsError as exc:
             settle(call.future, exc)
             return
@@ -285,16 +306,24 @@ class Relays:
         settle(call.future, as_error(error, f"{call.what}: fetching the relayed tensor from "
                                             f"{origin if state.direct else descriptor.parent}"))
 
-    def _pass_on(self, step: int, descriptor: RelayDescriptor, result: Any) -> None:
-        """Offer ``result`` to ``descriptor``'s children under the relay's data name."""
+    def _pass_on(self, at: int, descriptor: RelayDescriptor, result: Any) -> None:
+        """Offer ``result``, received at step ``at``, to ``descriptor``'s children under
+        the relay's data name at its own step: kept until they take it, or PASS_ON_SECONDS
+        after ``at`` is cleaned up."""
         if not descriptor.children:
             return
         array = prepare(host_array(result, device_of(result))[0])
+        completions = []
         for child in descriptor.children:
+            ticket = self._sends.open(f"a relayed tensor to {child} at step {at}")
+            completions.append(ticket.completion)
             try:
-                self._offer(step, parse_task(child), descriptor.data, array, "a relayed tensor")
-            except TensorverbsError as exc:  # (the step was aborted meanwhile)
+                self._offer(descriptor.step, parse_task(child), descriptor.data, array, ticket=ticket)
+            except TensorverbsError as exc:
                 log.warning("passing a relayed tensor on to %s failed: %s", child, exc)
+        with self._lock:
+            self._passed.append(_PassedOn(descriptor.step, at, completions))
+        self._sweep()
 
     def _confirm(self, step: int, state: _Following, what: int) -> None:
         """Tell the relay's sender that this task has its tensor (or needs it directly)."""
@@ -318,12 +347,29 @@ class Relays:
 
     def drop_step(self, step: int, error: TensorverbsError) -> None:
         """Forget the relays of ``step`` (cleaned up or aborted: ``error``): those sent fail
-        for each receiver that did not confirm yet."""
+        for each receiver that did not confirm yet; what was passed on stays a while."""
         with self._lock:
             for at in [at for at in self._following if at[2] == step]:
                 del self._following[at]
             sent = self._sent.pop(step, [])
+            for passed in self._passed:
+                if passed.at == step and passed.cleaned is None:
+                    passed.cleaned = time.monotonic()
         for relay in sent:
             for i, ticket in enumerate(relay.tickets):
                 ticket.fail(int(error.code), error.message)
                 relay.acks[i].cancel()
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Clean up the relays' own steps of what this task passed on that its children
+        took, or did not within PASS_ON_SECONDS of the step it came at being cleaned up."""
+        now, done, kept = time.monotonic(), list[_PassedOn](), list[_PassedOn]()
+        with self._lock:
+            for passed in self._passed:
+                taken = all(completion.outcome() is not None for completion in passed.completions)
+                late = passed.cleaned is not None and now - passed.cleaned >= PASS_ON_SECONDS
+                (done if taken or late else kept).append(passed)
+            self._passed = kept
+        for passed in done:
+            self._rendezvous.cleanup_step(passed.step)

@@ -14,6 +14,7 @@ the relay's tag, its parent and each child (u8 count, then u16 length + UTF-8 ea
 """
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -51,6 +52,13 @@ class RelayDescriptor:
     def data(self) -> str:
         """The name the tensor goes by from parent to child."""
         return self.tag + ":data"
+
+    @property
+    def step(self) -> int:
+        """The step a receiver passes the tensor on at: one of the relay's own (negative,
+        from its tag), so that the receiver cleaning its step up does not drop it."""
+        digest = int.from_bytes(hashlib.blake2b(self.tag.encode(), digest_size=8).digest(), "little")
+        return -(1 << 62) - (digest & ((1 << 61) - 1))
 
     @property
     def direct(self) -> str:
