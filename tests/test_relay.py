@@ -147,9 +147,9 @@ def test_a_receiver_that_dies_mid_relay_is_routed_around_and_named(variant, step
         assert error is None or (chain[1] in str(error) and chain[2] not in str(error)), error
 
 
-def test_a_child_whose_parent_cleaned_its_step_up_first_gets_the_tensor_from_the_sender(job, step):
+def test_a_child_whose_parent_cleaned_its_step_up_first_still_gets_the_tensor(job, step):
     """A receiver that cleans its step up once it has its weights (a training loop's
-    habit) drops what it passes on: its child fetches the tensor from the sender."""
+    habit) keeps what it passes on for its children."""
     trainer, receivers = job
     handle = trainer.send("w0", pattern(64 << 10, step), to=RECEIVERS[:2], step_id=step, relay=True)
     assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [64 << 10], step) == [True]
