@@ -6,6 +6,7 @@ its tensor came gets it when asked again."""
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -64,6 +65,20 @@ def answers(server: tv.Server, sizes: list[int], step: int) -> list[bool]:
     """Whether each future :func:`ask` kept holds its pattern."""
     got = [fut.result() for fut in _asked]
     return [same(array, pattern(nbytes, step + i)) for i, (array, nbytes) in enumerate(zip(got, sizes))]
+
+
+def asked_errors(server: tv.Server) -> list[str]:
+    """The type of the error each future :func:`ask` kept ends with ("" for none)."""
+    return [type(fut.exception(WAIT)).__name__ if fut.exception(WAIT) else "" for fut in _asked]
+
+
+def wait_following(server: tv.Server) -> None:
+    """Return once a relay descriptor came for a recv of this task and is followed (a
+    condition, polled)."""
+    deadline = time.monotonic() + WAIT
+    while not server._rt.relays.followed():
+        assert time.monotonic() < deadline, "no relay followed"
+        time.sleep(0.005)
 
 
 def recv_then_exit(server: tv.Server, name: str, step: int) -> None:
@@ -158,6 +173,16 @@ def test_a_child_whose_parent_cleaned_its_step_up_first_still_gets_the_tensor(jo
     handle.wait(timeout=WAIT)
 
 
+def test_a_relayed_recv_waiting_for_its_parent_ends_when_its_step_is_aborted(job, step):
+    trainer, receivers = job
+    trainer.send("w0", pattern(4096, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    receivers[1].run(f"{__name__}:ask", ["w0"], step)  # its parent never asks
+    receivers[1].run(f"{__name__}:wait_following")
+    receivers[1].abort_step(step, "the step went wrong")
+    assert receivers[1].run(f"{__name__}:asked_errors") == ["AbortedError"]
+    trainer.cleanup_step(step)
+
+
 def test_a_relayed_recv_that_timed_out_gets_its_tensor_when_asked_again(job, step):
     """The second receiver's parent has not received yet: its recv times out; asked again
     once the parent has the tensor, it gets it."""
@@ -183,6 +208,9 @@ def test_a_relay_at_a_cleaned_up_step_fails_naming_the_receivers_that_did_not_co
     trainer, receivers = job
     handle = trainer.send("w0", pattern(4096, step), to=RECEIVERS[:3], step_id=step, relay=True)
     assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [4096], step) == [True]
+    # the trainer learns that the first has it as its transport tells (a soft provider's
+    # acknowledgement may come after the receiver's recv returned)
+    assert handle.completions[0].wait(WAIT)
     trainer.cleanup_step(step)  # the others never asked
     error = handle.exception(timeout=WAIT)
     assert isinstance(error, tv.AbortedError), error

@@ -125,6 +125,9 @@ class Relays:
         self._unanswered: dict[TaskName, float] = {}
         #: what this task passed on that its children may not have taken yet
         self._passed: list[_PassedOn] = []
+        #: step -> the recvs of it fetching a relayed tensor, and their fetches (None while
+        #: the parent is reached)
+        self._fetching: dict[int, dict[RecvCall, concurrent.futures.Future | None]] = {}
 
     # -- sending ---------------------------------------------------------------------------------
     def broadcast(self, name: str, array: np.ndarray, keys: Sequence[RendezvousKey], step: int,
@@ -232,6 +235,8 @@ class Relays:
             if not settle(call.future, None, state.kept):
                 self._keep(call.key.name, call.step_id, state, state.kept)
             return
+        with self._lock:  # (the fetch may be at the relay's own step: drop_step ends it)
+            self._fetching.setdefault(call.step_id, {})[call] = None
         self._fetch(call, state)
 
     def _fetch(self, call: RecvCall, state: _Following) -> None:
@@ -276,15 +281,37 @@ class Relays:
         try:
             fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
         except TensorverbsError as exc:
+            self._fetch_ended(call)
             settle(call.future, exc)
             return
+        with self._lock:
+            fetching = self._fetching.get(call.step_id, {})
+            ended = call not in fetching  # its step ended meanwhile
+            if not ended:
+                fetching[call] = fut
+        if ended:
+            fut.cancel()
+            return
         fut.add_done_callback(lambda f: self._fetched(call, state, f))
+
+    def _fetch_ended(self, call: RecvCall) -> None:
+        with self._lock:
+            fetching = self._fetching.get(call.step_id, {})
+            fetching.pop(call, None)
+            if not fetching:
+                self._fetching.pop(call.step_id, None)
 
     def _fetched(self, call: RecvCall, state: _Following, fut: concurrent.futures.Future) -> None:
         """The fetch of ``call``'s tensor ended: pass it on and confirm, fetch it from the
         sender if the parent is gone, or fail the recv (the relay kept for its next recv)."""
+        if fut.cancelled():  # its step ended: drop_step failed the recv
+            return
         error = fut.exception()
         origin, descriptor = state.origin, state.descriptor
+        if isinstance(error, UnavailableError) and not state.direct and descriptor.parent != str(origin):
+            self._parent_gone(call, state, error)  # (fetching still: from the sender now)
+            return
+        self._fetch_ended(call)
         if error is None:
             result = fut.result()
             try:
@@ -299,9 +326,6 @@ class Relays:
             except ReferenceError:  # a parked recv's future, dropped
                 pass
             self._keep(call.key.name, call.step_id, state, result)
-            return
-        if isinstance(error, UnavailableError) and not state.direct and descriptor.parent != str(origin):
-            self._parent_gone(call, state, error)
             return
         settle(call.future, as_error(error, f"{call.what}: fetching the relayed tensor from "
                                             f"{origin if state.direct else descriptor.parent}"))
@@ -347,11 +371,15 @@ class Relays:
 
     def drop_step(self, step: int, error: TensorverbsError) -> None:
         """Forget the relays of ``step`` (cleaned up or aborted: ``error``): those sent fail
-        for each receiver that did not confirm yet; what was passed on stays a while."""
+        for each receiver that did not confirm yet, the recvs fetching a relayed tensor
+        fail; what was passed on stays a while."""
+        if not (self._following or self._sent or self._passed or self._fetching):  # (most steps of most tasks)
+            return
         with self._lock:
             for at in [at for at in self._following if at[2] == step]:
                 del self._following[at]
             sent = self._sent.pop(step, [])
+            fetching = self._fetching.pop(step, {})
             for passed in self._passed:
                 if passed.at == step and passed.cleaned is None:
                     passed.cleaned = time.monotonic()
@@ -359,6 +387,10 @@ class Relays:
             for i, ticket in enumerate(relay.tickets):
                 ticket.fail(int(error.code), error.message)
                 relay.acks[i].cancel()
+        for call, fut in fetching.items():
+            settle(call.future, error)
+            if fut is not None:
+                fut.cancel()
         self._sweep()
 
     def _sweep(self) -> None:
