@@ -106,13 +106,14 @@ class Host:
 def _shape(rate: str, *device: str) -> None:
     """Limit ``device``'s egress (``[-n ns] dev``) to ``rate`` (tc's units: "1gbit") by a
     token bucket whose burst is a hundredth of a second at that rate."""
-    burst = max(32 << 10, _bits(rate) // 8 // 100)
+    burst = max(32 << 10, rate_bits(rate) // 8 // 100)
     subprocess.run(["tc", *device[:-1], "qdisc", "replace", "dev", device[-1], "root", "tbf", "rate", rate,
                     "burst", str(burst), "latency", "100ms"], check=True, capture_output=True, text=True)
 
 
-def _bits(rate: str) -> int:
-    """Bits per second of a tc rate ("1gbit", "500mbit", "100kbit")."""
+def rate_bits(rate: str) -> int:
+    """Bits per second of a tc rate ("1gbit", "500mbit", "100kbit"); ValueError if it is
+    not one."""
     units = {"gbit": 10 ** 9, "mbit": 10 ** 6, "kbit": 10 ** 3, "bit": 1}
     for unit, scale in units.items():
         if rate.endswith(unit):

@@ -1,13 +1,15 @@
 """``bench sync``: a trainer's parameters reach every receiver (bytes checked in the
-receivers), every way (sends, broadcast, one-sided reads), and the figures reach the JSON;
-a broadcast registers each large tensor once where sends register it once per receiver,
-and reads register nothing per round. Timings are never asserted."""
+receivers), every way (sends, broadcast, relay, one-sided reads), and the figures reach
+the JSON; a broadcast or a relay registers each large tensor once where sends register it
+once per receiver, and reads register nothing per round; with ``--hosts`` every task is a
+host of its own behind a shaped link. Timings are never asserted."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from tensorverbs import netns
 from tensorverbs.bench import sync
 from tensorverbs.bench.contenders import nixl
 
@@ -31,11 +33,31 @@ def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
     assert verbs[1]["sends"]["registrations"] == verbs[1]["broadcast"]["registrations"] == matrices
     assert verbs[3]["sends"]["registrations"] == 3 * matrices
     assert verbs[3]["broadcast"]["registrations"] == matrices
+    assert verbs[3]["relay"]["registrations"] == matrices  # sent to the first receiver only
     assert all(r["reads"]["registrations"] == 0 and r["reads_vs_sends"] > 0 for r in rows)
     assert all(r[way]["registrations"] == 0 for r in rows if r["protocol"] == "grpc" for way in sync.WAYS)
     goals = result["goals"]  # judged on a run to 4 receivers only
-    assert [g["goal"] for g in goals] == ["broadcast to 4 <= 0.8x 4 sends", "reads by 4 ahead of NIXL's READ"]
-    assert all(g["met"] is None and "no grpc+verbs run to 4" in g["measured"] for g in goals)
+    assert [g["goal"] for g in goals] == ["broadcast to 4 <= 0.8x 4 sends", "reads by 4 ahead of NIXL's READ",
+                                          "relay to 4 <= 1.3x relay to 1", "relay to 8 <= 1.5x relay to 1"]
+    assert all(g["met"] is None and "no grpc+verbs" in g["measured"] for g in goals)
+
+
+@pytest.mark.skipif(netns.unavailable_reason() is not None, reason=f"{netns.unavailable_reason()}")
+def test_every_task_a_host_of_its_own_behind_a_shaped_link(tmp_path):
+    out = tmp_path / "sync.json"
+    assert sync.main(["--hosts", "--link-rate", "500mbit", "--total", "2MiB", "--tensors", "11",
+                      "--receivers", "1", "2", "--rounds", "1", "--ways", "sends", "relay", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["receivers"], r["link_rate"]) for r in rows] == [(1, "500mbit"), (2, "500mbit")]
+    for row in rows:
+        assert "error" not in row and "broadcast" not in row
+        assert row["relay"]["gbps"] > 0 and row["relay_vs_sends"] > 0
+
+
+def test_a_link_rate_tc_does_not_take_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        sync.main(["--link-rate", "fast"])
+    assert "--link-rate" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not NIXL, reason=f"nixl: {NIXL_ABOUT}")

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import secrets
 import statistics
 import sys
 import time
@@ -239,11 +240,13 @@ def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rou
     run_ways = ways(chosen)
     seconds: dict[str, list[float]] = {way: [] for way in run_ways}
     where = [host.name for host in hosts] if hosts is not None else [None] * (1 + receivers)
+    # tasks on routable addresses get a job token (they serve anyone without one)
+    env = {"TENSORVERBS_TOKEN": secrets.token_hex(16)} if hosts is not None else None
     try:
         trainer = Peer("trainer", "tensorverbs.bench.sync:SyncTrainer", cluster, protocol, shapes, wait=False,
-                       netns=where[0])
+                       netns=where[0], env=env)
         peers = [trainer] + [Peer(f"infer{i}", "tensorverbs.bench.sync:SyncReceiver", cluster, i, protocol,
-                                  shapes, wait=False, netns=where[1 + i]) for i in range(receivers)]
+                                  shapes, wait=False, netns=where[1 + i], env=env) for i in range(receivers)]
         for peer in peers:
             peer.ready()
         if "reads" in run_ways:
@@ -366,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give --receivers >= 1, --rounds >= 1 and --tensors >= 1")
     if args.hosts and (why := netns.unavailable_reason()) is not None:
         p.error(f"--hosts: {why}")
+    try:
+        netns.rate_bits(args.link_rate)
+    except ValueError as exc:
+        p.error(f"--link-rate: {exc}")
     link_rate = args.link_rate if args.hosts else None
     try:
         shapes = layer_shapes(parse_size(args.total), args.tensors)
