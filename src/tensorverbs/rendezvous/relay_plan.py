@@ -51,7 +51,7 @@ class RelayDescriptor:
     @property
     def data(self) -> str:
         """The name the tensor goes by from parent to child."""
-        return self.tag + ":data"
+        return data_name(self.tag)
 
     @property
     def step(self) -> int:
@@ -63,7 +63,7 @@ class RelayDescriptor:
     @property
     def direct(self) -> str:
         """The name the sender offers it under to a receiver whose parent is gone."""
-        return self.tag + ":direct"
+        return direct_name(self.tag)
 
     def encode(self) -> np.ndarray:
         """The descriptor as DT_VARIANT bytes: a 1-D array of :data:`VARIANT_DTYPE`."""
@@ -101,6 +101,16 @@ class Relayed:
 def is_relay(array: np.ndarray) -> bool:
     """Whether a received array is a relay descriptor (DT_VARIANT bytes with its magic)."""
     return array.dtype == VARIANT_DTYPE and array[:4].view(np.uint8).tobytes() == MAGIC
+
+
+def data_name(tag: str) -> str:
+    """The name a relay's tensor goes by from parent to child."""
+    return tag + ":data"
+
+
+def direct_name(tag: str) -> str:
+    """The name a relay's sender offers its tensor under to a receiver whose parent is gone."""
+    return tag + ":direct"
 
 
 def ack_name(tag: str, attempt: int) -> str:
