@@ -342,7 +342,7 @@ class Server(BatchCalls, OneSidedCalls):
         message = f"step {step_id} was aborted" + (f": {reason}" if reason else "")
         self._rendezvous.abort_step(step_id, AbortedError(message))
         self._rt.shared.drop_step(step_id)
-        self._rt.relays.drop_step(step_id, AbortedError(message))
+        self._rt.relays.drop_step(step_id, message)
 
     @public
     def cleanup_step(self, step_id: int) -> None:
@@ -350,7 +350,7 @@ class Server(BatchCalls, OneSidedCalls):
         step_id = check.integer(step_id, "step_id")
         self._rendezvous.cleanup_step(step_id)
         self._rt.shared.drop_step(step_id)
-        self._rt.relays.drop_step(step_id, AbortedError(f"step {step_id} was cleaned up before its receiver took it"))
+        self._rt.relays.drop_step(step_id)
 
     @public
     def pending(self) -> tuple[int, int]:

@@ -96,8 +96,14 @@ class SharedTensorDescriptor:
         return cls(kind, dtype, tuple(shape), incarnation, export_id, name, tuple(blobs), tuple(ints))
 
 
+def variant_magic(array: np.ndarray) -> bytes | None:
+    """The magic a received array of DT_VARIANT bytes starts with (:data:`MAGIC`, a packed
+    TensorList's, a relay's), None for an array of any other dtype."""
+    return array[:4].view(np.uint8).tobytes() if array.dtype == VARIANT_DTYPE else None
+
+
 def is_descriptor(array: np.ndarray) -> bool:
     """Whether a received array is a shared tensor's descriptor (DT_VARIANT bytes that are
     not a packed TensorList nor a relay's descriptor: a malformed one fails as a shared
     tensor's descriptor)."""
-    return array.dtype == VARIANT_DTYPE and array[:4].view(np.uint8).tobytes() not in (LIST_MAGIC, RELAY_MAGIC)
+    return variant_magic(array) not in (None, LIST_MAGIC, RELAY_MAGIC)

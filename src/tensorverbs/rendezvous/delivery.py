@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..devices import HOST, Device
 from ..errors import InvalidArgumentError, TensorverbsError, as_error
-from ..ipc.descriptor import is_descriptor
+from ..ipc.descriptor import LIST_MAGIC, RELAY_MAGIC, is_descriptor, variant_magic
 from ..out import Out
 from ..tensor import dtype_enum, mark_dead
 from ..tensor_list import is_packed, unpack
@@ -41,7 +41,7 @@ class Delivery:
         """Whether delivering ``value`` to ``call`` copies it to a device, opens a shared
         tensor or follows a relay (:meth:`run_on_lane` then)."""
         device = call.out.device if call.out is not None else call.device
-        return not device.dma or is_descriptor(value.array) or is_relay(value.array)
+        return not device.dma or variant_magic(value.array) not in (None, LIST_MAGIC)
 
     def run_on_lane(self, call: RecvCall, fn: Callable[..., Any], *args: Any) -> None:
         """``fn(*args)`` on the lane of ``call``'s peer."""
@@ -80,12 +80,13 @@ class Delivery:
         (followed before the caller sees anything); a TensorverbsError if it cannot be made
         (e.g. no memory for the copy to the device), naming ``call`` if given."""
         array = value.array
-        if is_packed(array) and out is None:  # a TensorList: a list of views of what arrived
+        magic = variant_magic(array)  # (None for any tensor but a descriptor or a TensorList)
+        if magic == LIST_MAGIC and out is None and is_packed(array):  # a list of views of what arrived
             return [self.result(Value(a, value.is_dead), src, device, None, call) for a in unpack(array)]
         try:
-            if is_relay(array):  # fetched from the relay's parent next
+            if magic == RELAY_MAGIC:  # fetched from the relay's parent next
                 return Relayed(RelayDescriptor.decode(array), src)
-            if is_descriptor(array):  # a tensor passed by handle
+            if magic is not None and magic != LIST_MAGIC:  # a tensor passed by handle
                 return self.rt.shared.deliver(array, src, device, out)
             if out is not None:
                 result = out.fill(array, value.is_dead)

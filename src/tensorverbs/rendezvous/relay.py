@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..cluster import TaskName
-from ..errors import TensorverbsError
+from ..errors import AbortedError
 from .completion import SendHandle, Sends
 from .key import RendezvousKey
 from .recv_call import RecvCall
@@ -61,9 +61,11 @@ class Relays:
         :class:`~.relay_plan.Relayed`, or what :meth:`following` returned) and settle it so."""
         self._receiver.follow(call, relayed)
 
-    def drop_step(self, step: int, error: TensorverbsError) -> None:
-        """Forget the relays of ``step`` (cleaned up or aborted: ``error``): those sent fail
-        for each receiver that did not confirm yet, the recvs fetching a relayed tensor
-        fail; what was passed on stays a while."""
-        self._sender.drop_step(step, error)
-        self._receiver.drop_step(step, error)
+    def drop_step(self, step: int, aborted: str | None = None) -> None:
+        """Forget the relays of ``step``, cleaned up (or ``aborted``, saying so): those sent
+        fail for each receiver that did not confirm yet, the recvs fetching a relayed
+        tensor fail (AbortedError); what was passed on stays a while."""
+        if self._sender.holds() or self._receiver.holds():  # (most steps of most tasks: neither)
+            error = AbortedError(aborted or f"step {step} was cleaned up before its receiver took it")
+            self._sender.drop_step(step, error)
+            self._receiver.drop_step(step, error)

@@ -243,11 +243,13 @@ class RelayReceiver(RelayOffers):
             if self._following.get((state.origin, call.key.name, call.step_id)) is state:
                 del self._following[(state.origin, call.key.name, call.step_id)]
 
+    def holds(self) -> bool:
+        """Whether this task follows a relay, or holds what it passed on."""
+        return bool(self._following or self._passed or self._fetching)
+
     def drop_step(self, step: int, error: TensorverbsError) -> None:
         """Forget the relays followed at ``step`` (cleaned up or aborted: ``error``): the
         recvs fetching a relayed tensor fail; what was passed on stays a while."""
-        if not (self._following or self._passed or self._fetching):  # (most steps of most tasks)
-            return
         with self._lock:
             for at in [at for at in self._following if at[2] == step]:
                 del self._following[at]

@@ -115,11 +115,13 @@ class RelaySender(RelayOffers):
                 if not at_step:
                     self._sent.pop(sent.step, None)
 
+    def holds(self) -> bool:
+        """Whether a relay this task sent waits for a receiver."""
+        return bool(self._sent)
+
     def drop_step(self, step: int, error: TensorverbsError) -> None:
         """The relays sent at ``step`` fail (``error``: it was cleaned up or aborted) for
         each receiver that did not confirm yet."""
-        if not self._sent:
-            return
         with self._lock:
             sent = self._sent.pop(step, [])
         for relay in sent:
