@@ -78,6 +78,9 @@ class Settler {
   bool stopped_ = false;
 };
 
+// set_variant_settle()'s (owned; each recv that may call it holds a reference of its own)
+std::atomic<PyObject*> registered_variant_settle{nullptr};
+
 Settler& settler() {
   static Settler* instance = new Settler();
   return *instance;
@@ -230,23 +233,15 @@ void FutureRecv::eager(nb::object call, nb::object settle) {
   settler().post(shared_from_this(), std::move(result));
 }
 
-void FutureRecv::eager_for_variants(nb::object call, nb::object settle) {
-  RecvResult result;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (call_ || abandoned_ || variant_call_ || state_ == State::kArrived || state_ == State::kGone) return;
-    if (state_ != State::kParked) {
-      variant_call_ = held(std::move(call));
-      variant_settle_ = held(std::move(settle));
-      return;
-    }
-    if (!result_.status.ok() || result_.value.meta.dtype != kDtVariant) return;
-    call_ = held(std::move(call));
-    settle_ = held(std::move(settle));
-    state_ = State::kGone;
-    result = std::move(result_);
-  }
-  settler().post(shared_from_this(), std::move(result));
+void FutureRecv::settle_variants_of(nb::handle future) {
+  PyObject* settle = registered_variant_settle.load(std::memory_order_acquire);
+  if (settle == nullptr) return;
+  PyObject* ref = PyWeakref_NewRef(future.ptr(), nullptr);
+  if (ref == nullptr) throw nb::python_error();
+  Py_INCREF(settle);
+  std::lock_guard<std::mutex> lock(mu_);  // (not started yet: nothing races it)
+  variant_call_ = ref;
+  variant_settle_ = settle;
 }
 
 void FutureRecv::abandon() {
@@ -329,5 +324,10 @@ void FutureRecv::release_python() {
 }
 
 void stop_settler() { settler().stop(); }
+
+void set_variant_settle(nb::object settle) {
+  PyObject* previous = registered_variant_settle.exchange(settle.release().ptr(), std::memory_order_acq_rel);
+  Py_XDECREF(previous);
+}
 
 }  // namespace tensorverbs::binding

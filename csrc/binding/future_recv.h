@@ -75,10 +75,11 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
   // the settler thread (also one parked here already): something waits for the future
   // without asking for the answer. A no-op once it has a call and a settle.
   void eager(nanobind::object call, nanobind::object settle);
-  // With the GIL, for a parked recv: an answer of DataType DT_VARIANT (a descriptor the
-  // future must act on as it comes, such as a relay's) is settled as it comes, as eager()
-  // would, by `settle(call, ...)`; any other stays parked.
-  void eager_for_variants(nanobind::object call, nanobind::object settle);
+  // With the GIL, for a parked recv of `future`, before it starts: an answer of DataType
+  // DT_VARIANT (a descriptor the future must act on as it comes, such as a relay's) is
+  // settled as it comes, by set_variant_settle()'s `settle(weakref(future), ...)` in the
+  // settler thread; any other stays parked. A no-op before set_variant_settle().
+  void settle_variants_of(nanobind::handle future);
   // A parked recv's future will not take the answer (it was cancelled, or never got its
   // handle): a tensor parked here, or parked yet, goes to the next recv of its key and step
   // (by the settler thread). A no-op for a recv that settles its future itself.
@@ -125,5 +126,8 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
 
 // Ends the settler thread (at interpreter exit).
 void stop_settler();
+// How a parked recv's DT_VARIANT answer settles its future: `settle(weakref(future), code,
+// message, dtype, shape, is_dead, payload)` (with the GIL; the recvs started since hold it).
+void set_variant_settle(nanobind::object settle);
 
 }  // namespace tensorverbs::binding

@@ -212,6 +212,11 @@ NB_MODULE(_core, m) {
         tensorverbs::binding::stop_janitor();
       },
       "End the core's Python threads (at interpreter exit).");
+  m.def("set_variant_settle", &tensorverbs::binding::set_variant_settle, "settle"_a,
+        "How a parked recv's answer of DataType DT_VARIANT (a descriptor to act on at once, such "
+        "as a relay's) settles its future as it comes, in the settler thread: settle(weakref to "
+        "the future, code, message, dtype, shape, is_dead, payload); any other answer stays "
+        "parked. Set once.");
   m.def("decode_message", &decode_message, "data"_a,
         "One control message as a dict; on a malformed message, error is its reason and "
         "request_index/type are set when attributable. For tests.");

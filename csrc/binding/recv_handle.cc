@@ -81,12 +81,6 @@ void bind_recv_handles(nb::module_& m) {
            "If the answer is parked here, settle(call, code, message, dtype, shape, is_dead, "
            "payload, arrived) with it in this thread (arrived: when it came, as "
            "time.monotonic()); whether it was. Interrupted, the settler thread settles it.")
-      .def("eager_for_variants", [](RecvHandle& h, nb::object call, nb::object settle) {
-             h.answer->eager_for_variants(std::move(call), std::move(settle));
-           }, "call"_a, "settle"_a,
-           "A parked recv settles an answer of DataType DT_VARIANT (a descriptor to act on at "
-           "once, such as a relay's) as it comes, by settle(call, code, message, dtype, shape, "
-           "is_dead, payload) in the settler thread; any other stays parked.")
       .def("eager", [](RecvHandle& h, nb::object call, nb::object settle) {
              h.answer->eager(std::move(call), std::move(settle));
            }, "call"_a, "settle"_a,

@@ -259,6 +259,7 @@ class Rendezvous {
                         const nb::object& destination) {
     StepKey key{step, RendezvousKey{src, rv_->task(), name}};
     auto callback = std::make_shared<FutureRecv>(rv_, std::move(key), std::move(call), std::move(settle));
+    if (!parked.is_none()) callback->settle_variants_of(future);  // a descriptor is acted on as it comes
     std::optional<RecvDestination> into = to_destination(destination, callback);
     RecvHandle handle{rv_, nullptr, callback};
     {

@@ -96,11 +96,6 @@ class RecvHandle:
         If the answer is parked here, settle(call, code, message, dtype, shape, is_dead, payload, arrived) with it in this thread (arrived: when it came, as time.monotonic()); whether it was. Interrupted, the settler thread settles it.
         """
 
-    def eager_for_variants(self, call: object, settle: object) -> None:
-        """
-        A parked recv settles an answer of DataType DT_VARIANT (a descriptor to act on at once, such as a relay's) as it comes, by settle(call, code, message, dtype, shape, is_dead, payload) in the settler thread; any other stays parked.
-        """
-
     def eager(self, call: object, settle: object) -> None:
         """
         From now on the settler thread settles the recv's future as its answer comes, settle(call, code, message, dtype, shape, is_dead, payload) (at once if it is parked here already).
@@ -447,6 +442,11 @@ def open_context(provider: str = 'auto', listen_host: str = '127.0.0.1', same_ho
 
 def shutdown() -> None:
     """End the core's Python threads (at interpreter exit)."""
+
+def set_variant_settle(settle: object) -> None:
+    """
+    How a parked recv's answer of DataType DT_VARIANT (a descriptor to act on at once, such as a relay's) settles its future as it comes, in the settler thread: settle(weakref to the future, code, message, dtype, shape, is_dead, payload); any other answer stays parked. Set once.
+    """
 
 def decode_message(data: bytes) -> dict:
     """

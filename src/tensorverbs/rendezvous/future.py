@@ -21,6 +21,7 @@ import weakref
 from concurrent.futures import _base
 from typing import Any, Callable, Generator, Protocol
 
+from .. import _core
 from ..errors import CancelledError, DeadlineExceededError, TensorverbsError
 from ..in_hand import IN_HAND
 from .completion import wait_in_slices
@@ -51,8 +52,6 @@ class NativeRecv(Protocol):
     def settle_parked(self, call: Any, settle: Callable[..., bool]) -> bool: ...
 
     def eager(self, call: Any, settle: Callable[..., bool]) -> None: ...
-
-    def eager_for_variants(self, call: Any, settle: Callable[..., bool]) -> None: ...
 
 
 class RecvFuture(concurrent.futures.Future[Any]):
@@ -176,15 +175,13 @@ class RecvFuture(concurrent.futures.Future[Any]):
         it is cancelled already. ``parked``: (settle, call) of a recv that parks its answer
         in ``native``, which ``settle(call, self, *answer)`` settles this future with (the
         call may hold this future only weakly); a descriptor it gets (a relay's) settles it
-        as it comes."""
+        as it comes (:func:`_settle_variant`)."""
         self._native = self._on_cancel = native
         if parked is not None:
             self._parked_in = native
             self._parked_settle, self._parked_call = parked
             if self._callbacks or self._waiting:  # added as it started
                 self._settle_as_it_comes()
-            else:
-                native.eager_for_variants(weakref.ref(self), _settle_variant)
         if self._state in _CANCELLED:  # (read without the lock: cancel() reads it after setting it)
             self._parked_call = None
             native.cancel()
@@ -365,6 +362,9 @@ def _settle_variant(ref: "weakref.ref[RecvFuture]", *answer: Any) -> bool:
     as it comes (``ref``: its future, held weakly: one dropped meanwhile takes nothing)."""
     fut = ref()
     return fut is not None and _settle_with(fut, *answer)
+
+
+_core.set_variant_settle(_settle_variant)
 
 
 class _Starting(threading.local):
