@@ -1,17 +1,24 @@
 """What a client that reaches a task can make it hold, asked as an attacker would, with raw
-gRPC calls: a task name past the bound is refused before anything keeps it, and health
-watches are capped per connection."""
+gRPC calls: a task name past the bound is refused before anything keeps it, health
+watches are capped per connection, one-sided access is for the cluster's tasks, and set-ups
+that hang hold up only the task they claim to come from."""
 from __future__ import annotations
 
+import socket
+import time
+
 import grpc
+import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import tensorverbs as tv
 from tensorverbs.cluster import _parse_task
 from tensorverbs.local_cluster import cluster_spec
+from tensorverbs.one_sided.context import VerbsContext
 from tensorverbs.rpc import tensorverbs_pb2 as pb
 from tensorverbs.rpc.options import SERVICE, method
+from tensorverbs.verbs.config import RdmaConfig
 
 WORKER = "/job:worker/replica:0/task:0"
 #: a task name of 64 KiB (gRPC takes messages of up to 4 MiB)
@@ -73,3 +80,81 @@ def test_health_watches_are_capped_per_connection(worker):
     again.cancel()
     for watch in watches:
         watch.cancel()
+
+
+def test_one_sided_access_is_served_to_the_clusters_tasks_only(worker):
+    """The queue pairs a task serves one-sided access through are one per task of its
+    cluster: a caller that names another task is refused before any is made."""
+    server, channel = worker
+    server.register(np.zeros(1024, np.uint8))
+    own = VerbsContext(RdmaConfig(), "127.0.0.1", "127.0.0.1").open()
+    call = channel.unary_unary(method("GetRemoteAccess"),
+                               request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
+                               response_deserializer=pb.GetRemoteAccessResponse.FromString)
+    for i in range(8):
+        qp, _ = own.queue_pair(4)
+        request = pb.GetRemoteAccessRequest(host_name=f"/job:intruder/replica:0/task:{i}", incarnation=1,
+                                            provider=own.provider, endpoint=qp.endpoint)
+        with pytest.raises(grpc.RpcError) as refused:
+            call(request, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value.details()
+        assert f"/job:intruder/replica:0/task:{i} is not a task of" in refused.value.details()
+
+
+def _black_hole(endpoint: bytes, port: int) -> bytes:
+    """``endpoint`` (a soft queue pair's) made to be dialed by whoever connects to it (the
+    largest token), at 127.0.0.1:``port`` over TCP only."""
+    head = bytearray(endpoint[:40])
+    head[16:32] = b"\xff" * 16
+    head[32:34] = port.to_bytes(2, "little")
+    head[35] = 0  # no Unix socket
+    return bytes(head) + endpoint[40:40 + head[34]]
+
+
+def _dialing(port: int) -> int:
+    """How many connections to 127.0.0.1:``port`` wait for their SYN's answer."""
+    with open("/proc/net/tcp") as table:
+        return sum(fields[2] == f"0100007F:{port:04X}" and fields[3] == "02"
+                   for fields in (line.split() for line in table.readlines()[1:]))
+
+
+@pytest.fixture
+def black_hole():
+    """A TCP port whose connection attempts hang (its one place in the accept queue is taken)."""
+    with socket.socket() as listening, socket.socket() as filler:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(0)
+        filler.connect(listening.getsockname())
+        yield listening.getsockname()[1]
+
+
+def test_set_ups_that_hang_hold_up_only_the_task_they_claim_to_come_from(black_hole):
+    """One-sided set-ups whose queue pair must be dialed at an address that never answers
+    (each holds the dial for seconds) hold up only the set-ups of the task they claim to
+    come from: another task's read is served while they all still wait."""
+    spec = cluster_spec({"worker": 3})
+    with tv.Server(spec, "worker", 0, "grpc") as owner, tv.Server(spec, "worker", 1, "grpc") as reader, \
+            grpc.insecure_channel(spec["worker"][0]) as channel:
+        buffer = owner.register(np.arange(4096, dtype=np.uint8))
+        own = VerbsContext(RdmaConfig(), "127.0.0.1", "127.0.0.1").open()
+        call = channel.unary_unary(method("GetRemoteAccess"),
+                                   request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
+                                   response_deserializer=pb.GetRemoteAccessResponse.FromString)
+        hanging = []
+        for _ in range(40):  # more than any default thread pool has threads
+            qp, _ = own.queue_pair(4)
+            request = pb.GetRemoteAccessRequest(host_name="/job:worker/replica:0/task:2", incarnation=1,
+                                                provider=own.provider,
+                                                endpoint=_black_hole(qp.endpoint, black_hole))
+            hanging.append(call.future(request, timeout=120))
+        try:
+            deadline = time.monotonic() + 60
+            while not _dialing(black_hole) and time.monotonic() < deadline:
+                time.sleep(0.01)  # (nothing tells when the owner dials)
+            assert _dialing(black_hole), "the owner never dialed the address given"
+            assert np.array_equal(reader.read(buffer, timeout=120), np.arange(4096, dtype=np.uint8))
+            waiting = sum(not future.done() for future in hanging)
+            assert waiting == len(hanging), f"{len(hanging) - waiting} hanging set-ups ended before the read"
+        finally:
+            for future in hanging:
+                future.cancel()

@@ -22,7 +22,28 @@
 namespace tensorverbs::verbs::soft {
 namespace {
 
+// Connections whose greeting is still to come: at most this many in all and from one
+// source (an IPv4 address, an IPv6 /64, this user over the Unix socket). A new connection
+// beyond either bound closes the oldest of them (of its source first): whoever floods the
+// port only ever holds back its own greetings, or those slower than its whole flood.
 constexpr std::size_t kMaxPendingGreetings = 256;
+constexpr std::size_t kGreetingsPerSource = 16;
+// How long a connection may take to greet once accepted: a dialer greets as it connects.
+constexpr std::chrono::seconds kGreetingTimeout{3};
+
+// Where a connection comes from, as far as bounding greetings goes.
+std::string source_of(const sockaddr_storage& from, bool is_unix) {
+  if (is_unix) return "unix";
+  if (from.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(from);
+    return std::string("4") + std::string(reinterpret_cast<const char*>(&in.sin_addr), 4);
+  }
+  if (from.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(from);
+    return std::string("6") + std::string(reinterpret_cast<const char*>(&in6.sin6_addr), 8);
+  }
+  return "?";
+}
 
 Result<UniqueFd> listen_tcp(const std::string& host, std::uint16_t* port) {
   addrinfo hints{};
@@ -215,13 +236,36 @@ bool Listener::serve(std::vector<pollfd>& fds) {
 
 void Listener::accept_from(int server, bool is_unix) {
   for (;;) {
-    UniqueFd sock(::accept4(server, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof(from);
+    UniqueFd sock(::accept4(server, reinterpret_cast<sockaddr*>(&from), &from_len,
+                            SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!sock.valid()) return;  // EAGAIN, or a connection that went away
-    if (pending_.size() >= kMaxPendingGreetings) continue;  // closed: a flood of dials
+    // another user's dials are answered and closed at once, holding nothing (a dialer of
+    // ours finds so itself and does not greet): the abstract socket has no permissions
+    if (is_unix && !same_user(sock.get())) {
+      Hello refusal;
+      refusal.kind = HelloKind::kReply;
+      refusal.status = HelloStatus::kNotSameHost;
+      (void)send_hello(sock.get(), refusal, nullptr, 0);
+      continue;
+    }
     Pending p;
     p.sock = std::move(sock);
     p.is_unix = is_unix;
-    p.deadline = Clock::now() + kHandshakeTimeout;
+    p.source = source_of(from, is_unix);
+    p.deadline = Clock::now() + kGreetingTimeout;
+    std::size_t same = 0;
+    auto oldest_same = pending_.end();
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (it->source != p.source) continue;
+      if (same++ == 0) oldest_same = it;
+    }
+    if (same >= kGreetingsPerSource) {
+      pending_.erase(oldest_same);
+    } else if (pending_.size() >= kMaxPendingGreetings) {
+      pending_.erase(pending_.begin());
+    }
     pending_.push_back(std::move(p));
   }
 }

@@ -1,7 +1,10 @@
 // Listener: the sockets a context is dialed on (TCP on the listen host; an abstract Unix
 // socket unless same_host is "no") and the one thread that accepts and reads greetings.
-// Greetings are read without blocking, several at once, each within kHandshakeTimeout;
-// a complete one goes to on_dial. The thread also calls on_tick at the times given to
+// Greetings are read without blocking, several at once, each within a few seconds of its
+// connection, and a bounded number at a time from any one source (listener.cc); another
+// user's connections to the Unix socket are closed as they come. A complete greeting goes
+// to on_dial (which refuses one that does not name a queue pair by its token: the tokens
+// are random, and learned only from the control plane). The thread also calls on_tick at the times given to
 // schedule() (the context's deadlines). It is never on the data path. What a callback
 // throws drops that call (a greeting's connection closes); the thread carries on.
 #pragma once
@@ -56,6 +59,7 @@ class Listener {
   struct Pending {
     UniqueFd sock;
     bool is_unix = false;
+    std::string source;  // where it comes from (listener.cc's source_of)
     std::uint8_t bytes[kHelloBytes] = {};
     std::size_t got = 0;
     std::vector<UniqueFd> fds;

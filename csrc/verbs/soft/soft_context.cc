@@ -182,7 +182,7 @@ void SoftContext::on_dial(const Hello& hello, UniqueFd sock, bool is_unix,
       if (found != qps_.end()) qp = found->second.lock();
     }
   }
-  if (is_unix && (same_host_ == SameHost::kNo || !same_user(sock.get()))) {
+  if (is_unix && same_host_ == SameHost::kNo) {  // (another user's: refused at accept)
     Hello reply = hello;
     reply.kind = HelloKind::kReply;
     reply.status = HelloStatus::kNotSameHost;

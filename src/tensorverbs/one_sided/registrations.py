@@ -7,7 +7,8 @@ window's rkey is what its RemoteBuffer carries. Unregistering revokes the window
 an access that starts later fails at the transport; one under way finishes first (the
 registration is held until the window is quiesced), so freed memory is never touched.
 A peer that wants access asks over the control plane (GetRemoteAccess, which only the
-job's tasks reach); this task connects a queue pair of its own to the peer's, replacing the
+job's tasks reach, each as itself); this task connects a queue pair of its own to the
+peer's (one task's set-ups one at a time, none waiting for another's), replacing the
 peer's earlier one (whose own failure, after a bad access, is the peer's to repair). None of
 this runs this task's Python per access. The soft provider progresses a context only while
 a thread waits on one of its completion queues: a thread of this task's (``tv-one-sided``)
@@ -16,7 +17,6 @@ served; a device progresses by itself.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _core
-from ..errors import FailedPreconditionError, NotFoundError
+from ..cluster import parse_task
+from ..errors import FailedPreconditionError, NotFoundError, PermissionDeniedError
 from ..rpc import tensorverbs_pb2 as pb
+from ..rpc.peer_threads import PeerThreads
 from .buffer import RemoteBuffer, host_buffer
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class Registrations:
         self._lock = threading.Lock()
         self._buffers: dict[tuple[int, int], _Registered] = {}  # (addr, rkey)
         self._served: dict[str, _core.QueuePair] = {}  # peer -> the queue pair it reaches
+        self._setups = PeerThreads("tv-access-setup")
         self._stuck: list[_Registered] = []  # revoked with an access still under way
         self._driver: threading.Thread | None = None
         #: the completion queue of the queue pairs peers reach buffers through, which the
@@ -125,9 +128,12 @@ class Registrations:
             time.sleep(0.001)  # an access under way takes micro- to milliseconds
 
     async def accept(self, request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
-        """GetRemoteAccess (on the event loop): connect a queue pair to the caller's."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self._connect, request)
+        """GetRemoteAccess (on the event loop): connect a queue pair to the caller's, a
+        task of the cluster (so that the queue pairs served are one per task at most)."""
+        if parse_task(request.host_name) not in self._rt.cluster:
+            raise PermissionDeniedError(f"{request.host_name} is not a task of {self._rt.task}'s cluster: "
+                                        "one-sided access is served to its tasks only")
+        return await self._setups.run(request.host_name, self._connect, request)
 
     def _connect(self, request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
         verbs = self._verbs.open()
@@ -159,6 +165,7 @@ class Registrations:
             self._served.clear()
             self._closed = True
             driver = self._driver
+        self._setups.close()
         if driver is not None:
             self._cq.wake()
             driver.join()

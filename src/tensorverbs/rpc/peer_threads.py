@@ -1,0 +1,54 @@
+"""Threads for the blocking native calls a peer's request makes (a set-up's connect may
+dial the peer for seconds), run from the event loop.
+
+Each peer's calls take turns, one at a time, and no peer waits for another's: a call runs
+on an idle thread, or on a new one while fewer than MAX_THREADS run. So a peer whose
+set-ups hang (it gave an address that never answers) holds one thread, and holds up only
+its own set-ups; the threads in use are bounded by the peers with a call under way (the
+tasks of the cluster, which the callers check names against)."""
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+#: the most threads that run peers' calls at once (peers beyond wait for one)
+MAX_THREADS = 256
+
+
+class PeerThreads:
+    """Runs blocking calls for peers, one peer's at a time; threads named ``{name}_N``."""
+
+    def __init__(self, name: str) -> None:
+        self._threads = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix=name)
+        #: each peer's turn (on the loop); as many as peers that called, which the callers
+        #: bound (by the cluster's tasks)
+        self._turns: dict[str, asyncio.Lock] = {}
+
+    async def run(self, peer: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a thread, once ``peer``'s calls before it ended (on the loop).
+        A caller that gives up waiting leaves ``peer``'s turn taken until the call ends."""
+        loop = asyncio.get_running_loop()
+        turn = self._turns.setdefault(peer, asyncio.Lock())
+        await turn.acquire()
+        try:
+            call = self._threads.submit(fn, *args)
+        except BaseException:
+            turn.release()
+            raise
+
+        def ended(_: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(turn.release)
+            except RuntimeError:  # the loop closed
+                pass
+
+        call.add_done_callback(ended)
+        return await asyncio.wrap_future(call)
+
+    def close(self) -> None:
+        """Let the calls under way finish (without waiting for them); those not started
+        are cancelled, later ones fail."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
