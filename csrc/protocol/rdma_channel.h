@@ -141,10 +141,14 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::size_t queued_requests() const;
   // Where the channel stands, for diagnostics: requests, responses, backlog, messages.
   std::string describe() const;
-  // Registers `response`, the answer to the peer's request `index`; false once failed
-  // (nobody is left to answer) or if the index is in use (then the channel fails: the peer
-  // broke the rules).
-  bool add_response(std::uint32_t index, std::shared_ptr<RdmaTensorResponse> response);
+  // The most requests of the peer a channel answers at once: no task has more in flight
+  // (its queue depth is at most this), so one past it is a peer that broke the rules.
+  static constexpr std::uint32_t kMaxPeerRequests = 65536;
+  // Registers `response`, the answer to the peer's `request`; false once failed (nobody is
+  // left to answer), if the peer has kMaxPeerRequests answered here already (the request is
+  // answered RESOURCE_EXHAUSTED, the channel goes on), or if its index is in use (then the
+  // channel fails: the peer broke the rules).
+  bool add_response(const RdmaMessage& request, std::shared_ptr<RdmaTensorResponse> response);
   void remove_response(std::uint32_t index);
 
   // -- the adapter's thread ------------------------------------------------------------------

@@ -47,13 +47,29 @@ void RdmaChannel::admit_queued(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-bool RdmaChannel::add_response(std::uint32_t index, std::shared_ptr<RdmaTensorResponse> response) {
+bool RdmaChannel::add_response(const RdmaMessage& request,
+                               std::shared_ptr<RdmaTensorResponse> response) {
+  const auto index = static_cast<std::uint32_t>(request.request_index);
+  bool reused = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (error_) return false;
-    if (responses_.insert(index, std::move(response))) return true;
+    reused = responses_.contains(index);
+    if (!reused && responses_.size() < kMaxPeerRequests) {
+      responses_.insert(index, std::move(response));
+      return true;
+    }
   }
-  fail(Status(Code::kInternal, name() + ": the peer reused request index " + std::to_string(index)));
+  if (reused) {
+    fail(Status(Code::kInternal, name() + ": the peer reused request index " + std::to_string(index)));
+    return false;
+  }
+  send(RdmaMessage{MessageType::kErrorStatus, index, request.name, request.step_id, 0, 0,
+                   std::nullopt, static_cast<std::int32_t>(Code::kResourceExhausted),
+                   owner_.task_name(peer_) + " has " + std::to_string(kMaxPeerRequests) +
+                       " requests in flight on its channel here already, the most a task may "
+                       "have (RDMA_QUEUE_DEPTH is at most that): request " +
+                       std::to_string(index) + " is refused"});
   return false;
 }
 

@@ -385,7 +385,7 @@ void RdmaRendezvous::on_tensor_request(const std::shared_ptr<RdmaChannel>& chann
                                        const RdmaMessage& message) {
   // (made before it is known to be wanted: a std::function to make it would allocate too)
   auto response = std::make_shared<RdmaTensorResponse>(*this, channel, message);
-  if (channel->add_response(static_cast<std::uint32_t>(message.request_index), response)) {
+  if (channel->add_response(message, response)) {
     response->start();
   }
 }

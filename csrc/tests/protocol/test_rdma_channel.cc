@@ -1,6 +1,8 @@
 // RdmaChannel on its own (over the soft provider): connect() may run while other threads
 // already use the channel, as when both tasks set it up at once; what connect() settles
-// (the size of one operation) is read safely meanwhile (ThreadSanitizer checks it).
+// (the size of one operation) is read safely meanwhile (ThreadSanitizer checks it). The
+// peer's requests it answers are bounded: one past the most a task may have in flight is
+// refused, and the channel goes on.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -74,6 +76,23 @@ TEST_F(RdmaChannelTest, TheOperationSizeConnectSettlesIsReadSafelyMeanwhile) {
   ASSERT_TRUE(status.ok()) << status.message();
   // operations of the smaller of both sizes: the last of 3 MiB + 5 bytes is 5 bytes
   EXPECT_EQ(mine->last_operation_bytes((std::uint64_t{3} << 20) + 5), 5u);
+}
+
+TEST_F(RdmaChannelTest, APeersRequestsPastTheMostATaskMayHaveInFlightAreRefused) {
+  auto channel = make_channel(std::uint64_t{1} << 30);
+  ASSERT_TRUE(channel);
+  const auto request = [](std::uint32_t index) {
+    return RdmaMessage{MessageType::kTensorRequest, index, "t" + std::to_string(index), 1, 0, 0,
+                       std::nullopt, 0, ""};
+  };
+  for (std::uint32_t i = 0; i < RdmaChannel::kMaxPeerRequests; ++i) {
+    ASSERT_TRUE(channel->add_response(request(i), nullptr)) << i;
+  }
+  EXPECT_FALSE(channel->add_response(request(RdmaChannel::kMaxPeerRequests), nullptr));
+  EXPECT_FALSE(channel->error()) << channel->error()->message();
+  channel->remove_response(7);  // one ends: room for the next
+  EXPECT_TRUE(channel->add_response(request(RdmaChannel::kMaxPeerRequests + 1), nullptr));
+  for (std::uint32_t i = 0; i <= RdmaChannel::kMaxPeerRequests + 1; ++i) channel->remove_response(i);
 }
 
 }  // namespace
