@@ -85,10 +85,10 @@ class Rendezvous {
  public:
   Rendezvous(std::int32_t task, std::vector<std::string> task_names, const nb::dict& config,
              std::string listen_host, bool read_mode, bool validate, std::uint32_t slots,
-             std::size_t pool_block, std::size_t pool_limit, bool recover) {
+             std::size_t pool_block, std::size_t pool_limit, bool recover, double hold_seconds) {
     RendezvousSettings settings{task,       std::move(task_names), to_config(config),
                                 std::move(listen_host), read_mode, validate, slots, pool_block,
-                                pool_limit, recover};
+                                pool_limit, recover, hold_seconds};
     Result<std::unique_ptr<RdmaRendezvous>> opened = Status(Code::kUnknown, "");
     {
       GilReleased release;
@@ -363,9 +363,9 @@ void bind_rendezvous(nb::module_& m) {
   nb::class_<Rendezvous>(m, "Rendezvous",
                          "The grpc+verbs protocol of one task: channels, tensors, recvs.")
       .def(nb::init<std::int32_t, std::vector<std::string>, const nb::dict&, std::string, bool,
-                    bool, std::uint32_t, std::size_t, std::size_t, bool>(),
+                    bool, std::uint32_t, std::size_t, std::size_t, bool, double>(),
            "task"_a, "task_names"_a, "config"_a, "listen_host"_a, "read_mode"_a, "validate"_a,
-           "slots"_a, "pool_block"_a, "pool_limit"_a, "recover"_a = false)
+           "slots"_a, "pool_block"_a, "pool_limit"_a, "recover"_a = false, "hold_seconds"_a = 300.0)
       .def("channel", &Rendezvous::channel, "peer"_a, "incarnation"_a, "offered"_a,
            "This side's channel to `peer` (created or replaced as needed), described.")
       .def("connect", &Rendezvous::connect, "peer"_a, "incarnation"_a, "remote"_a,

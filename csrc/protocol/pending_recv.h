@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "protocol/expiring.h"
 #include "protocol/rendezvous_key.h"
 #include "protocol/tensor_value.h"
 
@@ -24,9 +25,11 @@ class RecvCallback {
   virtual void complete(RecvResult result) = 0;
 };
 
-class PendingRecv {
+class PendingRecv : public Expiring {
  public:
-  virtual ~PendingRecv() = default;
+  ~PendingRecv() override = default;
+  // Its timeout passed: gives up with DeadlineExceeded, saying where it stood.
+  void expire(double timeout) final;
   virtual const StepKey& key() const = 0;
   std::int64_t step() const { return key().step; }
   // The caller stops waiting and gets `why`; what can be stopped is (a request to a peer is

@@ -27,13 +27,6 @@ auto failing(const std::shared_ptr<RdmaChannel>& channel) {
   };
 }
 
-std::string seconds(double value) {
-  std::string text = std::to_string(value);
-  text.erase(text.find_last_not_of('0') + 1);
-  if (!text.empty() && text.back() == '.') text.pop_back();
-  return text;
-}
-
 }  // namespace
 
 RdmaAdapter::RdmaAdapter(std::shared_ptr<verbs::CompletionQueue> cq,
@@ -60,19 +53,19 @@ std::vector<std::shared_ptr<RdmaChannel>> RdmaAdapter::channels() {
 }
 
 void RdmaAdapter::add_deadline(Clock::time_point when, double timeout,
-                               std::weak_ptr<PendingRecv> recv) {
+                               std::weak_ptr<Expiring> what) {
   bool earliest;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (deadlines_.size() >= sweep_at_) {  // recvs that finished leave nothing behind
       deadlines_.erase(std::remove_if(deadlines_.begin(), deadlines_.end(),
-                                      [](const Deadline& d) { return d.recv.expired(); }),
+                                      [](const Deadline& d) { return d.what.expired(); }),
                        deadlines_.end());
       std::make_heap(deadlines_.begin(), deadlines_.end(), std::greater<Deadline>());
       sweep_at_ = std::max<std::size_t>(1024, 2 * deadlines_.size());
     }
     earliest = deadlines_.empty() || when < deadlines_.front().when;
-    deadlines_.push_back(Deadline{when, timeout, std::move(recv)});
+    deadlines_.push_back(Deadline{when, timeout, std::move(what)});
     std::push_heap(deadlines_.begin(), deadlines_.end(), std::greater<Deadline>());
   }
   if (earliest) cq_->wake();
@@ -122,7 +115,7 @@ int RdmaAdapter::wait_ms() {
   int ms = housekeeping_wanted_ ? kHousekeepingMs : -1;
   std::lock_guard<std::mutex> lock(mu_);
   // deadlines of recvs that are gone are dropped here, so they cannot pile up
-  while (!deadlines_.empty() && deadlines_.front().recv.expired()) {
+  while (!deadlines_.empty() && deadlines_.front().what.expired()) {
     std::pop_heap(deadlines_.begin(), deadlines_.end(), std::greater<Deadline>());
     deadlines_.pop_back();
   }
@@ -145,16 +138,9 @@ void RdmaAdapter::expire() {
     }
   }
   for (Deadline& deadline : due) {
-    if (auto recv = deadline.recv.lock()) {
-      // what the recv's caller throws as it is answered is the caller's: nothing else fails
-      run_guarded(
-          [&] {
-            const std::string progress = recv->progress();
-            recv->give_up(Status(Code::kDeadlineExceeded,
-                                 recv->what() + " timed out after " + seconds(deadline.timeout) +
-                                     " s" + (progress.empty() ? "" : " (" + progress + ")")));
-          },
-          [](const char*) {});
+    if (auto what = deadline.what.lock()) {
+      // what a recv's caller throws as it is answered is the caller's: nothing else fails
+      run_guarded([&] { what->expire(deadline.timeout); }, [](const char*) {});
     }
   }
 }

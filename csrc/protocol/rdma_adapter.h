@@ -1,7 +1,7 @@
 // RdmaAdapter: the completion queue every channel of a task shares, and the thread that
 // drains it (TensorFlow's RdmaAdapter). The thread waits on the queue (a bounded spin,
 // then sleep: no busy polling at idle), hands each completion to its channel, sends the
-// ACKs a batch calls for, fires recvs' deadlines, and retries what waits for a peer's
+// ACKs a batch calls for, fires deadlines (recvs' timeouts, responses' holds), and retries what waits for a peer's
 // access to end (quarantine). Stopping, it lingers until what the channels posted has left
 // (the ACKs of the messages taken last, so that their senders learn the tensors arrived).
 // Whatever a handler throws fails the channel whose completion it handled (its recvs fail
@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "protocol/pending_recv.h"
+#include "protocol/expiring.h"
 #include "protocol/rdma_channel.h"
 #include "verbs/completion_queue.h"
 
@@ -42,9 +42,8 @@ class RdmaAdapter {
   void attach(const std::shared_ptr<RdmaChannel>& channel);
   // The channels attached that are alive (replaced ones among them).
   std::vector<std::shared_ptr<RdmaChannel>> channels();
-  // `recv` gives up with DeadlineExceeded at `when` (after `timeout` seconds) unless it is
-  // gone by then.
-  void add_deadline(Clock::time_point when, double timeout, std::weak_ptr<PendingRecv> recv);
+  // `what` expires at `when` (`timeout` seconds after now) unless it is gone by then.
+  void add_deadline(Clock::time_point when, double timeout, std::weak_ptr<Expiring> what);
   void wants_housekeeping();
   void start();
   // Waits (at most `bound`) until every channel has acknowledged the messages it took and
@@ -58,7 +57,7 @@ class RdmaAdapter {
   struct Deadline {
     Clock::time_point when;
     double timeout;
-    std::weak_ptr<PendingRecv> recv;
+    std::weak_ptr<Expiring> what;
     bool operator>(const Deadline& other) const { return when > other.when; }
   };
 

@@ -332,6 +332,12 @@ void RdmaRendezvous::start_request(const std::shared_ptr<RdmaTensorRequest>& req
   request->start();
 }
 
+void RdmaRendezvous::add_hold(const std::shared_ptr<RdmaTensorResponse>& response) {
+  const auto after = std::chrono::duration_cast<RdmaAdapter::Clock::duration>(
+      std::chrono::duration<double>(settings_.hold_seconds));
+  adapter_->add_deadline(RdmaAdapter::Clock::now() + after, settings_.hold_seconds, response);
+}
+
 void RdmaRendezvous::add_deadline(double timeout, const std::shared_ptr<PendingRecv>& recv) {
   if (timeout < 0) return;
   const auto after = std::chrono::duration_cast<RdmaAdapter::Clock::duration>(std::chrono::duration<double>(timeout));

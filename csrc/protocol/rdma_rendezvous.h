@@ -52,6 +52,10 @@ struct RendezvousSettings {
   // A channel that broke under the transport holds its recvs until the control plane sets
   // it up again (it learns of it from next_lost()), instead of failing them.
   bool recover = false;
+  // How long a tensor whose meta-data went out waits for its receiver to ask again (write
+  // mode) or release it (read mode) before it goes back to the table
+  // (TENSORVERBS_HOLD_SECONDS).
+  double hold_seconds = 300;
 };
 
 class RdmaRendezvous final : public ChannelOwner {
@@ -132,6 +136,9 @@ class RdmaRendezvous final : public ChannelOwner {
   // again at once if it is; false when the rendezvous does not recover channels, stopped,
   // or the peer's channel failed for good (`why_not`, when given, says which).
   bool hold(const std::shared_ptr<RdmaTensorRequest>& request, std::string* why_not = nullptr);
+  // `response` expires after the hold time unless it ended before.
+  void add_hold(const std::shared_ptr<RdmaTensorResponse>& response);
+  double hold_seconds() const { return settings_.hold_seconds; }
   // Tracks and starts `request` (a late tensor of its key answers it instead).
   void start_request(const std::shared_ptr<RdmaTensorRequest>& request);
 

@@ -3,6 +3,7 @@
 #include "protocol/checksum.h"
 #include "protocol/rdma_channel.h"
 #include "protocol/rdma_rendezvous.h"
+#include "protocol/seconds.h"
 #include "protocol/work_id.h"
 
 namespace tensorverbs {
@@ -85,6 +86,7 @@ void RdmaTensorResponse::answer(std::unique_lock<std::mutex>& lock) {
                         source_->window() ? source_->window()->addr() : 0,
                         source_->window() ? source_->window()->rkey() : 0u, value.meta, 0, ""};
     lock.unlock();
+    rendezvous_.add_hold(shared_from_this());
     channel_->send(std::move(message));
     return;
   }
@@ -94,6 +96,7 @@ void RdmaTensorResponse::answer(std::unique_lock<std::mutex>& lock) {
     RdmaMessage message{MessageType::kMetaDataResponse, index_, key_.name, step_,
                         validate ? crc32(value.data, value.size()) : 0, 0, value.meta, 0, ""};
     lock.unlock();
+    rendezvous_.add_hold(shared_from_this());
     channel_->send(std::move(message));
     return;
   }
@@ -150,6 +153,16 @@ void RdmaTensorResponse::cancel() {
     return;  // the tensor is on its way
   }
   error(lock, Code::kCancelled, "request cancelled by its receiver");
+}
+
+void RdmaTensorResponse::expire(double timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (state_ != State::kWaitingReRequest) return;
+  error(lock, Code::kDeadlineExceeded,
+        rendezvous_.task_name(rendezvous_.task()) + " held '" + key_.name + "' for " +
+            channel_->peer_name() + " " + seconds(timeout) + " s, waiting for it to " +
+            (rendezvous_.read_mode() ? "release it" : "ask for it again") +
+            ", and took it back (TENSORVERBS_HOLD_SECONDS)");
 }
 
 void RdmaTensorResponse::abandon() {

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "core/status.h"
+#include "protocol/expiring.h"
 #include "protocol/local_table.h"
 #include "protocol/rdma_message.h"
 #include "protocol/rendezvous_key.h"
@@ -29,7 +30,8 @@ namespace tensorverbs {
 class RdmaChannel;
 class RdmaRendezvous;
 
-class RdmaTensorResponse : public std::enable_shared_from_this<RdmaTensorResponse> {
+class RdmaTensorResponse : public Expiring,
+                           public std::enable_shared_from_this<RdmaTensorResponse> {
  public:
   RdmaTensorResponse(RdmaRendezvous& rendezvous, std::shared_ptr<RdmaChannel> channel,
                      const RdmaMessage& request);
@@ -40,6 +42,9 @@ class RdmaTensorResponse : public std::enable_shared_from_this<RdmaTensorRespons
   void on_written();    // the content write completed
   void on_delivered();  // the peer took the inline message
   void abandon();       // the channel failed (idempotent)
+  // The hold passed: a tensor still waiting for its receiver's re-request or release goes
+  // back to the table, and the request is answered DEADLINE_EXCEEDED.
+  void expire(double timeout) override;
 
  private:
   enum class State { kWaitingTensor, kWaitingReRequest, kWriting, kInline, kDone };

@@ -11,6 +11,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/local_table.cc"
   "${CMAKE_CURRENT_LIST_DIR}/message_entries.cc"
   "${CMAKE_CURRENT_LIST_DIR}/meta_data_cache.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/pending_recv.cc"
   "${CMAKE_CURRENT_LIST_DIR}/protocol_counters.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_adapter.cc"
   "${CMAKE_CURRENT_LIST_DIR}/rdma_channel.cc"

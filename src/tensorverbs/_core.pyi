@@ -120,7 +120,7 @@ class RecvGroup:
 class Rendezvous:
     """The grpc+verbs protocol of one task: channels, tensors, recvs."""
 
-    def __init__(self, task: int, task_names: Sequence[str], config: dict, listen_host: str, read_mode: bool, validate: bool, slots: int, pool_block: int, pool_limit: int, recover: bool = False) -> None: ...
+    def __init__(self, task: int, task_names: Sequence[str], config: dict, listen_host: str, read_mode: bool, validate: bool, slots: int, pool_block: int, pool_limit: int, recover: bool = False, hold_seconds: float = 300.0) -> None: ...
 
     def channel(self, peer: int, incarnation: int, offered: bytes) -> bytes:
         """

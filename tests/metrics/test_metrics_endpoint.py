@@ -26,6 +26,7 @@ GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_
           "registered_buffers": "tensorverbs_registered_buffers",
           "remote_accesses_in_flight": "tensorverbs_remote_accesses_in_flight",
           "setups_awaiting_join": "tensorverbs_setups_awaiting_join",
+          "recv_calls_waiting": "tensorverbs_recv_calls_waiting",
           "channel_setups": "tensorverbs_channel_setups"}
 
 

@@ -16,7 +16,7 @@ import tensorverbs as tv
 from tensorverbs.cluster import _parse_task
 from tensorverbs.local_cluster import cluster_spec
 from tensorverbs.one_sided.context import VerbsContext
-from tensorverbs.rpc import tensorverbs_pb2 as pb
+from tensorverbs.rpc import service, tensorverbs_pb2 as pb
 from tensorverbs.rpc.options import SERVICE, method
 from tensorverbs.verbs.config import RdmaConfig
 
@@ -158,3 +158,27 @@ def test_set_ups_that_hang_hold_up_only_the_task_they_claim_to_come_from(black_h
         finally:
             for future in hanging:
                 future.cancel()
+
+
+def test_recv_tensor_calls_waiting_for_one_receiver_are_bounded(worker, monkeypatch):
+    """The RecvTensor calls one receiver has waiting at a sender are bounded: one past the
+    bound is refused RESOURCE_EXHAUSTED, and one that ends makes room."""
+    monkeypatch.setattr(service, "MAX_WAITING_CALLS", 8)
+    server, channel = worker
+    call = channel.stream_stream(method("RecvTensor"), request_serializer=pb.RecvTensorRequest.SerializeToString)
+
+    def recv_call(i: int):
+        key = f"{server.task}/device:CPU:0;{server.incarnation:016x};{server.task}/device:CPU:0;never{i};0:0"
+        return call(iter([pb.RecvTensorRequest(step_id=1, request_id=i + 1, rendezvous_key=key)]), timeout=60)
+
+    waiting = [recv_call(i) for i in range(8)]
+    deadline = time.monotonic() + 30
+    while server.stats()["recv_calls_waiting"] < 8 and time.monotonic() < deadline:
+        time.sleep(0.01)  # (nothing tells when the calls reach the server)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(recv_call(8))
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
+    assert f"{server.task} has 8 RecvTensor calls waiting" in refused.value.details()
+    waiting.pop().cancel()
+    for call_ in waiting:
+        call_.cancel()

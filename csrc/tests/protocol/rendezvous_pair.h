@@ -79,6 +79,7 @@ struct Options {
   std::string same_host = "auto";
   std::string provider = "soft";
   std::string ib_windows = "auto";  // ibverbs: type2, registration or auto
+  double hold_seconds = 0;          // 0: the default
 };
 
 inline void PrintTo(const Options& o, std::ostream* os) {
@@ -110,6 +111,7 @@ inline Result<std::unique_ptr<RdmaRendezvous>> open_task(std::int32_t task,
   settings.listen_host = "127.0.0.1";
   settings.read_mode = options.read_mode;
   settings.validate = options.validate;
+  if (options.hold_seconds > 0) settings.hold_seconds = options.hold_seconds;
   settings.slots = 4;
   settings.recover = true;  // as the control plane runs it
   settings.pool_block = 8 << 20;

@@ -17,6 +17,7 @@ GAUGES = {
     "remote_accesses_in_flight": "tensorverbs_remote_accesses_in_flight",
     "setups_awaiting_join": "tensorverbs_setups_awaiting_join",
     "channel_setups": "tensorverbs_channel_setups",
+    "recv_calls_waiting": "tensorverbs_recv_calls_waiting",
 }
 
 

@@ -10,7 +10,7 @@ the time a busy peer needs to answer (CONNECT_TIMEOUT_MS), no proxy, and no SO_R
 silently share a port). A RecvTensor call waits at the sender until its tensor is sent,
 so a receiver may have thousands open: gRPC core's limits on calls waiting for the
 server to take them (1,000, then 3,000, beyond which it cancels or refuses them) are
-lifted.
+raised to what a receiver may have waiting (the service bounds each receiver's).
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ SERVER_OPTIONS = [
     ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.so_reuseport", 0),
-    ("grpc.server.max_pending_requests", 1 << 30),
-    ("grpc.server.max_pending_requests_hard_limit", 1 << 30),
+    ("grpc.server.max_pending_requests", 1 << 16),
+    ("grpc.server.max_pending_requests_hard_limit", 1 << 17),
 ]
 
 SERVICE = "tensorverbs.TensorverbsService"

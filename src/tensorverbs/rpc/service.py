@@ -3,7 +3,8 @@ ReleaseSharedTensor, GetRemoteAccess, GetHeldTensors and grpc.health.v1 (its wat
 capped, :mod:`.health`).
 
 RecvTensor is the sender side of the "grpc" data path: it matches the request against
-the local table (waiting if the tensor is not sent yet) and streams the tensor back.
+the local table (waiting if the tensor is not sent yet) and streams the tensor back; one
+receiver may have at most MAX_WAITING_CALLS calls waiting here.
 GetRemoteAddress is answered by the verbs protocol when the task runs "grpc+verbs";
 GetRemoteAccess by the task's one-sided buffers (:mod:`tensorverbs.one_sided`); the gRPC
 layer knows nothing of verbs beyond those messages. With a job token, a call without it
@@ -20,8 +21,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..errors import (
-    CancelledError, FailedPreconditionError, InternalError, InvalidArgumentError, TensorverbsError,
-    UnavailableError, as_error,
+    CancelledError, FailedPreconditionError, InternalError, InvalidArgumentError, ResourceExhaustedError,
+    TensorverbsError, UnavailableError, as_error,
 )
 from ..ports import bind_failure
 from ..rendezvous.key import parse_key
@@ -37,6 +38,9 @@ from .tls import TlsConfig
 if TYPE_CHECKING:
     from ..runtime import TaskRuntime
 
+#: the most RecvTensor calls of one receiver that wait here for their tensors (as many as a
+#: "grpc+verbs" channel answers at once)
+MAX_WAITING_CALLS = 65536
 #: answers GetRemoteAddress, on the event loop
 SetupHandler = Callable[[pb.GetRemoteAddressRequest], Awaitable[pb.GetRemoteAddressResponse]]
 #: answers GetRemoteAccess, on the event loop
@@ -58,6 +62,8 @@ class Servicer:
         self.identity = Identity(None, None)
         # (receiver, request id) -> withdraw the RecvTensor call's waiter (on the event loop)
         self._waiting: dict[tuple[str, int], Callable[[], None]] = {}
+        self._waiting_of: dict[str, int] = {}  # receiver -> its calls waiting (on the event loop)
+        rt.counters.gauge("recv_calls_waiting", lambda: len(self._waiting))
 
     async def get_status(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
         return pb.GetStatusResponse(task=str(self.rt.task), incarnation=self.rt.incarnation,
@@ -106,11 +112,15 @@ class Servicer:
             key = parse_key(request.rendezvous_key)
         except InvalidArgumentError as exc:
             await _abort(context, exc)
-        error = (self.identity.refusal(context, str(key.dst), f"takes the tensor {key.name!r}")
+        receiver = str(key.dst)
+        error = (self.identity.refusal(context, receiver, f"takes the tensor {key.name!r}")
                  or self.check_request(key.src, key.src_incarnation) or self.check_protocol(key.dst))
+        if error is None and self._waiting_of.get(receiver, 0) >= MAX_WAITING_CALLS:
+            error = ResourceExhaustedError(f"{receiver} has {MAX_WAITING_CALLS} RecvTensor calls waiting at "
+                                           f"{self.rt.task} already, the most a receiver may have")
         if error is not None:
             await _abort(context, error)
-        waiting = (str(key.dst), request.request_id)
+        waiting = (receiver, request.request_id)
         loop = asyncio.get_running_loop()
         arrived: asyncio.Future = loop.create_future()
         table, step_id = self.rt.table, request.step_id
@@ -128,10 +138,13 @@ class Servicer:
                 deliver(CancelledError("withdrawn by its receiver"), None)
 
         self._waiting[waiting] = withdraw
+        self._waiting_of[receiver] = self._waiting_of.get(receiver, 0) + 1
         value, counted, nbytes = None, 0, 0
         try:
-            value = await arrived
-            self._waiting.pop(waiting, None)
+            try:
+                value = await arrived
+            finally:
+                self._stop_waiting(waiting)
             nbytes, messages = tensor_messages(value)
             counted = self._count_sent(1, nbytes)  # before the receiver can see it
             async for message in messages:
@@ -160,7 +173,16 @@ class Servicer:
                 waiter.cancel()
             raise
         finally:
-            self._waiting.pop(waiting, None)
+            self._stop_waiting(waiting)
+
+    def _stop_waiting(self, waiting: tuple[str, int]) -> None:
+        """The call ``waiting`` (receiver, request id) no longer waits (idempotent)."""
+        if self._waiting.pop(waiting, None) is not None:
+            left = self._waiting_of[waiting[0]] - 1
+            if left:
+                self._waiting_of[waiting[0]] = left
+            else:
+                del self._waiting_of[waiting[0]]
 
     def _count_sent(self, sign: int, nbytes: int) -> int:
         """Count a tensor as sent (``sign`` 1) or as back (-1; 0 counts nothing); returns

@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: native set-up calls of one peer that run at once: what this side's set-up and the peer's,
+#: crossing, run together, with room for a set-up given up whose call still runs
+SETUPS_PER_PEER = 4
+
+
 class VerbsChannels:
     """Sets up and watches the channels of one task's native rendezvous ``core``."""
 
@@ -65,8 +70,9 @@ class VerbsChannels:
         self._serves_at: dict[TaskName, tuple[int, str]] = {}
         self._restarts = threading.Lock()  # a move's failing vs. a new incarnation calling
         #: where the native sides of channels are made and connected (a connect may dial the
-        #: peer for seconds): one peer's at a time, none waiting for another's
-        self._threads = PeerThreads("tv-setup")
+        #: peer for seconds): a few of one peer's at once (both sides may set the channel up
+        #: at the same time, each making and connecting its side), none waiting for another's
+        self._threads = PeerThreads("tv-setup", SETUPS_PER_PEER)
         threading.Thread(target=self._follow_lost, name="tv-lost-channels", daemon=True).start()
 
     def unsure(self, peer: TaskName) -> bool:

@@ -70,6 +70,16 @@ def _size(text: str) -> int:
 _size.allowed = "a positive size such as 1048576, 64MiB or 1G"  # type: ignore[attr-defined]
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 86400:
+        raise ValueError(text)
+    return value
+
+
+_seconds.allowed = "a number of seconds in (0, 86400]"  # type: ignore[attr-defined]
+
+
 def _name(text: str) -> str:
     if not text.strip():
         raise ValueError(text)
@@ -107,6 +117,7 @@ _VARIABLES: dict[str, tuple[tuple[str, ...], Callable[[str], object]]] = {
     "pool_limit_bytes": (("TENSORVERBS_POOL_LIMIT",), _size),
     "max_tensor_bytes": (("TENSORVERBS_MAX_TENSOR_BYTES",), _size),
     "message_slots": (("TENSORVERBS_MESSAGE_SLOTS",), _int_in(1, 1024)),
+    "hold_seconds": (("TENSORVERBS_HOLD_SECONDS",), _seconds),
     "rendezvous": (("TENSORVERBS_RENDEZVOUS",), _choice("write", "read")),
     "validate": (("RDMA_VERBS_VALIDATE", "TENSORVERBS_VALIDATE"), _flag),
 }
@@ -135,6 +146,7 @@ class RdmaConfig:
     pool_limit_bytes: int = 16 << 30
     max_tensor_bytes: int = 16 << 30
     message_slots: int = 16
+    hold_seconds: float = 300.0
     rendezvous: str = "write"
     validate: bool = False
 

@@ -100,7 +100,8 @@ class VerbsRendezvous(RemoteRendezvous):
         self.core = _core.Rendezvous(
             self.task_id, self.ids.core_names, cfg.to_core(host_of(bind) if bind else ""), self.rt.host,
             cfg.rendezvous == "read",
-            cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes, recover=True)
+            cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes, recover=True,
+            hold_seconds=cfg.hold_seconds)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
         self._core_give_back = self.core.give_back  # bound once: futures keep it
         self.rt.counters.source(self.core.stats)
