@@ -1,19 +1,24 @@
 """A "grpc" task facing a hand-written peer whose RecvTensor answers lie: the recv fails
-with an error, never hangs, and allocates nothing for a tensor it does not accept."""
+with an error, never hangs, allocates nothing for a tensor it does not accept, and opens
+no tensor passed by handle from a peer not on this host."""
 from __future__ import annotations
 
 import resource
+import secrets
 from concurrent import futures
 
 import grpc
+import numpy as np
 import pytest
 
 import tensorverbs as tv
+from tensorverbs.ipc.descriptor import STAND_IN as STAND_IN_KIND, SharedTensorDescriptor
+from tensorverbs.ipc.host_registry import private_directory
 from tensorverbs.local_cluster import cluster_spec
 from tensorverbs.rpc import tensor_pb2
 from tensorverbs.rpc import tensorverbs_pb2 as pb
 from tensorverbs.rpc.options import SERVER_OPTIONS, SERVICE
-from tensorverbs.tensor import DT_STRING
+from tensorverbs.tensor import DT_STRING, DT_VARIANT
 from tensorverbs.verbs.config import RdmaConfig
 
 PS = "/job:ps/replica:0/task:0"
@@ -25,14 +30,21 @@ def rogue_ps():
     """(the cluster, a function setting what its rogue ps answers RecvTensor with)."""
     spec = cluster_spec({"ps": 1, "worker": 1})
     answer = {}
+
+    def recv_tensor(requests, context):
+        next(requests)
+        yield from answer["messages"]
+        for _ in requests:  # (the receiver's confirmation)
+            pass
+
     server = grpc.server(futures.ThreadPoolExecutor(4), options=SERVER_OPTIONS)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
         "GetStatus": grpc.unary_unary_rpc_method_handler(
             lambda r, c: pb.GetStatusResponse(task=PS, incarnation=7, protocol="grpc"),
             request_deserializer=pb.GetStatusRequest.FromString,
             response_serializer=pb.GetStatusResponse.SerializeToString),
-        "RecvTensor": grpc.unary_stream_rpc_method_handler(
-            lambda r, c: iter(answer["messages"]), request_deserializer=pb.RecvTensorRequest.FromString,
+        "RecvTensor": grpc.stream_stream_rpc_method_handler(
+            recv_tensor, request_deserializer=pb.RecvTensorRequest.FromString,
             response_serializer=lambda b: b),
     }),))
     server.add_insecure_port(spec["ps"][0])
@@ -106,3 +118,26 @@ def test_a_shape_no_array_can_take_fails_the_recv(rogue_ps, answer_with):
         fut = worker.recv_async("crafted", source=PS, step_id=1)
         with pytest.raises(tv.TensorverbsError, match="shape|larger than any array"):
             fut.result(timeout=30)
+
+
+def test_a_tensor_passed_by_handle_from_a_task_not_on_this_host_is_refused_unopened(rogue_ps):
+    """A descriptor of a tensor passed by handle names memory of this host: it is opened
+    only for a sender on this host (in the host's registry), never for any other peer,
+    which could otherwise make the receiver read a file of the host that it names."""
+    spec, answer = rogue_ps
+    with tv.Server(spec, "worker", 0, device_ipc=True) as worker:
+        registry = private_directory()
+        secret = np.arange(16, dtype=np.float32)
+        name = f"tensor-{secrets.token_hex(16)}"
+        (registry / name).write_bytes(secret.tobytes())
+        try:
+            payload = SharedTensorDescriptor(STAND_IN_KIND, 1, (16,), 7, 1, "cpu:proxy",
+                                             (name.encode(),)).encode().tobytes()
+            answer([pb.RecvTensorResponse(meta=pb.TensorMeta(
+                dtype=DT_VARIANT, shape=tensor_pb2.TensorShapeProto(
+                    dim=[tensor_pb2.TensorShapeProto.Dim(size=len(payload))]),
+                tensor_bytes=len(payload)), chunk=payload).SerializeToString()])
+            with pytest.raises(tv.PermissionDeniedError, match=f"{PS} is not a task of this host"):
+                worker.recv("by-handle", source=PS, timeout=30, device="cpu:proxy")
+        finally:
+            (registry / name).unlink()

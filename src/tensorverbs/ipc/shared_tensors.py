@@ -284,6 +284,11 @@ class SharedTensors:
                 raise FailedPreconditionError(
                     f"{src} passed a tensor by handle (kind {descriptor.kind}), which this task "
                     "does not open (device IPC is off)")
+            # a descriptor names memory of this host: only a sender of this host may name it
+            if self.registry is None or self.registry.process(self.cluster.address(src)) is None:
+                raise PermissionDeniedError(
+                    f"{src} is not a task of this host (it has no live entry in the host's registry): "
+                    "the tensor it passed by handle is refused unopened")
             opened = ipc.open(descriptor)
             if out is not None:
                 ipc.fill(opened, out)
