@@ -380,6 +380,9 @@ void bind_rendezvous(nb::module_& m) {
            "The next peer whose channel broke under the transport and should be set up "
            "again (waits up to `timeout` s, the GIL released; < 0: for ever); None on "
            "timeout or once stopped.")
+      .def("end_lost", [](Rendezvous& r) { r.rv_->end_lost(); },
+           "next_lost() returns None from now on (its follower ends before the interpreter "
+           "finalizes).")
       .def("ready", [](const Rendezvous& r, std::int32_t peer) { return r.rv_->ready(peer); },
            "peer"_a, "Whether the channel to `peer` is connected and working.")
       .def("send", &Rendezvous::send, "step"_a, "dst"_a, "name"_a, "dtype"_a, "shape"_a,

@@ -216,16 +216,24 @@ void RdmaRendezvous::channel_lost(std::int32_t peer) {
 
 std::optional<std::int32_t> RdmaRendezvous::next_lost(double timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto some = [this] { return stopped_ || !lost_.empty(); };
+  const auto some = [this] { return stopped_ || lost_ended_ || !lost_.empty(); };
   if (timeout < 0) {
     lost_ready_.wait(lock, some);
   } else if (!lost_ready_.wait_for(lock, std::chrono::duration<double>(timeout), some)) {
     return std::nullopt;
   }
-  if (stopped_) return std::nullopt;
+  if (stopped_ || lost_ended_) return std::nullopt;
   const std::int32_t peer = lost_.front();
   lost_.pop_front();
   return peer;
+}
+
+void RdmaRendezvous::end_lost() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_ended_ = true;
+  }
+  lost_ready_.notify_all();
 }
 
 bool RdmaRendezvous::ready(std::int32_t peer) const {

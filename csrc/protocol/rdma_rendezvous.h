@@ -81,6 +81,8 @@ class RdmaRendezvous final : public ChannelOwner {
   // The next peer whose channel broke under the transport, to be set up again; waits up to
   // `timeout` seconds (< 0: for ever). Nothing on timeout, or once stopped.
   std::optional<std::int32_t> next_lost(double timeout);
+  // next_lost() returns nothing from now on (whoever follows it ends: the process exits).
+  void end_lost();
 
   // -- tensors -------------------------------------------------------------------------------
   Status send(std::int64_t step, std::int32_t dst, std::string name, TensorValue value);
@@ -186,6 +188,7 @@ class RdmaRendezvous final : public ChannelOwner {
   // recvs whose channel broke, by peer, until it is set up again
   std::unordered_map<std::int32_t, std::vector<std::shared_ptr<RdmaTensorRequest>>> held_;
   std::deque<std::int32_t> lost_;  // peers to set up again (next_lost), each once
+  bool lost_ended_ = false;        // end_lost() was called
   std::condition_variable lost_ready_;
 };
 

@@ -140,6 +140,11 @@ class Rendezvous:
         The next peer whose channel broke under the transport and should be set up again (waits up to `timeout` s, the GIL released; < 0: for ever); None on timeout or once stopped.
         """
 
+    def end_lost(self) -> None:
+        """
+        next_lost() returns None from now on (its follower ends before the interpreter finalizes).
+        """
+
     def ready(self, peer: int) -> bool:
         """Whether the channel to `peer` is connected and working."""
 

@@ -28,6 +28,7 @@ import numpy as np
 from .. import _core
 from ..cluster import parse_task
 from ..errors import FailedPreconditionError, NotFoundError, PermissionDeniedError
+from ..native_waits import end_at_exit
 from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.peer_threads import PeerThreads
 from .buffer import RemoteBuffer, host_buffer
@@ -150,6 +151,7 @@ class Registrations:
             if verbs.provider == "soft" and self._driver is None and not self._closed:
                 self._driver = threading.Thread(target=self._drive, name="tv-one-sided", daemon=True)
                 self._driver.start()
+                end_at_exit(self._driver, self._stop_driving)
         return pb.GetRemoteAccessResponse(incarnation=self._rt.incarnation, provider=verbs.provider,
                                           endpoint=qp.endpoint)
 
@@ -157,6 +159,11 @@ class Registrations:
         """Progress the soft provider's context until the task stops (the GIL released)."""
         while not self._closed:
             self._cq.wait(1, DRIVE_WAIT_MS)
+
+    def _stop_driving(self) -> None:
+        """End the driver (the process exits)."""
+        self._closed = True
+        self._cq.wake()
 
     def close(self) -> None:
         """Revoke every buffer and close every queue pair (the task stops)."""

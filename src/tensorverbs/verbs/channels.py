@@ -32,6 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..cluster import TaskName, parse_task
 from ..errors import Code, UnavailableError
+from ..native_waits import end_at_exit
 from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.errors import connection_broke, from_rpc_error
 from ..rpc.loop import shared_task
@@ -73,7 +74,9 @@ class VerbsChannels:
         #: peer for seconds): a few of one peer's at once (both sides may set the channel up
         #: at the same time, each making and connecting its side), none waiting for another's
         self._threads = PeerThreads("tv-setup", SETUPS_PER_PEER)
-        threading.Thread(target=self._follow_lost, name="tv-lost-channels", daemon=True).start()
+        follower = threading.Thread(target=self._follow_lost, name="tv-lost-channels", daemon=True)
+        follower.start()
+        end_at_exit(follower, core.end_lost)
 
     def unsure(self, peer: TaskName) -> bool:
         """Whether ``peer``'s latest channel failed, or it set one up as another
