@@ -154,7 +154,7 @@ class Server(BatchCalls, OneSidedCalls):
             self._metrics.register(StatsCollector(counters.snapshot, self.task, protocol))
             running.loop, running.deadlines, running.lanes = EventLoopThread(name), Deadlines(), Lanes(name)
             shared = SharedTensors(self.cluster, self._task, self.incarnation, counters, running.loop,
-                                   peers, device_ipc)
+                                   peers, device_ipc, job_token)
             self._rt = running.rt = TaskRuntime(
                 cluster=self.cluster, task=self._task, incarnation=self.incarnation,
                 protocol=protocol, table=LocalTable(), counters=counters, loop=running.loop,

@@ -13,9 +13,11 @@ import pytest
 import tensorverbs as tv
 from tensorverbs.devices import STAND_IN
 from tensorverbs.ipc.descriptor import STAND_IN as KIND, SharedTensorDescriptor
+from tensorverbs.ipc import host_registry
 from tensorverbs.ipc.host_registry import HostRegistry, private_directory
 from tensorverbs.ipc.stand_in_ipc import StandInIpc
 from tensorverbs.ipc.shared_tensors import device_ipc_mode
+from tensorverbs.rpc.auth import JobToken
 
 
 @pytest.fixture
@@ -128,3 +130,23 @@ def test_a_registration_that_could_not_be_written_is_retried(registry):
     registry.directory.mkdir(mode=0o700)
     registry.register("127.0.0.1:1002", {"GPU-a"})
     assert reader.sees("127.0.0.1:1002", "GPU-a")
+
+
+def test_a_directory_another_user_made_first_does_not_turn_a_jobs_registry_off(tmp_path, monkeypatch):
+    """Another user of the host can make the user's default registry directory first (its
+    name is known): device IPC is then off without a job token (a warning says so), but a
+    job with one uses a directory named from its token, which nobody else can name."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to make a directory as another user")
+    monkeypatch.setattr(host_registry, "_root", lambda: tmp_path)
+    squatted = tmp_path / f"tensorverbs-ipc-{os.getuid()}"
+    squatted.mkdir(mode=0o700)
+    os.chown(squatted, 65534, 65534)
+    with pytest.raises(tv.FailedPreconditionError, match="not a directory of this user's alone"):
+        HostRegistry()
+    token = JobToken("job-token-77e0")
+    mine = HostRegistry(token=token)
+    assert mine.directory.parent == tmp_path and mine.directory != squatted
+    assert HostRegistry(token=JobToken("job-token-77e0")).directory == mine.directory  # the job's tasks agree
+    assert HostRegistry(token=JobToken("another-token")).directory != mine.directory
+    assert "77e0" not in mine.directory.name

@@ -6,7 +6,9 @@ device. Each task with device IPC on writes, in a directory of the host's shared
 sender reads its destination's file. So "same host" means what CUDA IPC needs: the same
 shared memory, whatever the network addresses say. A file whose process is gone is
 ignored. A task that has not said yet which devices it sees (it has not used one) gets
-tensors through host proxies, as before.
+tensors through host proxies, as before. With a job token the directory's name is derived
+from the token, so that another user of the host cannot make it first (the default name is
+known: whoever makes it first turns device IPC off, with a warning).
 """
 from __future__ import annotations
 
@@ -17,14 +19,23 @@ import pathlib
 import stat
 import tempfile
 import threading
+from typing import TYPE_CHECKING
 
 from ..errors import FailedPreconditionError
 
+if TYPE_CHECKING:
+    from ..rpc.auth import JobToken
 
-def _base() -> pathlib.Path:
+
+def _root() -> pathlib.Path:
     shm = pathlib.Path("/dev/shm")
-    root = shm if shm.is_dir() and os.access(shm, os.W_OK) else pathlib.Path(tempfile.gettempdir())
-    return root / f"tensorverbs-ipc-{os.getuid()}"
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else pathlib.Path(tempfile.gettempdir())
+
+
+def _base(token: "JobToken | None" = None) -> pathlib.Path:
+    """The user's registry directory (of the job of ``token``, if given)."""
+    name = f"tensorverbs-ipc-{os.getuid()}"
+    return _root() / (name if token is None else f"{name}-{token.derive('host registry')[:32]}")
 
 
 def private_directory(path: pathlib.Path | None = None) -> pathlib.Path:
@@ -55,8 +66,9 @@ def _alive(pid: int) -> bool:
 class HostRegistry:
     """The tasks of this host that said which devices they see."""
 
-    def __init__(self, directory: pathlib.Path | None = None) -> None:
-        self.directory = private_directory(directory)
+    def __init__(self, directory: pathlib.Path | None = None, token: "JobToken | None" = None) -> None:
+        """The registry in ``directory``, by default the user's (of the job of ``token``)."""
+        self.directory = private_directory(directory or _base(token))
         self._mine: dict[str, set[str]] = {}  # address -> devices, as written
         self._writing = threading.Lock()
         # address -> (mtime, pid, devices) as last read

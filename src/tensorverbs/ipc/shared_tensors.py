@@ -39,6 +39,7 @@ from .stand_in_ipc import StandInIpc
 
 if TYPE_CHECKING:
     from .. import _core
+    from ..rpc.auth import JobToken
     from ..cluster import ClusterSpec, TaskName
     from ..out import Out
     from ..rendezvous.key import RendezvousKey
@@ -91,10 +92,12 @@ class SharedTensors:
     """The exports of one task (as a sender) and the opening of its peers' (as a receiver)."""
 
     def __init__(self, cluster: "ClusterSpec", task: "TaskName", incarnation: int, counters: "Counters",
-                 loop: "EventLoopThread", peers: "Peers", mode: bool | None) -> None:
+                 loop: "EventLoopThread", peers: "Peers", mode: bool | None,
+                 token: "JobToken | None" = None) -> None:
         """The shared tensors of ``task`` (of ``incarnation``) in ``cluster``: it counts them
         in ``counters`` and tells senders through ``peers``, on ``loop``, that it is done
-        with theirs. ``mode``: device IPC on, off or None (auto: CUDA only)."""
+        with theirs. ``mode``: device IPC on, off or None (auto: CUDA only). ``token``: the
+        job's, which names its registry directory."""
         self.cluster, self.task, self.incarnation = cluster, task, incarnation
         self.counters, self.loop = counters, loop
         self.releases = Releases(task, loop, peers)
@@ -109,7 +112,7 @@ class SharedTensors:
         if mode is False:
             return
         try:
-            self.registry = HostRegistry()
+            self.registry = HostRegistry(token=token)
         except FailedPreconditionError as exc:
             log.warning("%s: %s", task, exc.message)
             return

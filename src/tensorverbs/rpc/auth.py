@@ -30,6 +30,8 @@ TASK_HEADER = "tensorverbs-task"
 REFUSED = "the call carries no valid job token (only the tasks of its job are served)"
 #: what a proof's HMAC covers beside the task's name (a proof is good for nothing else)
 _PROOF_CONTEXT = b"tensorverbs task proof v1\0"
+#: what a name derived from the token covers beside its purpose
+_NAME_CONTEXT = b"tensorverbs derived name v1\0"
 #: the longest task name a proof is checked for (longer ones are refused unhashed)
 _MAX_TASK = 1024
 
@@ -66,6 +68,10 @@ class JobToken:
     def proof(self, task: str) -> str:
         """What proves that a call comes from ``task`` (a task of this job)."""
         return _proof(self._value, task)
+
+    def derive(self, purpose: str) -> str:
+        """A name for ``purpose`` that only holders of the token can make (hex)."""
+        return hmac.new(self._value.encode(), _NAME_CONTEXT + purpose.encode(), hashlib.sha256).hexdigest()
 
     def metadata(self, task: str) -> tuple[tuple[str, str], ...]:
         """The call metadata of a call by ``task``: its name and its proof."""
