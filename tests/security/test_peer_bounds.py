@@ -1,6 +1,6 @@
 """What a client that reaches a task can make it hold, asked as an attacker would, with raw
 gRPC calls: a task name past the bound is refused before anything keeps it, health
-watches are capped per connection, one-sided access is for the cluster's tasks, and set-ups
+watches are capped per connection, one-sided access is served to a bounded number of callers, and set-ups
 that hang hold up only the task they claim to come from."""
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 import tensorverbs as tv
 from tensorverbs.cluster import _parse_task
 from tensorverbs.local_cluster import cluster_spec
+from tensorverbs.one_sided import registrations
 from tensorverbs.one_sided.context import VerbsContext
 from tensorverbs.rpc import service, tensorverbs_pb2 as pb
 from tensorverbs.rpc.options import SERVICE, method
@@ -82,23 +83,31 @@ def test_health_watches_are_capped_per_connection(worker):
         watch.cancel()
 
 
-def test_one_sided_access_is_served_to_the_clusters_tasks_only(worker):
-    """The queue pairs a task serves one-sided access through are one per task of its
-    cluster: a caller that names another task is refused before any is made."""
+def test_one_sided_access_is_served_to_a_bounded_number_of_tasks_outside_the_cluster(worker, monkeypatch):
+    """The queue pairs a task serves one-sided access through are one per caller: the
+    tasks of its cluster, and a bounded number of others (a Ray driver it never learned);
+    a caller past the bound is refused before any queue pair is made."""
+    monkeypatch.setattr(registrations, "MAX_OUTSIDERS", 4)
     server, channel = worker
     server.register(np.zeros(1024, np.uint8))
     own = VerbsContext(RdmaConfig(), "127.0.0.1", "127.0.0.1").open()
     call = channel.unary_unary(method("GetRemoteAccess"),
                                request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
                                response_deserializer=pb.GetRemoteAccessResponse.FromString)
-    for i in range(8):
+
+    def ask(i: int) -> pb.GetRemoteAccessResponse:
         qp, _ = own.queue_pair(4)
-        request = pb.GetRemoteAccessRequest(host_name=f"/job:intruder/replica:0/task:{i}", incarnation=1,
-                                            provider=own.provider, endpoint=qp.endpoint)
+        return call(pb.GetRemoteAccessRequest(host_name=f"/job:intruder/replica:0/task:{i}", incarnation=1,
+                                              provider=own.provider, endpoint=qp.endpoint), timeout=30)
+
+    for i in range(4):
+        assert ask(i).incarnation == server.incarnation
+    for i in range(4, 8):
         with pytest.raises(grpc.RpcError) as refused:
-            call(request, timeout=30)
-        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value.details()
-        assert f"/job:intruder/replica:0/task:{i} is not a task of" in refused.value.details()
+            ask(i)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
+        assert "4 tasks outside its cluster already" in refused.value.details()
+    assert ask(2).incarnation == server.incarnation  # one served already may set up again
 
 
 def _black_hole(endpoint: bytes, port: int) -> bytes:

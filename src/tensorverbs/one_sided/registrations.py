@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _core
 from ..cluster import parse_task
-from ..errors import FailedPreconditionError, NotFoundError, PermissionDeniedError
+from ..errors import FailedPreconditionError, NotFoundError, ResourceExhaustedError
 from ..native_waits import end_at_exit
 from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.peer_threads import PeerThreads
@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 #: how long unregister waits for an access under way to finish (seconds); one that does
 #: not (its peer died mid-copy) keeps the buffer's registration, so its memory stays valid
 QUIESCE_SECONDS = 5.0
+#: the most callers outside the task's cluster it serves one-sided access to (a queue pair each)
+MAX_OUTSIDERS = 256
 #: how long the soft provider's driver sleeps at most before it looks whether the task stopped
 DRIVE_WAIT_MS = 1000
 
@@ -129,14 +131,21 @@ class Registrations:
             time.sleep(0.001)  # an access under way takes micro- to milliseconds
 
     async def accept(self, request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
-        """GetRemoteAccess (on the event loop): connect a queue pair to the caller's, a
-        task of the cluster (so that the queue pairs served are one per task at most)."""
-        if parse_task(request.host_name) not in self._rt.cluster:
-            raise PermissionDeniedError(f"{request.host_name} is not a task of {self._rt.task}'s cluster: "
-                                        "one-sided access is served to its tasks only")
-        return await self._setups.run(request.host_name, self._connect, request)
+        """GetRemoteAccess (on the event loop): connect a queue pair to the caller's (one
+        per caller: the tasks of the cluster, and MAX_OUTSIDERS others at most, such as a
+        Ray driver that this task never learned)."""
+        caller = parse_task(request.host_name)
+        if caller not in self._rt.cluster:
+            with self._lock:
+                known = str(caller) in self._served
+                outsiders = sum(parse_task(name) not in self._rt.cluster for name in self._served)
+            if not known and outsiders >= MAX_OUTSIDERS:
+                raise ResourceExhaustedError(
+                    f"{self._rt.task} serves one-sided access to {MAX_OUTSIDERS} tasks outside its cluster "
+                    f"already: {caller} is refused")
+        return await self._setups.run(str(caller), self._connect, request, str(caller))
 
-    def _connect(self, request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
+    def _connect(self, request: pb.GetRemoteAccessRequest, caller: str) -> pb.GetRemoteAccessResponse:
         verbs = self._verbs.open()
         if request.provider != verbs.provider:
             raise FailedPreconditionError(
@@ -147,7 +156,7 @@ class Registrations:
         qp, _ = verbs.queue_pair(1, self._cq)
         qp.connect(request.endpoint)
         with self._lock:
-            self._served[request.host_name] = qp  # the caller's earlier one is closed
+            self._served[caller] = qp  # the caller's earlier one is closed
             if verbs.provider == "soft" and self._driver is None and not self._closed:
                 self._driver = threading.Thread(target=self._drive, name="tv-one-sided", daemon=True)
                 self._driver.start()
