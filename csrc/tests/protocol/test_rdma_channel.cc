@@ -13,22 +13,11 @@
 #include "protocol/channel_description.h"
 #include "protocol/rdma_channel.h"
 #include "protocol/rdma_message_buffer.h"
+#include "bare_owner.h"
 #include "soft_context.h"
 
 namespace tensorverbs {
 namespace {
-
-class Owner : public ChannelOwner {
- public:
-  ProtocolCounters& counters() override { return counters_; }
-  void on_tensor_request(const std::shared_ptr<RdmaChannel>&, const RdmaMessage&) override {}
-  const std::string& task_name(std::int32_t) const override { return name_; }
-  void wants_housekeeping() override {}
-
- private:
-  ProtocolCounters counters_;
-  std::string name_ = "/job:peer/replica:0/task:0";
-};
 
 class RdmaChannelTest : public ::testing::Test {
  protected:
@@ -53,7 +42,7 @@ class RdmaChannelTest : public ::testing::Test {
     return channel;
   }
 
-  Owner owner_;
+  BareOwner owner_{"/job:peer/replica:0/task:0"};
   std::shared_ptr<verbs::Context> context_;
   std::shared_ptr<verbs::ProtectionDomain> pd_;
   std::shared_ptr<verbs::CompletionQueue> cq_;

@@ -14,24 +14,13 @@
 #include "protocol/rdma_channel.h"
 #include "protocol/rdma_message_buffer.h"
 #include "rendezvous_pair.h"
+#include "bare_owner.h"
 #include "soft_context.h"
 
 namespace tensorverbs {
 namespace {
 
 using namespace rendezvous_testing;
-
-class SilentOwner : public ChannelOwner {
- public:
-  ProtocolCounters& counters() override { return counters_; }
-  void on_tensor_request(const std::shared_ptr<RdmaChannel>&, const RdmaMessage&) override {}
-  const std::string& task_name(std::int32_t) const override { return name_; }
-  void wants_housekeeping() override {}
-
- private:
-  ProtocolCounters counters_;
-  std::string name_ = "/job:ps/replica:0/task:0";
-};
 
 class SilentReceiver : public ::testing::TestWithParam<bool> {  // read mode?
  protected:
@@ -87,7 +76,7 @@ class SilentReceiver : public ::testing::TestWithParam<bool> {  // read mode?
     return counter.load() >= value;
   }
 
-  SilentOwner owner_;
+  BareOwner owner_{"/job:ps/replica:0/task:0"};
   std::unique_ptr<RdmaRendezvous> ps_;
   SoftContext soft_;
   std::shared_ptr<verbs::CompletionQueue> cq_;
