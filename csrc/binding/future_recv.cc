@@ -97,7 +97,7 @@ FutureRecv::FutureRecv(std::weak_ptr<RdmaRendezvous> rendezvous, StepKey key, nb
 
 FutureRecv::~FutureRecv() {
   PyRefDeleter release;
-  for (PyObject* object : {call_, settle_, variant_call_, variant_settle_}) {
+  for (PyObject* object : {call_, settle_, variant_call_, variant_settle_, kept_}) {
     if (object) release(object);
   }
 }
@@ -130,6 +130,7 @@ void FutureRecv::complete(RecvResult result) {
         state_ != State::kWaited) {  // a descriptor to act on: settled as it comes
       call_ = std::exchange(variant_call_, nullptr);
       settle_ = std::exchange(variant_settle_, nullptr);
+      variant_taken_ = true;
       state_ = State::kGone;
       settler_settles = true;
     } else if (!abandoned_ && (state_ == State::kWaited || !call_)) {
@@ -223,6 +224,10 @@ void FutureRecv::eager(nb::object call, nb::object settle) {
   RecvResult result;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (variant_taken_) {  // the settler holds the future weakly: hold it until it settled it
+      if (call_ && !kept_) kept_ = held(std::move(call));
+      return;
+    }
     if (call_ || abandoned_ || state_ == State::kArrived || state_ == State::kGone) return;
     call_ = held(std::move(call));
     settle_ = held(std::move(settle));
@@ -310,17 +315,20 @@ void FutureRecv::release_python() {
   PyObject* settle;
   PyObject* variant_call;
   PyObject* variant_settle;
+  PyObject* kept;
   {
     std::lock_guard<std::mutex> lock(mu_);
     call = std::exchange(call_, nullptr);
     settle = std::exchange(settle_, nullptr);
     variant_call = std::exchange(variant_call_, nullptr);
     variant_settle = std::exchange(variant_settle_, nullptr);
+    kept = std::exchange(kept_, nullptr);
   }
   Py_XDECREF(call);
   Py_XDECREF(settle);
   Py_XDECREF(variant_call);
   Py_XDECREF(variant_settle);
+  Py_XDECREF(kept);  // (last: the future may go with it, and this with the future)
 }
 
 void stop_settler() { settler().stop(); }

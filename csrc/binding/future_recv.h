@@ -73,7 +73,9 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
   bool settle_parked(nanobind::handle call, nanobind::handle settle);
   // With the GIL: from now on the answer is settled as it comes, by `settle(call, ...)`, in
   // the settler thread (also one parked here already): something waits for the future
-  // without asking for the answer. A no-op once it has a call and a settle.
+  // without asking for the answer. A no-op once it has a call and a settle, except that a
+  // descriptor on its way to the settler by settle_variants_of()'s weak reference then
+  // holds `call` (the future) until settled: its caller may drop it, the callback stays.
   void eager(nanobind::object call, nanobind::object settle);
   // With the GIL, for a parked recv of `future`, before it starts: an answer of DataType
   // DT_VARIANT (a descriptor the future must act on as it comes, such as a relay's) is
@@ -111,8 +113,10 @@ class FutureRecv final : public PyRecvCallback, public std::enable_shared_from_t
   StepKey key_;
   PyObject* call_;    // guarded by mu_ while the answer may come; none: parked
   PyObject* settle_;
-  PyObject* variant_call_ = nullptr;  // (guarded by mu_) eager_for_variants()'s
+  PyObject* variant_call_ = nullptr;  // (guarded by mu_) settle_variants_of()'s
   PyObject* variant_settle_ = nullptr;
+  bool variant_taken_ = false;  // (guarded by mu_) the answer went to the settler by those
+  PyObject* kept_ = nullptr;    // (guarded by mu_) the future, held for the settler: see eager()
   std::mutex mu_;
   std::condition_variable arrived_;
   State state_ = State::kPending;

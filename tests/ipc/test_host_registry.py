@@ -58,6 +58,29 @@ def test_a_task_of_this_process_is_told_apart_from_one_of_another(registry):
         child.wait(timeout=30)
 
 
+def test_a_task_that_left_does_not_remove_the_entry_of_the_next_task_at_its_address(registry):
+    """A task's port is free once its server stopped, before its process left the registry:
+    the next task at that address (a process of its own) may have registered by then, and
+    the first one's leaving must not take the new entry with it."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys; from tensorverbs.ipc.host_registry import HostRegistry; "
+         "r = HostRegistry(pathlib.Path(sys.argv[1])); r.register('127.0.0.1:1003', {'GPU-a'}); "
+         "print('in', flush=True); sys.stdin.readline(); r.unregister(); print('out', flush=True)",
+         str(registry.directory)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "in\n"
+        registry.register("127.0.0.1:1003", {"GPU-a"})  # the next task at the address
+        child.stdin.write("leave\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "out\n"
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    reader = HostRegistry(registry.directory)
+    assert reader.process("127.0.0.1:1003") == os.getpid() and reader.sees("127.0.0.1:1003", "GPU-a")
+
+
 def test_the_file_of_a_dead_process_is_ignored(registry):
     registry.register("127.0.0.1:1000", {"GPU-a"})
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],

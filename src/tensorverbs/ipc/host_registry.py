@@ -12,6 +12,8 @@ known: whoever makes it first turns device IPC off, with a warning).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -19,7 +21,7 @@ import pathlib
 import stat
 import tempfile
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from ..errors import FailedPreconditionError
 
@@ -82,13 +84,24 @@ class HostRegistry:
         the entry cannot be written (the next call tries again)."""
         if devices <= self._mine.get(address, set()):
             return
-        with self._writing:
+        with self._writing, self._host_wide():
             known = self._mine.get(address, set()) | devices
             path = self._file(address)
             scratch = path.with_name(path.name + f".{os.getpid()}")
             scratch.write_text(json.dumps({"pid": os.getpid(), "devices": sorted(known)}))
             os.replace(scratch, path)
             self._mine[address] = known  # only once written: a failed write is tried again
+
+    @contextlib.contextmanager
+    def _host_wide(self) -> Iterator[None]:
+        """Held while this process writes or removes entries: no other process of the host
+        does meanwhile (a lock on the directory; readers need none, a write is a rename)."""
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _entry(self, address: str) -> tuple[int, frozenset[str]] | None:
         """(process id, devices) of the entry of the task at ``address``, None if it has none."""
@@ -123,8 +136,15 @@ class HostRegistry:
         return entry[0] if entry is not None and _alive(entry[0]) else None
 
     def unregister(self) -> None:
-        """Remove what this process registered."""
+        """Remove what this process registered, and nothing another process wrote since
+        (the next task at an address, once this one's port was free, may have)."""
         with self._writing:
-            for address in self._mine:
-                self._file(address).unlink(missing_ok=True)
+            try:
+                with self._host_wide():
+                    for address in self._mine:
+                        entry = self._entry(address)
+                        if entry is not None and entry[0] == os.getpid():
+                            self._file(address).unlink(missing_ok=True)
+            except FileNotFoundError:  # the directory is gone, and every entry with it
+                pass
             self._mine.clear()
