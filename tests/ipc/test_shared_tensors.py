@@ -190,6 +190,42 @@ def test_a_callback_added_as_the_descriptor_is_being_settled_is_called_once_the_
     assert released(ipc_pair.ps)
 
 
+def test_a_descriptor_that_comes_before_its_future_knows_its_recv_still_settles_it(ipc_pair, step):
+    """A recv_async's answer can reach the core's settler thread before its future is told
+    which native recv it has (the recv starts first: a tensor the sender holds already
+    comes at once): a descriptor, settled as it comes, still settles the future. (The
+    future is told here only once the settler is done with the descriptor.)"""
+    if ipc_pair.protocol == "grpc":
+        pytest.skip("a grpc recv's answer is never parked in the core")
+    settled = threading.Event()
+
+    def noted_settle(ref, *answer):
+        try:
+            return futures._settle_variant(ref, *answer)
+        finally:
+            settled.set()
+
+    told = futures.RecvFuture.settled_by
+
+    def told_late(fut, native, parked=None):
+        if parked is not None:
+            assert settled.wait(TIMEOUT)
+        return told(fut, native, parked)
+
+    ipc_pair.ps.send_pattern("warm", ipc_pair.WORKER, step, 16, 0)  # the channel is up
+    assert same(ipc_pair.worker.recv("warm", ipc_pair.PS, step, timeout=TIMEOUT), pattern(16, 0))
+    ipc_pair.ps.send("z", stand_in(1 << 16, 7), to=ipc_pair.WORKER, step_id=step)
+    _core.set_variant_settle(noted_settle)
+    futures.RecvFuture.settled_by = told_late
+    try:
+        fut = ipc_pair.worker.recv_async("z", ipc_pair.PS, step, timeout=TIMEOUT)
+    finally:
+        futures.RecvFuture.settled_by = told
+        _core.set_variant_settle(futures._settle_variant)
+    assert same(fut.result(TIMEOUT), pattern(1 << 16, 7, "float32"))
+    assert released(ipc_pair.ps)
+
+
 #: what a send passed by handle runs below the public call
 SEND_CODE = ("tensorverbs/rendezvous/sending.py", "tensorverbs/verbs/rendezvous.py",
              "tensorverbs/rendezvous/remote.py", "tensorverbs/ipc/shared_tensors.py")

@@ -87,6 +87,8 @@ class RecvFuture(concurrent.futures.Future[Any]):
     _parked_call: Any = None
     _parked_settle: Callable[..., bool] | None = None
     _eager = False  # the parked recv was told to settle as its answer comes
+    # a descriptor's answer that came before settled_by() (see _settle_variant), for it
+    _early: tuple[Any, ...] | None = None
     _read = False  # result() gave its caller the tensor
     # the base class's lists of waiters and callbacks, made when first asked for
     _waiting: list[Any] | None = None
@@ -178,9 +180,13 @@ class RecvFuture(concurrent.futures.Future[Any]):
         as it comes (:func:`_settle_variant`)."""
         self._native = self._on_cancel = native
         if parked is not None:
-            self._parked_in = native
-            self._parked_settle, self._parked_call = parked
-            if self._callbacks or self._waiting:  # added as it started
+            with self._condition:  # (_settle_variant reads them so)
+                self._parked_in = native
+                self._parked_settle, self._parked_call = parked
+                early, self._early = self._early, None
+            if early is not None:  # a descriptor came as the recv started
+                _settle_with(self, *early)
+            elif self._callbacks or self._waiting:  # added as it started
                 self._settle_as_it_comes()
         if self._state in _CANCELLED:  # (read without the lock: cancel() reads it after setting it)
             self._parked_call = None
@@ -359,9 +365,17 @@ def _settle_with(fut: RecvFuture, *answer: Any) -> bool:
 
 def _settle_variant(ref: "weakref.ref[RecvFuture]", *answer: Any) -> bool:
     """:func:`_settle_with` of a parked recv's descriptor, which the settler thread settles
-    as it comes (``ref``: its future, held weakly: one dropped meanwhile takes nothing)."""
+    as it comes (``ref``: its future, held weakly: one dropped meanwhile takes nothing).
+    The recv starts before its future is told of it (:meth:`RecvFuture.settled_by`): an
+    answer that comes first waits in the future for that."""
     fut = ref()
-    return fut is not None and _settle_with(fut, *answer)
+    if fut is None:
+        return False
+    with fut._condition:
+        if fut._parked_settle is None and fut._state == _base.PENDING:
+            fut._early = answer
+            return True
+    return _settle_with(fut, *answer)
 
 
 _core.set_variant_settle(_settle_variant)
