@@ -4,7 +4,6 @@ watches are capped per connection, one-sided access is served to a bounded numbe
 that hang hold up only the task they claim to come from."""
 from __future__ import annotations
 
-import socket
 import time
 
 import grpc
@@ -13,6 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import tensorverbs as tv
+from black_hole import aimed_at, black_hole, dialing  # noqa: F401 (black_hole: a fixture)
 from tensorverbs.cluster import _parse_task
 from tensorverbs.local_cluster import cluster_spec
 from tensorverbs.one_sided import registrations
@@ -110,33 +110,6 @@ def test_one_sided_access_is_served_to_a_bounded_number_of_tasks_outside_the_clu
     assert ask(2).incarnation == server.incarnation  # one served already may set up again
 
 
-def _black_hole(endpoint: bytes, port: int) -> bytes:
-    """``endpoint`` (a soft queue pair's) made to be dialed by whoever connects to it (the
-    largest token), at 127.0.0.1:``port`` over TCP only."""
-    head = bytearray(endpoint[:40])
-    head[16:32] = b"\xff" * 16
-    head[32:34] = port.to_bytes(2, "little")
-    head[35] = 0  # no Unix socket
-    return bytes(head) + endpoint[40:40 + head[34]]
-
-
-def _dialing(port: int) -> int:
-    """How many connections to 127.0.0.1:``port`` wait for their SYN's answer."""
-    with open("/proc/net/tcp") as table:
-        return sum(fields[2] == f"0100007F:{port:04X}" and fields[3] == "02"
-                   for fields in (line.split() for line in table.readlines()[1:]))
-
-
-@pytest.fixture
-def black_hole():
-    """A TCP port whose connection attempts hang (its one place in the accept queue is taken)."""
-    with socket.socket() as listening, socket.socket() as filler:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen(0)
-        filler.connect(listening.getsockname())
-        yield listening.getsockname()[1]
-
-
 def test_set_ups_that_hang_hold_up_only_the_task_they_claim_to_come_from(black_hole):
     """One-sided set-ups whose queue pair must be dialed at an address that never answers
     (each holds the dial for seconds) hold up only the set-ups of the task they claim to
@@ -154,13 +127,13 @@ def test_set_ups_that_hang_hold_up_only_the_task_they_claim_to_come_from(black_h
             qp, _ = own.queue_pair(4)
             request = pb.GetRemoteAccessRequest(host_name="/job:worker/replica:0/task:2", incarnation=1,
                                                 provider=own.provider,
-                                                endpoint=_black_hole(qp.endpoint, black_hole))
+                                                endpoint=aimed_at(qp.endpoint, black_hole))
             hanging.append(call.future(request, timeout=120))
         try:
             deadline = time.monotonic() + 60
-            while not _dialing(black_hole) and time.monotonic() < deadline:
+            while not dialing(black_hole) and time.monotonic() < deadline:
                 time.sleep(0.01)  # (nothing tells when the owner dials)
-            assert _dialing(black_hole), "the owner never dialed the address given"
+            assert dialing(black_hole), "the owner never dialed the address given"
             assert np.array_equal(reader.read(buffer, timeout=120), np.arange(4096, dtype=np.uint8))
             waiting = sum(not future.done() for future in hanging)
             assert waiting == len(hanging), f"{len(hanging) - waiting} hanging set-ups ended before the read"

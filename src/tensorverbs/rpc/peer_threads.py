@@ -1,10 +1,10 @@
 """Threads for the blocking native calls a peer's request makes (a set-up's connect may
 dial the peer for seconds), run from the event loop.
 
-A peer's calls take turns, one at a time, and no peer waits for another's: a call runs on
-an idle thread, or on a new one while fewer than MAX_THREADS run. So a peer whose set-ups
-hang (it gave an address that never answers) holds one thread, and holds up only its own
-set-ups; the threads in use are bounded by the peers
+A peer has at most a few calls running at once (``per_peer``), and no peer waits for
+another's: a call runs on an idle thread, or on a new one while fewer than MAX_THREADS run.
+So a peer whose set-ups hang (it gave an address that never answers) holds ``per_peer``
+threads, and holds up only its own set-ups; the threads in use are bounded by the peers
 with a call under way (the tasks of the cluster, which the callers check names against)."""
 from __future__ import annotations
 
@@ -19,21 +19,23 @@ MAX_THREADS = 256
 
 
 class PeerThreads:
-    """Runs blocking calls for peers, one of a peer's at a time; threads named ``{name}_N``."""
+    """Runs blocking calls for peers, ``per_peer`` of a peer's at a time; threads named
+    ``{name}_N``."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, per_peer: int = 1) -> None:
         self._threads = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix=name)
+        self._per_peer = per_peer
         #: each peer's turns (on the loop); as many as peers that called, which the callers
         #: bound (by the cluster's tasks)
-        self._turns: dict[str, asyncio.Lock] = {}
+        self._turns: dict[str, asyncio.Semaphore] = {}
 
     async def run(self, peer: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on a thread, once ``peer``'s calls before it ended (on the loop). A
-        caller that gives up waiting leaves its turn taken until the call ends."""
+        """``fn(*args)`` on a thread, once fewer than ``per_peer`` calls of ``peer`` run (on
+        the loop). A caller that gives up waiting leaves its turn taken until the call ends."""
         loop = asyncio.get_running_loop()
         turn = self._turns.get(peer)
         if turn is None:
-            turn = self._turns[peer] = asyncio.Lock()
+            turn = self._turns[peer] = asyncio.Semaphore(self._per_peer)
         await turn.acquire()
         try:
             call = self._threads.submit(fn, *args)

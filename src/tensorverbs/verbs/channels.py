@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import grpc
@@ -38,6 +37,7 @@ from ..rpc import tensorverbs_pb2 as pb
 from ..rpc.errors import connection_broke, from_rpc_error
 from ..rpc.loop import shared_task
 from ..rpc.options import SERVICE
+from ..rpc.peer_threads import PeerThreads
 from ..rpc.peers import REFUSALS_SECONDS, protocol_mismatch, restarted
 
 if TYPE_CHECKING:
@@ -47,9 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: threads that make and connect the native sides of channels (a connect may dial the
-#: peer); their own, so that set-ups never wait on the loop's default executor, nor it on them
-SETUP_THREADS = 8
+#: native set-up calls of one peer that run at once: what this side's set-up and the peer's,
+#: crossing, run together, with room for a set-up given up whose call still runs
+SETUPS_PER_PEER = 4
 
 
 class VerbsChannels:
@@ -70,7 +70,10 @@ class VerbsChannels:
         #: (incarnation, address) of each peer that set a channel up and said where it serves
         self._serves_at: dict[TaskName, tuple[int, str]] = {}
         self._restarts = threading.Lock()  # a move's failing vs. a new incarnation calling
-        self._threads = ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="tv-setup")
+        #: where the native sides of channels are made and connected (a connect may dial the
+        #: peer for seconds): a few of one peer's at once (both sides may set the channel up
+        #: at the same time, each making and connecting its side), none waiting for another's
+        self._threads = PeerThreads("tv-setup", SETUPS_PER_PEER)
         follower = threading.Thread(target=self._follow_lost, name="tv-lost-channels", daemon=True)
         follower.start()
         end_at_exit(follower, core.end_lost)
@@ -165,8 +168,7 @@ class VerbsChannels:
         mismatch = protocol_mismatch(status, peer, self.rt.task, self.rt.protocol)
         if mismatch is not None:
             raise mismatch
-        loop = asyncio.get_running_loop()
-        mine = await loop.run_in_executor(self._threads, self.core.channel, pid, status.incarnation, b"")
+        mine = await self._threads.run(str(peer), self.core.channel, pid, status.incarnation, b"")
         stub = peers.peer(peer)
         try:
             reply = await stub.get_remote_address(pb.GetRemoteAddressRequest(
@@ -178,8 +180,8 @@ class VerbsChannels:
         if why is not None:
             peers.lost(peer, status.incarnation)
             raise UnavailableError(f"{peer} answered the verbs channel's set-up as another process: {why}")
-        await loop.run_in_executor(self._threads, self.core.connect, pid, status.incarnation,
-                                   reply.channel.provider_info)
+        await self._threads.run(str(peer), self.core.connect, pid, status.incarnation,
+                                reply.channel.provider_info)
         self._watch(peer, status.incarnation, where_known=True)
         self.learned(peer)  # it answered at its address
         log.info("%s: verbs channel to %s connected (%s)", self.rt.task, peer, self.core.provider)
@@ -198,9 +200,8 @@ class VerbsChannels:
                 self._before[peer] = known
             if request.address:  # (a peer of an older version says nothing of it)
                 self._serves_at[peer] = (incarnation, request.address)
-        loop = asyncio.get_running_loop()
-        mine = await loop.run_in_executor(self._threads, self.core.channel, pid, incarnation, offered)
-        await loop.run_in_executor(self._threads, self.core.connect, pid, incarnation, offered)
+        mine = await self._threads.run(str(peer), self.core.channel, pid, incarnation, offered)
+        await self._threads.run(str(peer), self.core.connect, pid, incarnation, offered)
         self._watch(peer, incarnation)
         return pb.GetRemoteAddressResponse(**self._describe(mine))
 
@@ -314,5 +315,5 @@ class VerbsChannels:
         """Stop watching and setting up (on any thread)."""
         for watch in list(self._watches.values()):
             self.rt.loop.call_soon(watch.cancel)
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._threads.close()
 
