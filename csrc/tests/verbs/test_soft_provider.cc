@@ -15,6 +15,7 @@
 
 #include "conformance.h"
 #include "verbs/soft/doorbell.h"
+#include "verbs/soft/held_requests.h"
 #include "verbs/soft/soft_context.h"
 #include "verbs/soft/soft_endpoint.h"
 #include "verbs/soft/soft_provider.h"
@@ -135,6 +136,29 @@ TEST(SoftProvider, SharedMemoryWritesNeedNoProgressAtTheTarget) {
       EXPECT_TRUE(wcs.empty()) << "over TCP the target's progress sends the ACK";
     }
   }
+}
+
+// A peer that sends more bytes ahead of the receives posted than a queue pair holds for
+// them (kMaxHeldBytes) is told why: the send past the bound fails with a remote operation
+// error naming it, not only with the connection cut.
+TEST(SoftProvider, APeerSendingPastTheBytesHeldForReceivesIsToldWhy) {
+  Pair p("no");
+  ASSERT_TRUE(p.a.ok() && p.b.ok());
+  ASSERT_TRUE(connect_pair(*p.a.qp, *p.b.qp));
+  constexpr std::size_t kEach = 32u << 20;
+  constexpr std::size_t kSends = soft::kMaxHeldBytes / kEach + 1;  // the last one past the bound
+  auto src = p.a.region(kEach, kAllAccess, 7);
+  std::vector<SendWr> sends;
+  for (std::size_t i = 0; i < kSends; ++i) sends.push_back(wr(i + 1, WrOpcode::kSend, src.get(), 0, kEach));
+  ASSERT_TRUE(p.a.qp->post_send(sends.data(), sends.size()).ok());
+  const auto wcs = p.a.completions(kSends, 60);
+  ASSERT_FALSE(wcs.empty());
+  const bool refused = std::any_of(wcs.begin(), wcs.end(), [](const WorkCompletion& wc) {
+    return wc.status == WcStatus::kRemOpErr;
+  });
+  EXPECT_TRUE(refused) << "first failure: " << to_string(wcs.back().status);
+  EXPECT_NE(p.a.qp->error_detail().find("MiB ahead of the receives posted"), std::string::npos)
+      << p.a.qp->error_detail();
 }
 
 TEST(SoftProvider, SameHostYesWithAPeerThatRefusesIsAnError) {

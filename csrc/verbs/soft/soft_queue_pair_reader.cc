@@ -130,8 +130,12 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
   if (must_hold) {
     const std::uint32_t bytes = payload_bytes(h);
     if (!held_.reserve(bytes)) {
-      enter_error_locked("the peer sent more than " + std::to_string(kMaxHeldBytes >> 20) +
-                         " MiB ahead of the receives posted");
+      // the peer is told why (its request fails, and its queue pair with it); what it sends
+      // meanwhile is discarded, and this queue pair fails once it closes the connection
+      // (closed now, the connection would be reset under the refusal before it is read)
+      detail_ = "the peer sent more than " + std::to_string(kMaxHeldBytes >> 20) +
+                " MiB ahead of the receives posted";
+      refuse_locked(h, WcStatus::kRemOpErr, detail_);
       return;
     }
     rx_.sink = Sink::kBuffer;

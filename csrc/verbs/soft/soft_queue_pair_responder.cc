@@ -167,12 +167,13 @@ void SoftQueuePair::finish_frame_locked() {
       acked_locked(h.seq);
       break;
     case FrameOp::kNak: {
+      const std::string why = "the peer refused: " + std::string(frame.buffer.begin(), frame.buffer.end());
       for (SendOp* op : awaiting_) {
-        if (op->seq == h.seq) {
-          std::string reason(frame.buffer.begin(), frame.buffer.end());
-          finish_locked(*op, static_cast<WcStatus>(h.status), "the peer refused: " + reason);
-        }
+        if (op->seq == h.seq) finish_locked(*op, static_cast<WcStatus>(h.status), why);
       }
+      // a refusal ends the connection (as on a NIC): the requests before it fail too, at
+      // once (one held by the peer for a receive would keep the refusal from being reported)
+      enter_error_locked(why);
       break;
     }
     case FrameOp::kAck:
