@@ -4,10 +4,12 @@ The ``cpu:proxy`` stand-in runs the protocol of CUDA IPC (export, descriptor, op
 out, release) where no GPU exists; the CUDA tests run where torch sees a GPU."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import threading
 import time
+from typing import Callable, Iterator
 
 import grpc
 import numpy as np
@@ -190,13 +192,11 @@ def test_a_callback_added_as_the_descriptor_is_being_settled_is_called_once_the_
     assert released(ipc_pair.ps)
 
 
-def test_a_descriptor_that_comes_before_its_future_knows_its_recv_still_settles_it(ipc_pair, step):
-    """A recv_async's answer can reach the core's settler thread before its future is told
-    which native recv it has (the recv starts first: a tensor the sender holds already
-    comes at once): a descriptor, settled as it comes, still settles the future. (The
-    future is told here only once the settler is done with the descriptor.)"""
-    if ipc_pair.protocol == "grpc":
-        pytest.skip("a grpc recv's answer is never parked in the core")
+@contextlib.contextmanager
+def told_of_its_recv_late(then: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """While in it, a parked recv's future is told which native recv it has (settled_by)
+    only once the settler thread is done with a descriptor that came for it; ``then`` runs
+    just before (it may raise, as an interrupting signal's handler would)."""
     settled = threading.Event()
 
     def noted_settle(ref, *answer):
@@ -210,19 +210,53 @@ def test_a_descriptor_that_comes_before_its_future_knows_its_recv_still_settles_
     def told_late(fut, native, parked=None):
         if parked is not None:
             assert settled.wait(TIMEOUT)
+            then()
         return told(fut, native, parked)
 
-    ipc_pair.ps.send_pattern("warm", ipc_pair.WORKER, step, 16, 0)  # the channel is up
-    assert same(ipc_pair.worker.recv("warm", ipc_pair.PS, step, timeout=TIMEOUT), pattern(16, 0))
-    ipc_pair.ps.send("z", stand_in(1 << 16, 7), to=ipc_pair.WORKER, step_id=step)
     _core.set_variant_settle(noted_settle)
     futures.RecvFuture.settled_by = told_late
     try:
-        fut = ipc_pair.worker.recv_async("z", ipc_pair.PS, step, timeout=TIMEOUT)
+        yield
     finally:
         futures.RecvFuture.settled_by = told
         _core.set_variant_settle(futures._settle_variant)
+
+
+class Interrupted(Exception):
+    """What a signal's handler raised."""
+
+
+def _interrupt() -> None:
+    raise Interrupted
+
+
+def test_a_descriptor_that_comes_before_its_future_knows_its_recv_still_settles_it(ipc_pair, step):
+    """A recv_async's answer can reach the core's settler thread before its future is told
+    which native recv it has (the recv starts first: a tensor the sender holds already
+    comes at once): a descriptor, settled as it comes, still settles the future."""
+    if ipc_pair.protocol == "grpc":
+        pytest.skip("a grpc recv's answer is never parked in the core")
+    ipc_pair.ps.send_pattern("warm", ipc_pair.WORKER, step, 16, 0)  # the channel is up
+    assert same(ipc_pair.worker.recv("warm", ipc_pair.PS, step, timeout=TIMEOUT), pattern(16, 0))
+    ipc_pair.ps.send("z", stand_in(1 << 16, 7), to=ipc_pair.WORKER, step_id=step)
+    with told_of_its_recv_late():
+        fut = ipc_pair.worker.recv_async("z", ipc_pair.PS, step, timeout=TIMEOUT)
     assert same(fut.result(TIMEOUT), pattern(1 << 16, 7, "float32"))
+    assert released(ipc_pair.ps)
+
+
+def test_a_recv_interrupted_before_its_future_took_the_descriptor_that_came_leaves_it_for_the_next(
+        ipc_pair, step):
+    """An interruption (a signal's handler raising) as the recv starts, after its descriptor
+    came and before its future took it: the next recv of the key gets the tensor."""
+    if ipc_pair.protocol == "grpc":
+        pytest.skip("a grpc recv's answer is never parked in the core")
+    ipc_pair.ps.send_pattern("warm", ipc_pair.WORKER, step, 16, 0)  # the channel is up
+    assert same(ipc_pair.worker.recv("warm", ipc_pair.PS, step, timeout=TIMEOUT), pattern(16, 0))
+    ipc_pair.ps.send("z", stand_in(1 << 16, 8), to=ipc_pair.WORKER, step_id=step)
+    with told_of_its_recv_late(_interrupt), pytest.raises(Interrupted):
+        ipc_pair.worker.recv_async("z", ipc_pair.PS, step, timeout=TIMEOUT)
+    assert same(ipc_pair.worker.recv("z", ipc_pair.PS, step, timeout=TIMEOUT), pattern(1 << 16, 8, "float32"))
     assert released(ipc_pair.ps)
 
 

@@ -161,6 +161,25 @@ TEST(SoftProvider, APeerSendingPastTheBytesHeldForReceivesIsToldWhy) {
       << p.a.qp->error_detail();
 }
 
+// A refusal ends the connection, but what the peer did before it stays done: a write it
+// acknowledged on the refusal (an ACK owed rides on the NAK) completes successfully.
+TEST(SoftProvider, ARequestBeforeARefusedOneCompletesAsDone) {
+  Pair p("no");
+  ASSERT_TRUE(p.a.ok() && p.b.ok());
+  ASSERT_TRUE(connect_pair(*p.a.qp, *p.b.qp));
+  auto src = p.a.region(4096, kAllAccess, 3);
+  auto dst = p.b.region(4096);
+  SendWr writes[2] = {wr(1, WrOpcode::kRdmaWrite, src.get(), 0, 4096, dst->addr(), dst->rkey()),
+                      wr(2, WrOpcode::kRdmaWrite, src.get(), 0, 4096, dst->addr(), dst->rkey() ^ 0x5A5Au)};
+  ASSERT_TRUE(p.a.qp->post_send(writes, 2).ok());
+  const auto wcs = p.a.completions(2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess) << to_string(wcs[0].status);
+  EXPECT_EQ(wcs[1].status, WcStatus::kRemAccessErr) << to_string(wcs[1].status);
+  EXPECT_EQ(dst->data()[100], src->data()[100]);  // the first write landed
+}
+
 TEST(SoftProvider, SameHostYesWithAPeerThatRefusesIsAnError) {
   Side a(soft("yes")), b(soft("no"));
   ASSERT_TRUE(a.ok() && b.ok());

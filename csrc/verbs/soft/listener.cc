@@ -28,8 +28,6 @@ namespace {
 // port only ever holds back its own greetings, or those slower than its whole flood.
 constexpr std::size_t kMaxPendingGreetings = 256;
 constexpr std::size_t kGreetingsPerSource = 16;
-// How long a connection may take to greet once accepted: a dialer greets as it connects.
-constexpr std::chrono::seconds kGreetingTimeout{3};
 
 // Where a connection comes from, as far as bounding greetings goes.
 std::string source_of(const sockaddr_storage& from, bool is_unix) {
@@ -104,7 +102,8 @@ Result<UniqueFd> listen_unix(std::string* name) {
 }  // namespace
 
 Result<std::unique_ptr<Listener>> Listener::start(const std::string& host, bool with_unix,
-                                                  OnDial on_dial, OnTick on_tick) {
+                                                  OnDial on_dial, OnTick on_tick,
+                                                  Clock::duration greeting_timeout) {
   std::unique_ptr<Listener> listener(new Listener());
   auto tcp = listen_tcp(host, &listener->tcp_port_);
   if (!tcp.ok()) return tcp.status();
@@ -120,6 +119,7 @@ Result<std::unique_ptr<Listener>> Listener::start(const std::string& host, bool 
   }
   listener->on_dial_ = std::move(on_dial);
   listener->on_tick_ = std::move(on_tick);
+  listener->greeting_timeout_ = greeting_timeout;
   listener->thread_ = std::thread([l = listener.get()] {
     name_thread("tv-listener");
     l->run();
@@ -254,7 +254,7 @@ void Listener::accept_from(int server, bool is_unix) {
     p.sock = std::move(sock);
     p.is_unix = is_unix;
     p.source = source_of(from, is_unix);
-    p.deadline = Clock::now() + kGreetingTimeout;
+    p.deadline = Clock::now() + greeting_timeout_;
     std::size_t same = 0;
     auto oldest_same = pending_.end();
     for (auto it = pending_.begin(); it != pending_.end(); ++it) {

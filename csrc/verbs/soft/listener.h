@@ -34,8 +34,12 @@ class Listener {
                                     std::vector<UniqueFd> fds)>;
   using OnTick = std::function<void()>;
 
+  // How long a connection may take to greet once accepted: a dialer greets as it connects.
+  static constexpr std::chrono::seconds kGreetingTimeout{3};
+
   static Result<std::unique_ptr<Listener>> start(const std::string& host, bool with_unix,
-                                                 OnDial on_dial, OnTick on_tick);
+                                                 OnDial on_dial, OnTick on_tick,
+                                                 Clock::duration greeting_timeout = kGreetingTimeout);
   ~Listener();  // stops the thread and closes the sockets
   // Destroys `listener`, also from within one of its own callbacks (whose context is being
   // destroyed there): then it calls back no more, and its thread deletes it on leaving the
@@ -72,6 +76,7 @@ class Listener {
   std::uint16_t tcp_port_ = 0;
   OnDial on_dial_;
   OnTick on_tick_;
+  Clock::duration greeting_timeout_ = kGreetingTimeout;
   std::vector<Pending> pending_;
   std::mutex mu_;
   Clock::time_point next_tick_ = Clock::time_point::max();  // min(): stopping

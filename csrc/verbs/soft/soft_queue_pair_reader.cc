@@ -132,9 +132,11 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
     if (!held_.reserve(bytes)) {
       // the peer is told why (its request fails, and its queue pair with it); what it sends
       // meanwhile is discarded, and this queue pair fails once it closes the connection
-      // (closed now, the connection would be reset under the refusal before it is read)
+      // (closed now, the connection would be reset under the refusal before it is read).
+      // What was held goes at once: the peer fails those requests too
       detail_ = "the peer sent more than " + std::to_string(kMaxHeldBytes >> 20) +
                 " MiB ahead of the receives posted";
+      held_.clear();
       refuse_locked(h, WcStatus::kRemOpErr, detail_);
       return;
     }

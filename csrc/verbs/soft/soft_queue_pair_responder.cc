@@ -171,8 +171,10 @@ void SoftQueuePair::finish_frame_locked() {
       for (SendOp* op : awaiting_) {
         if (op->seq == h.seq) finish_locked(*op, static_cast<WcStatus>(h.status), why);
       }
-      // a refusal ends the connection (as on a NIC): the requests before it fail too, at
-      // once (one held by the peer for a receive would keep the refusal from being reported)
+      // the requests it acknowledges (an ACK owed rides on the refusal) are done; the rest
+      // fail, at once: a refusal ends the connection (as on a NIC), and a request held by
+      // the peer for a receive would otherwise keep it from being reported in order
+      if ((h.flags & kFlagAck) != 0) acked_locked(h.ack);
       enter_error_locked(why);
       break;
     }

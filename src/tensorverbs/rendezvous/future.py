@@ -180,7 +180,7 @@ class RecvFuture(concurrent.futures.Future[Any]):
         as it comes (:func:`_settle_variant`)."""
         self._native = self._on_cancel = native
         if parked is not None:
-            with self._condition:  # (_settle_variant reads them so)
+            with _EARLY:  # (_settle_variant reads them so)
                 self._parked_in = native
                 self._parked_settle, self._parked_call = parked
                 early, self._early = self._early, None
@@ -191,6 +191,13 @@ class RecvFuture(concurrent.futures.Future[Any]):
         if self._state in _CANCELLED:  # (read without the lock: cancel() reads it after setting it)
             self._parked_call = None
             native.cancel()
+
+    def take_early(self) -> tuple[Any, ...] | None:
+        """The answer that came before :meth:`settled_by` and was not settled (settled_by
+        was interrupted), for its caller to hand back; None if none."""
+        with _EARLY:
+            early, self._early = self._early, None
+        return early
 
     def parked_in(self) -> NativeRecv | None:
         """The native recv that keeps this future's answer until it is looked at (it can be
@@ -371,11 +378,16 @@ def _settle_variant(ref: "weakref.ref[RecvFuture]", *answer: Any) -> bool:
     fut = ref()
     if fut is None:
         return False
-    with fut._condition:
+    with _EARLY:
         if fut._parked_settle is None and fut._state == _base.PENDING:
             fut._early = answer
             return True
     return _settle_with(fut, *answer)
+
+
+#: held while an answer that came before settled_by() is left in its future, or taken (not
+#: the future's own lock: its caller may hold that as the recv starts, adding a callback)
+_EARLY = threading.Lock()
 
 
 _core.set_variant_settle(_settle_variant)

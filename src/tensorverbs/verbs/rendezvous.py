@@ -307,8 +307,16 @@ class VerbsRendezvous(RemoteRendezvous):
             self._start(call, src, _timeout(timeout))
         except BaseException:  # a signal's exception as it started: the core gives its tensor back
             self.give_up(fut)
+            self._give_back_early(call, fut)
             raise
         return fut
+
+    def _give_back_early(self, call: RecvCall, fut: RecvFuture) -> None:
+        """Hand back to the core an answer that came to ``fut`` before it was told of its
+        recv, which an interruption kept it from taking."""
+        early = fut.take_early()
+        if early is not None and not early[0]:  # (code, message, dtype, shape, is_dead, payload)
+            self.core.give_back(call.step_id, call.peer_id, call.key.name, *early[2:6])
 
     def _start(self, call: RecvCall, src: int, timeout: float) -> "_core.RecvHandle":
         """Start the core's recv settling ``call``, which the core owns from now on (a
