@@ -135,6 +135,14 @@ class HostRegistry:
         entry = self._entry(address)
         return entry[0] if entry is not None and _alive(entry[0]) else None
 
+    def _writer(self, address: str) -> int | None:
+        """The process that wrote the entry of ``address`` as the file says now (not as last
+        read: a file replaced within one tick of the clock keeps its mtime)."""
+        try:
+            return int(json.loads(self._file(address).read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def unregister(self) -> None:
         """Remove what this process registered, and nothing another process wrote since
         (the next task at an address, once this one's port was free, may have)."""
@@ -142,8 +150,7 @@ class HostRegistry:
             try:
                 with self._host_wide():
                     for address in self._mine:
-                        entry = self._entry(address)
-                        if entry is not None and entry[0] == os.getpid():
+                        if self._writer(address) == os.getpid():
                             self._file(address).unlink(missing_ok=True)
             except FileNotFoundError:  # the directory is gone, and every entry with it
                 pass
