@@ -110,6 +110,38 @@ def test_one_sided_access_is_served_to_a_bounded_number_of_tasks_outside_the_clu
     assert ask(2).incarnation == server.incarnation  # one served already may set up again
 
 
+def test_one_sided_set_ups_under_way_count_against_the_bound_on_callers_outside_the_cluster(
+        worker, monkeypatch, black_hole):
+    """Callers outside the cluster whose set-ups hang (their endpoints dial a black hole)
+    count against the bound as they start: one more is refused at once, not given a thread."""
+    monkeypatch.setattr(registrations, "MAX_OUTSIDERS", 4)
+    server, channel = worker
+    server.register(np.zeros(1024, np.uint8))
+    own = VerbsContext(RdmaConfig(), "127.0.0.1", "127.0.0.1").open()
+    call = channel.unary_unary(method("GetRemoteAccess"),
+                               request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
+                               response_deserializer=pb.GetRemoteAccessResponse.FromString)
+
+    def request(i: int) -> pb.GetRemoteAccessRequest:
+        qp, _ = own.queue_pair(4)
+        return pb.GetRemoteAccessRequest(host_name=f"/job:intruder/replica:0/task:{i}", incarnation=1,
+                                         provider=own.provider, endpoint=aimed_at(qp.endpoint, black_hole))
+
+    hanging = [call.future(request(i), timeout=120) for i in range(4)]
+    try:
+        deadline = time.monotonic() + 60
+        while dialing(black_hole) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # (nothing tells when the owner dials)
+        assert dialing(black_hole) >= 4, "the owner did not dial the addresses given"
+        with pytest.raises(grpc.RpcError) as refused:
+            call(request(4), timeout=120)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
+        assert not any(future.done() for future in hanging)
+    finally:
+        for future in hanging:
+            future.cancel()
+
+
 def test_set_ups_that_hang_hold_up_only_the_task_they_claim_to_come_from(black_hole):
     """One-sided set-ups whose queue pair must be dialed at an address that never answers
     (each holds the dial for seconds) hold up only the set-ups of the task they claim to

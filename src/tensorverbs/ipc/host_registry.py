@@ -73,8 +73,8 @@ class HostRegistry:
         self.directory = private_directory(directory or _base(token))
         self._mine: dict[str, set[str]] = {}  # address -> devices, as written
         self._writing = threading.Lock()
-        # address -> (mtime, pid, devices) as last read
-        self._seen: dict[str, tuple[int, int, frozenset[str]]] = {}
+        # address -> ((inode, mtime), pid, devices) as last read
+        self._seen: dict[str, tuple[tuple[int, int], int, frozenset[str]]] = {}
 
     def _file(self, address: str) -> pathlib.Path:
         return self.directory / ("task-" + hashlib.sha256(address.encode()).hexdigest()[:32])
@@ -107,9 +107,12 @@ class HostRegistry:
         """(process id, devices) of the entry of the task at ``address``, None if it has none."""
         path = self._file(address)
         try:
-            mtime = path.stat().st_mtime_ns
+            info = path.stat()
         except FileNotFoundError:
             return None
+        # each write is a new file renamed over the old: its inode tells it from the one read
+        # within the same tick of the clock
+        mtime = (info.st_ino, info.st_mtime_ns)
         cached = self._seen.get(address)
         if cached is None or cached[0] != mtime:
             try:

@@ -64,6 +64,7 @@ class Registrations:
         self._lock = threading.Lock()
         self._buffers: dict[tuple[int, int], _Registered] = {}  # (addr, rkey)
         self._served: dict[str, _core.QueuePair] = {}  # peer -> the queue pair it reaches
+        self._outsiders: set[str] = set()  # callers outside the cluster served or being set up
         self._setups = PeerThreads("tv-access-setup")
         self._stuck: list[_Registered] = []  # revoked with an access still under way
         self._driver: threading.Thread | None = None
@@ -135,15 +136,22 @@ class Registrations:
         per caller: the tasks of the cluster, and MAX_OUTSIDERS others at most, such as a
         Ray driver that this task never learned)."""
         caller = parse_task(request.host_name)
-        if caller not in self._rt.cluster:
-            with self._lock:
-                known = str(caller) in self._served
-                outsiders = sum(parse_task(name) not in self._rt.cluster for name in self._served)
-            if not known and outsiders >= MAX_OUTSIDERS:
-                raise ResourceExhaustedError(
-                    f"{self._rt.task} serves one-sided access to {MAX_OUTSIDERS} tasks outside its cluster "
-                    f"already: {caller} is refused")
-        return await self._setups.run(str(caller), self._connect, request, str(caller))
+        name = str(caller)
+        outsider = caller not in self._rt.cluster
+        if outsider:
+            with self._lock:  # (counted as its set-up starts: set-ups that hang count too)
+                if name not in self._outsiders and len(self._outsiders) >= MAX_OUTSIDERS:
+                    raise ResourceExhaustedError(
+                        f"{self._rt.task} serves one-sided access to {MAX_OUTSIDERS} tasks outside its "
+                        f"cluster already: {caller} is refused")
+                self._outsiders.add(name)
+        try:
+            return await self._setups.run(name, self._connect, request, name)
+        finally:
+            if outsider:
+                with self._lock:
+                    if name not in self._served:  # its set-up failed: its place is free
+                        self._outsiders.discard(name)
 
     def _connect(self, request: pb.GetRemoteAccessRequest, caller: str) -> pb.GetRemoteAccessResponse:
         verbs = self._verbs.open()
@@ -157,6 +165,8 @@ class Registrations:
         qp.connect(request.endpoint)
         with self._lock:
             self._served[caller] = qp  # the caller's earlier one is closed
+            if parse_task(caller) not in self._rt.cluster:  # (also one whose wait was given up)
+                self._outsiders.add(caller)
             if verbs.provider == "soft" and self._driver is None and not self._closed:
                 self._driver = threading.Thread(target=self._drive, name="tv-one-sided", daemon=True)
                 self._driver.start()

@@ -184,8 +184,9 @@ class RecvFuture(concurrent.futures.Future[Any]):
                 self._parked_in = native
                 self._parked_settle, self._parked_call = parked
                 early, self._early = self._early, None
-            if early is not None:  # a descriptor came as the recv started
-                _settle_with(self, *early)
+            if early is not None:  # a descriptor came as the recv started: the parked settle
+                self._parked_call = None  # (gives the tensor back if this future is cancelled)
+                parked[0](parked[1], self, *early)
             elif self._callbacks or self._waiting:  # added as it started
                 self._settle_as_it_comes()
         if self._state in _CANCELLED:  # (read without the lock: cancel() reads it after setting it)

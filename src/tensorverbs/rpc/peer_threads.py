@@ -25,9 +25,9 @@ class PeerThreads:
     def __init__(self, name: str, per_peer: int = 1) -> None:
         self._threads = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix=name)
         self._per_peer = per_peer
-        #: each peer's turns (on the loop); as many as peers that called, which the callers
-        #: bound (by the cluster's tasks)
+        #: each peer's turns (on the loop), while one of its calls runs or waits for one
         self._turns: dict[str, asyncio.Semaphore] = {}
+        self._users: dict[str, int] = {}  # peer -> its calls running or waiting (on the loop)
 
     async def run(self, peer: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a thread, once fewer than ``per_peer`` calls of ``peer`` run (on
@@ -36,21 +36,38 @@ class PeerThreads:
         turn = self._turns.get(peer)
         if turn is None:
             turn = self._turns[peer] = asyncio.Semaphore(self._per_peer)
-        await turn.acquire()
+        self._users[peer] = self._users.get(peer, 0) + 1
+        try:
+            await turn.acquire()
+        except BaseException:
+            self._left(peer)
+            raise
         try:
             call = self._threads.submit(fn, *args)
         except BaseException:
-            turn.release()
+            self._release(peer, turn)
             raise
 
         def ended(_: Any) -> None:
             try:
-                loop.call_soon_threadsafe(turn.release)
+                loop.call_soon_threadsafe(self._release, peer, turn)
             except RuntimeError:  # the loop closed
                 pass
 
         call.add_done_callback(ended)
         return await asyncio.wrap_future(call)
+
+    def _release(self, peer: str, turn: asyncio.Semaphore) -> None:
+        turn.release()
+        self._left(peer)
+
+    def _left(self, peer: str) -> None:
+        """One of ``peer``'s calls ended (or gave up waiting): its turns go with its last."""
+        users = self._users[peer] - 1
+        if users:
+            self._users[peer] = users
+        else:
+            del self._users[peer], self._turns[peer]
 
     def close(self) -> None:
         """Let the calls under way finish (without waiting for them); those not started
