@@ -83,10 +83,11 @@ def test_health_watches_are_capped_per_connection(worker):
         watch.cancel()
 
 
-def test_one_sided_access_is_served_to_a_bounded_number_of_tasks_outside_the_cluster(worker, monkeypatch):
-    """The queue pairs a task serves one-sided access through are one per caller: the
-    tasks of its cluster, and a bounded number of others (a Ray driver it never learned);
-    a caller past the bound is refused before any queue pair is made."""
+@pytest.fixture
+def outsiders(worker, monkeypatch):
+    """(the worker; GetRemoteAccess on it; request(i, aim): one claiming to be task i of a
+    job outside its cluster, its queue pair's endpoint passed through ``aim``), with at most
+    4 such callers served."""
     monkeypatch.setattr(registrations, "MAX_OUTSIDERS", 4)
     server, channel = worker
     server.register(np.zeros(1024, np.uint8))
@@ -95,10 +96,25 @@ def test_one_sided_access_is_served_to_a_bounded_number_of_tasks_outside_the_clu
                                request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
                                response_deserializer=pb.GetRemoteAccessResponse.FromString)
 
-    def ask(i: int) -> pb.GetRemoteAccessResponse:
+    kept = []  # the queue pairs the requests name, alive until the test ends
+
+    def request(i: int, aim=lambda endpoint: endpoint) -> pb.GetRemoteAccessRequest:
         qp, _ = own.queue_pair(4)
-        return call(pb.GetRemoteAccessRequest(host_name=f"/job:intruder/replica:0/task:{i}", incarnation=1,
-                                              provider=own.provider, endpoint=qp.endpoint), timeout=30)
+        kept.append(qp)
+        return pb.GetRemoteAccessRequest(host_name=f"/job:intruder/replica:0/task:{i}", incarnation=1,
+                                         provider=own.provider, endpoint=aim(qp.endpoint))
+
+    yield server, call, request
+
+
+def test_one_sided_access_is_served_to_a_bounded_number_of_tasks_outside_the_cluster(outsiders):
+    """The queue pairs a task serves one-sided access through are one per caller: the
+    tasks of its cluster, and a bounded number of others (a Ray driver it never learned);
+    a caller past the bound is refused before any queue pair is made."""
+    server, call, request = outsiders
+
+    def ask(i: int) -> pb.GetRemoteAccessResponse:
+        return call(request(i), timeout=30)
 
     for i in range(4):
         assert ask(i).incarnation == server.incarnation
@@ -111,30 +127,22 @@ def test_one_sided_access_is_served_to_a_bounded_number_of_tasks_outside_the_clu
 
 
 def test_one_sided_set_ups_under_way_count_against_the_bound_on_callers_outside_the_cluster(
-        worker, monkeypatch, black_hole):
+        outsiders, black_hole):
     """Callers outside the cluster whose set-ups hang (their endpoints dial a black hole)
     count against the bound as they start: one more is refused at once, not given a thread."""
-    monkeypatch.setattr(registrations, "MAX_OUTSIDERS", 4)
-    server, channel = worker
-    server.register(np.zeros(1024, np.uint8))
-    own = VerbsContext(RdmaConfig(), "127.0.0.1", "127.0.0.1").open()
-    call = channel.unary_unary(method("GetRemoteAccess"),
-                               request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
-                               response_deserializer=pb.GetRemoteAccessResponse.FromString)
+    _, call, request = outsiders
 
-    def request(i: int) -> pb.GetRemoteAccessRequest:
-        qp, _ = own.queue_pair(4)
-        return pb.GetRemoteAccessRequest(host_name=f"/job:intruder/replica:0/task:{i}", incarnation=1,
-                                         provider=own.provider, endpoint=aimed_at(qp.endpoint, black_hole))
+    def hanging_request(i: int) -> pb.GetRemoteAccessRequest:
+        return request(i, lambda endpoint: aimed_at(endpoint, black_hole))
 
-    hanging = [call.future(request(i), timeout=120) for i in range(4)]
+    hanging = [call.future(hanging_request(i), timeout=120) for i in range(4)]
     try:
         deadline = time.monotonic() + 60
         while dialing(black_hole) < 4 and time.monotonic() < deadline:
             time.sleep(0.01)  # (nothing tells when the owner dials)
         assert dialing(black_hole) >= 4, "the owner did not dial the addresses given"
         with pytest.raises(grpc.RpcError) as refused:
-            call(request(4), timeout=120)
+            call(hanging_request(4), timeout=120)
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
         assert not any(future.done() for future in hanging)
     finally:
