@@ -112,15 +112,15 @@ class HostRegistry:
             return None
         # each write is a new file renamed over the old: its inode tells it from the one read
         # within the same tick of the clock
-        mtime = (info.st_ino, info.st_mtime_ns)
+        stamp = (info.st_ino, info.st_mtime_ns)
         cached = self._seen.get(address)
-        if cached is None or cached[0] != mtime:
+        if cached is None or cached[0] != stamp:
             try:
                 entry = json.loads(path.read_text())
                 pid, devices = int(entry["pid"]), frozenset(map(str, entry["devices"]))
             except (OSError, ValueError, KeyError, TypeError):
                 return None
-            cached = self._seen[address] = (mtime, pid, devices)
+            cached = self._seen[address] = (stamp, pid, devices)
         return cached[1], cached[2]
 
     def sees(self, address: str, device: str, *, elsewhere: bool = False) -> bool:
@@ -138,14 +138,6 @@ class HostRegistry:
         entry = self._entry(address)
         return entry[0] if entry is not None and _alive(entry[0]) else None
 
-    def _writer(self, address: str) -> int | None:
-        """The process that wrote the entry of ``address`` as the file says now (not as last
-        read: a file replaced within one tick of the clock keeps its mtime)."""
-        try:
-            return int(json.loads(self._file(address).read_text())["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
     def unregister(self) -> None:
         """Remove what this process registered, and nothing another process wrote since
         (the next task at an address, once this one's port was free, may have)."""
@@ -153,7 +145,8 @@ class HostRegistry:
             try:
                 with self._host_wide():
                     for address in self._mine:
-                        if self._writer(address) == os.getpid():
+                        entry = self._entry(address)
+                        if entry is not None and entry[0] == os.getpid():
                             self._file(address).unlink(missing_ok=True)
             except FileNotFoundError:  # the directory is gone, and every entry with it
                 pass
