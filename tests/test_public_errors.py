@@ -14,12 +14,15 @@ import pytest
 
 import tensorverbs as tv
 from tensorverbs.local_cluster import cluster_spec
+from tensorverbs.one_sided.publication import PublishedTensor
 
 #: an argument of a type no public call takes
 BAD = object()
 PS = "/job:ps/replica:0/task:0"
 #: a descriptor of a buffer of the ps
 BUFFER = tv.RemoteBuffer(PS, 1, "soft", 1 << 20, 1, 64, "uint8", (64,), True)
+#: a publication of the ps (of a tensor "w" of 2 float64 elements)
+PUBLICATION = tv.PublicationRef(PS, BUFFER, (BUFFER, BUFFER), (PublishedTensor("w", "float64", (2,), 0, 16),), None)
 
 
 class _Resolver(tv.resolvers.ClusterResolver):
@@ -77,6 +80,10 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
                        dict(entries=[(BUFFER, np.ones(2))], timeout=0.01)),
         "awrite": (lambda server, **kw: asyncio.run(server.awrite(**kw)),
                    dict(buffer=BUFFER, tensor=np.ones(2), offset=0, timeout=0.01)),
+        "publish": (method("publish"), dict(tensors={"w": np.ones(2)}, version=1, checksums=False, grace=0.0)),
+        "read_publication": (method("read_publication"), dict(publication=PUBLICATION, out=None, timeout=0.01)),
+        "aread_publication": (lambda server, **kw: asyncio.run(server.aread_publication(**kw)),
+                              dict(publication=PUBLICATION, out=None, timeout=0.01)),
         "from_resolver": (lambda server, **kw: tv.Server.from_resolver(**kw).stop(),
                           dict(resolver=_Resolver(spec), protocol="grpc")),
     }

@@ -13,6 +13,7 @@
 #include "binding/byte_view.h"
 #include "binding/py_ref.h"
 #include "binding/future_recv.h"
+#include "binding/ordered_words.h"
 #include "binding/recv_handle.h"
 #include "binding/rendezvous_binding.h"
 #include "binding/send_binding.h"
@@ -201,6 +202,7 @@ NB_MODULE(_core, m) {
       },
       "bytes"_a, "A channel description as a dict, or None if the bytes are not one.");
   tensorverbs::binding::bind_byte_view(m);
+  tensorverbs::binding::bind_ordered_words(m);
   tensorverbs::binding::bind_recv_handles(m);
   tensorverbs::binding::bind_rendezvous(m);
   tensorverbs::binding::bind_send_completion(m);

@@ -73,6 +73,16 @@ class ByteView:
     @property
     def nbytes(self) -> int: ...
 
+def store_fenced(buffer: object, index: int, value: int) -> None:
+    """
+    Store `value` in the 8-byte word `index` of `buffer`, after every store and load before this call and before every one after it.
+    """
+
+def load_fenced(buffer: object, index: int) -> int:
+    """
+    The 8-byte word `index` of `buffer`, loaded after every load and store before this call and before every one after it.
+    """
+
 class RecvHandle:
     """A recv in flight."""
 

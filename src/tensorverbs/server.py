@@ -70,7 +70,8 @@ OPEN = ("%s serves anyone: it listens on %s without a job token or TLS, so any c
 #: counters every server reports, whatever its protocol
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
             "bytes_received", "proxy_copies", "ipc_sent", "ipc_received", "remote_reads",
-            "remote_writes", "remote_bytes_read", "remote_bytes_written")
+            "remote_writes", "remote_bytes_read", "remote_bytes_written", "publication_reads",
+            "publication_rereads")
 
 
 class Server(BatchCalls, OneSidedCalls):

@@ -22,16 +22,20 @@ from ..errors import FailedPreconditionError, InvalidArgumentError, as_error
 from ..out import Out
 from ..rpc import tensorverbs_pb2 as pb
 from ..tensor import dtype_enum
+from .. import _core
+from . import publication_reads
 from .access import BOUNCE_BYTES, RemoteAccess
 from .buffer import RemoteBuffer, host_buffer
 from .context import VerbsContext
+from .publication import PublicationRef, Published
+from .publisher import Publication
 from .registrations import Registrations
 
 if TYPE_CHECKING:
     from ..runtime import TaskRuntime
     from ..verbs.config import RdmaConfig
 
-__all__ = ["OneSided", "RemoteBuffer"]
+__all__ = ["OneSided", "Publication", "PublicationRef", "Published", "RemoteBuffer"]
 
 #: threads that carry out the accesses awaited in asyncio (each waits for its completions)
 ASYNC_THREADS = 8
@@ -67,6 +71,27 @@ class OneSided:
 
     def unregister(self, buffer: RemoteBuffer) -> None:
         self._registrations.unregister(_checked(buffer))
+
+    def publish(self, tensors: Any, version: int, checksums: bool, grace: float) -> Publication:
+        return Publication(self, tensors, version, checksums, grace)
+
+    def read_publication(self, ref: Any, out: Any, timeout: float | None,
+                         cancel: threading.Event | None = None) -> Published:
+        if isinstance(ref, Publication):
+            ref = ref.ref
+        if not isinstance(ref, PublicationRef):
+            raise InvalidArgumentError(f"expected a Publication or its ref, not {type(ref).__name__}")
+        return publication_reads.read(self, self._rt.counters, ref, out, timeout, cancel)
+
+    def read_words(self, buffer: RemoteBuffer, first: int, count: int, timeout: float | None,
+                   cancel: threading.Event | None = None) -> list[int]:
+        """The 8-byte words [first, first + count) of ``buffer``, in one read (of a buffer of
+        this task's own: each loaded with fences around it)."""
+        if self._is_mine(buffer):
+            words = self._registrations.local(buffer).view(np.uint64)
+            return [_core.load_fenced(words, first + i) for i in range(count)]
+        words = self.read_many([(buffer, None, 8 * first, 8 * count)], timeout, cancel)[0]
+        return [int(word) for word in words.view(np.uint64)]
 
     async def accept(self, request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
         """GetRemoteAccess, answered by the registrations."""

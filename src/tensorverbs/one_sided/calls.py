@@ -4,12 +4,14 @@ write, and reading and writing theirs (:class:`OneSidedCalls`, which
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .. import arguments as check
 from ..errors import InvalidArgumentError, public
 from ..torch_interop import as_torch
 from .buffer import RemoteBuffer
+from .publication import PublicationRef, Published
+from .publisher import Publication
 
 if TYPE_CHECKING:
     from . import OneSided
@@ -120,6 +122,51 @@ class OneSidedCalls:
         timeout = check.optional_seconds(timeout, "timeout")
         self._check_running()
         self._one_sided.write(buffer, tensor, offset, timeout, cancel)
+
+    @public
+    def publish(self, tensors: Mapping[str, Any], *, version: int = 1, checksums: bool = False,
+                grace: float = 0.001) -> Publication:
+        """Publish ``tensors`` (a mapping of names to tensors; copied in) as ``version`` for
+        the job's tasks to read one-sided, each read one whole version, never a mix of two:
+        hand the returned :class:`Publication`'s ``ref`` (small, serialisable) to the
+        readers (:meth:`read_publication`); its ``update`` publishes the next version, its
+        ``close`` ends it. The owner keeps two copies of the tensors, registered read-only;
+        with ``checksums`` a CRC-32 of each tensor too, which readers check. An update
+        waits until ``grace`` seconds passed since the one before it, so that reads shorter
+        than that never read again (see :class:`Publication`)."""
+        self._check_running()
+        return self._one_sided.publish(tensors, version, check.flag(checksums, "checksums"),
+                                       check.seconds(grace, "grace"))
+
+    @public
+    def read_publication(self, publication: PublicationRef | Publication, *,
+                         out: Mapping[str, Any] | None = None, timeout: float | None = None) -> Published:
+        """Read the current version of ``publication`` (any task's, by its ref) one-sided:
+        ``(version, tensors)``, every tensor of that one version by name (into ``out``'s
+        tensors, by name, where given; new arrays otherwise). A read that overlaps the
+        owner's updates reads again. DeadlineExceededError after ``timeout`` seconds;
+        DataLossError for a tensor whose checksum disagrees; errors as :meth:`read`
+        otherwise (NotFoundError once the owner closed it). On failure ``out``'s
+        tensors are unspecified."""
+        return self._read_publication(publication, out, timeout, None)
+
+    @public
+    async def aread_publication(self, publication: PublicationRef | Publication, *,
+                                out: Mapping[str, Any] | None = None, timeout: float | None = None) -> Published:
+        """:meth:`read_publication` in asyncio, cancelled as :meth:`aread` is."""
+        return await self._one_sided.in_thread(
+            lambda cancel: self._read_publication(publication, out, timeout, cancel))
+
+    def _read_publication(self, publication: Any, out: Any, timeout: float | None,
+                          cancel: threading.Event | None) -> Published:
+        timeout = check.optional_seconds(timeout, "timeout")
+        if out is not None and not isinstance(out, Mapping):
+            raise InvalidArgumentError(f"out must be a mapping of names to tensors, not {type(out).__name__}")
+        self._check_running()
+        version, tensors = self._one_sided.read_publication(publication, out, timeout, cancel)
+        if self.tensor_type == "torch":
+            tensors = {name: as_torch(t) if out is None or name not in out else t for name, t in tensors.items()}
+        return Published(version, tensors)
 
 
 def _read_entry(entry: Any, index: int) -> tuple[Any, Any, int, int | None]:

@@ -1,0 +1,96 @@
+"""The readers' side of a publication (:mod:`.publication`): a read of its current version,
+whole, read again while the owner overwrote the slot being read."""
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
+
+import numpy as np
+
+from ..errors import DataLossError, DeadlineExceededError, InvalidArgumentError
+from ..out import Out
+from ..tensor import dtype_enum, numeric_dtype
+from .publication import CURRENT, SEQUENCES, PublicationRef, Published, PublishedTensor, version_and_slot
+
+if TYPE_CHECKING:
+    from ..stats import Counters
+
+
+class Access(Protocol):
+    """What a read needs of the task's one-sided access (:class:`tensorverbs.one_sided.OneSided`)."""
+
+    def read_words(self, buffer: Any, first: int, count: int, timeout: float | None,
+                   cancel: threading.Event | None = None) -> list[int]: ...
+
+    def read_many(self, entries: list[tuple[Any, Any, int, int | None]], timeout: float | None,
+                  cancel: threading.Event | None = None) -> list[Any]: ...
+
+
+class _Target:
+    """Where one tensor of a read lands (its host bytes) and what the read returns for it."""
+
+    def __init__(self, ref: PublicationRef, tensor: PublishedTensor, out: Any) -> None:
+        dtype = numeric_dtype(tensor.dtype)
+        self.out = None if out is None else Out(out)
+        if self.out is None:
+            self.result: Any = np.empty(tensor.shape, dtype)
+            landing = self.result
+        else:
+            enum = dtype_enum(dtype)
+            if not self.out.fits(enum, tensor.shape):
+                raise self.out.refusal(f"a read of {tensor.name!r} of {ref}", enum, tensor.shape,
+                                       "the publication holds", "")
+            self.result, landing = out, self.out.landing
+        self.bytes = landing.reshape(-1).view(np.uint8)
+
+    def store(self) -> None:
+        """The bytes read put in ``out`` where it is on a device (a copy from its landing)."""
+        if self.out is not None:
+            self.out.device.store(self.out.target, self.out.landing)
+
+
+def read(one_sided: Access, counters: "Counters", ref: PublicationRef, out: Mapping[str, Any] | None,
+         timeout: float | None, cancel: threading.Event | None) -> Published:
+    """One whole version of ``ref``'s tensors (into ``out``'s, by name, where given)."""
+    out = dict(out or {})
+    unknown = out.keys() - {t.name for t in ref.tensors}
+    if unknown:
+        raise InvalidArgumentError(f"out names tensors that {ref} does not hold: {sorted(unknown)}")
+    targets = [_Target(ref, t, out.get(t.name)) for t in ref.tensors]
+    crcs, crcs_at = (None, 0) if ref.checksums is None else (np.empty(len(targets), np.uint32), ref.checksums)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    rereads = 0
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0 and rereads:
+            raise DeadlineExceededError(
+                f"no whole version of {ref} was read within {timeout:g} s: its owner updated it during each "
+                f"of {rereads} reads (two updates while one read runs)")
+        header = one_sided.read_words(ref.header, CURRENT, 3, left, cancel)
+        version, slot = version_and_slot(header[CURRENT])
+        sequence = header[SEQUENCES + slot]
+        if sequence % 2 == 0:  # else the owner writes it again (two updates since the header was read)
+            slot_buffer = ref.slots[slot]
+            reads: list[tuple[Any, Any, int, int | None]] = [
+                (slot_buffer, target.bytes, t.offset, t.nbytes) for target, t in zip(targets, ref.tensors)]
+            if crcs is not None:
+                reads.append((slot_buffer, crcs.view(np.uint8), crcs_at, crcs.nbytes))
+            one_sided.read_many(reads, None if deadline is None else max(0.0, deadline - time.monotonic()),
+                                cancel)
+            again = one_sided.read_words(ref.header, SEQUENCES + slot, 1, None if deadline is None
+                                         else max(0.0, deadline - time.monotonic()), cancel)
+            if again[0] == sequence:
+                break
+        rereads += 1
+        counters.add("publication_rereads")
+    if crcs is not None:
+        for target, t, crc in zip(targets, ref.tensors, crcs):
+            if zlib.crc32(target.bytes.data) != int(crc):
+                raise DataLossError(f"tensor {t.name!r} of {ref} at version {version} does not match its "
+                                    "checksum: its bytes changed on the way")
+    for target in targets:
+        target.store()
+    counters.add("publication_reads")
+    return Published(version, {t.name: target.result for t, target in zip(ref.tensors, targets)})
