@@ -59,8 +59,8 @@ class _UpdatedAfterTheHeader:
             self._pair.ps.run("publications:update", self._ref, seeds)
         return words
 
-    def read_many(self, *args):
-        return self._inner.read_many(*args)
+    def read_bytes(self, *args):
+        return self._inner.read_bytes(*args)
 
 
 def _read_racing(pair, ref: tv.PublicationRef, seeds: list[int]) -> tuple[tv.Published, int]:

@@ -23,6 +23,7 @@ BENCHMARKS = {
     "verbs": "tensorverbs.bench.verbs_write",
     "scale": "tensorverbs.bench.scale",
     "sync": "tensorverbs.bench.sync",
+    "publication": "tensorverbs.bench.publication",
 }
 #: the exit status of a usage error (argparse's), and of an error while running
 USAGE, FAILED = 2, 1

@@ -72,7 +72,7 @@ class OneSided:
     def unregister(self, buffer: RemoteBuffer) -> None:
         self._registrations.unregister(_checked(buffer))
 
-    def publish(self, tensors: Any, version: int, checksums: bool, grace: float) -> Publication:
+    def publish(self, tensors: Any, version: int, checksums: bool, grace: float | None) -> Publication:
         return Publication(self, tensors, version, checksums, grace)
 
     def read_publication(self, ref: Any, out: Any, timeout: float | None,
@@ -90,8 +90,26 @@ class OneSided:
         if self._is_mine(buffer):
             words = self._registrations.local(buffer).view(np.uint64)
             return [_core.load_fenced(words, first + i) for i in range(count)]
-        words = self.read_many([(buffer, None, 8 * first, 8 * count)], timeout, cancel)[0]
-        return [int(word) for word in words.view(np.uint64)]
+        into = np.empty(count, np.uint64)
+        self.read_bytes([(buffer, into.view(np.uint8), 8 * first)], timeout, cancel)
+        return [int(word) for word in into]
+
+    def read_bytes(self, reads: list[tuple[RemoteBuffer, np.ndarray, int]], timeout: float | None,
+                   cancel: threading.Event | None = None) -> None:
+        """Each (buffer, bytes, offset): ``bytes`` (a C-contiguous host array of uint8, the
+        caller's own) filled from ``buffer`` at ``offset``; the reads of one owner in one go.
+        :meth:`read_many` without the checks and conversions of its ``out``s."""
+        remote = []
+        for i, (buffer, into, offset) in enumerate(reads):
+            buffer.span(offset, into.nbytes)
+            if self._is_mine(buffer):
+                into[:] = self._registrations.local(buffer)[offset:offset + into.nbytes]
+            else:
+                remote.append((buffer, into, offset, i if len(reads) > 1 else None))
+        if remote:
+            self._access.read_many(remote, timeout, cancel)
+        self._rt.counters.add("remote_reads", len(reads))
+        self._rt.counters.add("remote_bytes_read", sum(into.nbytes for _, into, _ in reads))
 
     async def accept(self, request: pb.GetRemoteAccessRequest) -> pb.GetRemoteAccessResponse:
         """GetRemoteAccess, answered by the registrations."""

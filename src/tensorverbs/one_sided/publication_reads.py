@@ -24,8 +24,8 @@ class Access(Protocol):
     def read_words(self, buffer: Any, first: int, count: int, timeout: float | None,
                    cancel: threading.Event | None = None) -> list[int]: ...
 
-    def read_many(self, entries: list[tuple[Any, Any, int, int | None]], timeout: float | None,
-                  cancel: threading.Event | None = None) -> list[Any]: ...
+    def read_bytes(self, reads: list[tuple[Any, np.ndarray, int]], timeout: float | None,
+                   cancel: threading.Event | None = None) -> None: ...
 
 
 class _Target:
@@ -33,11 +33,15 @@ class _Target:
 
     def __init__(self, ref: PublicationRef, tensor: PublishedTensor, out: Any) -> None:
         dtype = numeric_dtype(tensor.dtype)
-        self.out = None if out is None else Out(out)
-        if self.out is None:
+        self.out: Out | None = None
+        if out is None:
             self.result: Any = np.empty(tensor.shape, dtype)
             landing = self.result
+        elif (type(out) is np.ndarray and out.dtype == dtype and out.shape == tensor.shape
+              and out.flags.c_contiguous and out.flags.writeable):  # lands there as it is
+            self.result = landing = out
         else:
+            self.out = Out(out)
             enum = dtype_enum(dtype)
             if not self.out.fits(enum, tensor.shape):
                 raise self.out.refusal(f"a read of {tensor.name!r} of {ref}", enum, tensor.shape,
@@ -73,12 +77,11 @@ def read(one_sided: Access, counters: "Counters", ref: PublicationRef, out: Mapp
         sequence = header[SEQUENCES + slot]
         if sequence % 2 == 0:  # else the owner writes it again (two updates since the header was read)
             slot_buffer = ref.slots[slot]
-            reads: list[tuple[Any, Any, int, int | None]] = [
-                (slot_buffer, target.bytes, t.offset, t.nbytes) for target, t in zip(targets, ref.tensors)]
+            reads = [(slot_buffer, target.bytes, t.offset) for target, t in zip(targets, ref.tensors)]
             if crcs is not None:
-                reads.append((slot_buffer, crcs.view(np.uint8), crcs_at, crcs.nbytes))
-            one_sided.read_many(reads, None if deadline is None else max(0.0, deadline - time.monotonic()),
-                                cancel)
+                reads.append((slot_buffer, crcs.view(np.uint8), crcs_at))
+            one_sided.read_bytes(reads, None if deadline is None else max(0.0, deadline - time.monotonic()),
+                                 cancel)
             again = one_sided.read_words(ref.header, SEQUENCES + slot, 1, None if deadline is None
                                          else max(0.0, deadline - time.monotonic()), cancel)
             if again[0] == sequence:

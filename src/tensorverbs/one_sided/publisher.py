@@ -16,6 +16,10 @@ from .publication import (CURRENT, HEADER_WORDS, SEQUENCES, PublicationRef, chec
                           host_arrays, layout)
 
 
+#: an update's default grace: the time to read the tensors at this many bytes a second,
+#: and at least MIN_GRACE seconds
+GRACE_RATE, MIN_GRACE = 1e9, 0.001
+
 
 class Owner(Protocol):
     """What a publication needs of its task's one-sided access (:class:`tensorverbs.one_sided.OneSided`)."""
@@ -34,11 +38,12 @@ class Publication:
 
     An update overwrites the copy of the version before the current one, which readers
     that started before the current one was published may still be reading: it waits
-    until ``grace`` seconds have passed since then, so that a read shorter than ``grace``
-    never reads again, however often the owner updates."""
+    until ``grace`` seconds have passed since then (default: the time to read the tensors
+    at GRACE_RATE), so that a read shorter than ``grace`` never reads again, however often
+    the owner updates."""
 
     def __init__(self, one_sided: Owner, tensors: Mapping[str, Any], version: int,
-                 checksums: bool, grace: float) -> None:
+                 checksums: bool, grace: float | None) -> None:
         arrays = host_arrays(tensors)
         version = checked_version(version)
         described, crcs, nbytes = layout(arrays, checksums)
@@ -52,7 +57,8 @@ class Publication:
                       for slot in self._slots]
         self._index = {t.name: i for i, t in enumerate(described)}  # of each tensor's checksum
         self._version, self._slot = 0, 1
-        self._grace, self._published_at = grace, 0.0
+        self._grace = max(MIN_GRACE, nbytes / GRACE_RATE) if grace is None else grace
+        self._published_at = 0.0
         self._write(arrays, version)
         self._unregister: Callable[[RemoteBuffer], None] | None = one_sided.unregister
         registered: list[RemoteBuffer] = []
