@@ -30,7 +30,10 @@ the first receiver's start to the last one's end, on the host's monotonic clock.
 
 Where NIXL is installed (``pip install --no-deps nixl-cu12``), a fourth way, ``nixl
 reads``: the same reads by NIXL's READ (:mod:`.sync_nixl`: one transfer of every tensor),
-timed alike.
+timed alike. Where torch is installed, with broadcast or relay chosen, ``gloo
+broadcast``: one ``torch.distributed`` broadcast per tensor from the trainer to a gloo
+group of all the tasks (:mod:`.sync_gloo`), from the trainer's start until the last
+receiver has every tensor.
 """
 from __future__ import annotations
 
@@ -45,12 +48,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import netns
-from ..local_cluster import cluster_spec
+from ..local_cluster import cluster_spec, free_port
 from ..server import Server
 from ..verbs.config import parse_size
 from . import report
 from .contenders import nixl
 from .peer import Peer, PeerError, close_all
+from .sync_gloo import GlooMember, available as gloo_available
 from .sync_nixl import NixlOwner, NixlReader, Offer
 
 #: tensorverbs' ways, and NIXL's where it is installed
@@ -58,6 +62,7 @@ WAYS = ("sends", "broadcast", "relay", "reads")
 #: the port of every task with --hosts (each host has its own)
 HOST_PORT = 7000
 NIXL_WAY = "nixl reads"
+GLOO_WAY = "gloo broadcast"
 TRAINER = "/job:trainer/task:0"
 #: tensors per transformer layer: 4 attention (h, h), 2 MLP (4h, h) and (h, 4h), their
 #: biases (h, 4h, h: 3) and two norms (h)
@@ -91,6 +96,15 @@ class SyncTrainer:
             param[...] = _value(param.shape, i)
         self.receivers = [f"/job:infer/task:{i}" for i in range(len(cluster["infer"]))]
         self.nixl: NixlOwner | None = None
+        self.gloo: GlooMember | None = None
+
+    def gloo_join(self, init_method: str) -> None:
+        """Join the gloo group of every task, as its rank 0."""
+        self.gloo = GlooMember(init_method, 0, 1 + len(self.receivers), self.params)
+
+    def gloo_round(self) -> tuple[float, float]:
+        assert self.gloo is not None
+        return self.gloo.round()
 
     def nixl_offer(self) -> Offer:
         """The parameters registered with a NIXL agent, for the receivers' agents."""
@@ -127,6 +141,8 @@ class SyncTrainer:
     def close(self) -> None:
         if self.nixl is not None:
             self.nixl.close()
+        if self.gloo is not None:
+            self.gloo.close()
         self.server.stop()
 
 
@@ -142,6 +158,18 @@ class SyncReceiver:
         self.weights = [np.zeros(shape, np.float32) for shape in shapes]  # what reads fill
         self.remote: list[Any] = []
         self.nixl: NixlReader | None = None
+        self.gloo: GlooMember | None = None
+        self.receivers = len(cluster["infer"])
+
+    def gloo_join(self, init_method: str) -> None:
+        """Join the gloo group of every task (as rank 1 + this receiver's index)."""
+        self.gloo = GlooMember(init_method, 1 + self.index, 1 + self.receivers, self.weights)
+
+    def gloo_round(self) -> tuple[float, float]:
+        """Take part in a round of gloo broadcasts into the weights; (start, end), checked."""
+        assert self.gloo is not None
+        start, end = self.gloo.round()
+        return start, self._checked(end)
 
     def ask(self, step: int) -> int:
         """Start a recv of every tensor of ``step``."""
@@ -191,12 +219,25 @@ class SyncReceiver:
     def close(self) -> None:
         if self.nixl is not None:
             self.nixl.close()
+        if self.gloo is not None:
+            self.gloo.close()
         self.server.stop()
 
 
 def ways(chosen: Sequence[str] = WAYS) -> tuple[str, ...]:
-    """The ``chosen`` ways this host can run: tensorverbs', and NIXL's where it is installed."""
-    return tuple(chosen) + ((NIXL_WAY,) if "reads" in chosen and nixl.available()[0] else ())
+    """The ``chosen`` ways this host can run: tensorverbs', NIXL's and gloo's where they are
+    installed."""
+    gloo = ("broadcast" in chosen or "relay" in chosen) and gloo_available()[0]
+    return (tuple(chosen) + ((NIXL_WAY,) if "reads" in chosen and nixl.available()[0] else ())
+            + ((GLOO_WAY,) if gloo else ()))
+
+
+def _gloo(trainer: Peer, receivers: list[Peer]) -> float:
+    """A round of gloo broadcasts: from the trainer's start until the last receiver's end."""
+    for peer in [trainer, *receivers]:
+        peer.post("gloo_round")
+    start, _ = trainer.result(timeout=TIMEOUT)
+    return max(peer.result(timeout=TIMEOUT)[1] for peer in receivers) - start
 
 
 def _reads(trainer: Peer, receivers: list[Peer], way: str, step: int) -> float:
@@ -257,6 +298,12 @@ def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rou
             offer = trainer.call("nixl_offer")
             for peer in peers[1:]:
                 peer.call("nixl_take", offer)
+        if GLOO_WAY in run_ways:  # every member joins at once
+            address = f"{hosts[0].ip}:{HOST_PORT + 1}" if hosts is not None else f"127.0.0.1:{free_port()}"
+            for peer in peers:
+                peer.post("gloo_join", f"tcp://{address}")
+            for peer in peers:
+                peer.result(timeout=TIMEOUT)
         registered = {}
         # a warm-up round of each way first (it sets the channels and queue pairs up)
         for turn in range(len(run_ways) * (1 + rounds)):
@@ -264,6 +311,8 @@ def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rou
             before = trainer.call("registrations")
             if way in ("reads", NIXL_WAY):
                 took = _reads(trainer, peers[1:], way, step)
+            elif way == GLOO_WAY:
+                took = _gloo(trainer, peers[1:])
             else:
                 for peer in peers[1:]:
                     peer.call("ask", step, timeout=TIMEOUT)
@@ -287,13 +336,16 @@ def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rou
             row[f"{way}_vs_sends"] = row[way]["median_s"] / row["sends"]["median_s"]
     if NIXL_WAY in run_ways:
         row["reads_vs_nixl"] = row["reads"]["median_s"] / row[NIXL_WAY]["median_s"]
+    for way in ("broadcast", "relay"):
+        if way in run_ways and GLOO_WAY in run_ways:
+            row[f"{way}_vs_gloo"] = row[way]["median_s"] / row[GLOO_WAY]["median_s"]
     return row
 
 
 def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The weight-sync goals, on the grpc+verbs runs: broadcast to 4 within 0.8x the time
     of 4 sends, one-sided reads ahead of NIXL's; the relay to 4 within 1.3x and to 8 within
-    1.5x its time to 1."""
+    1.5x its time to 1, and ahead of gloo's broadcast to 4 and to 8."""
     verbs = {r["receivers"]: r for r in rows if r["protocol"] == "grpc+verbs" and "error" not in r}
     four = [verbs[4]] if 4 in verbs else []
     broadcast = {"goal": "broadcast to 4 <= 0.8x 4 sends", "measured": "no grpc+verbs run to 4", "met": None}
@@ -315,13 +367,21 @@ def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             reads.update(measured=f"{ratio:.2f}x NIXL's time", met=ratio < 1.0)
         else:
             reads["measured"] = f"no NIXL ({nixl.available()[1]})"
+    for n in (4, 8):
+        gloo = {"goal": f"relay to {n} ahead of gloo's broadcast", "measured": f"no grpc+verbs relay and gloo to {n}",
+                "met": None}
+        if n in verbs and "relay_vs_gloo" in verbs[n]:
+            ratio = verbs[n]["relay_vs_gloo"]
+            gloo.update(measured=f"{ratio:.2f}x gloo's time", met=ratio < 1.0)
+        relays.append(gloo)
     return [broadcast, reads, *relays]
 
 
 def show(rows: Sequence[dict[str, Any]]) -> None:
     """Print every count's figures and the goal."""
     shown = [w for w in ways() if any(w in r for r in rows)] or list(WAYS)
-    ratios = [ratio for ratio in ("broadcast_vs_sends", "relay_vs_sends", "reads_vs_sends", "reads_vs_nixl")
+    ratios = [ratio for ratio in ("broadcast_vs_sends", "relay_vs_sends", "reads_vs_sends", "reads_vs_nixl",
+                                  "relay_vs_gloo")
               if any(ratio in r for r in rows)]
     body = []
     for r in rows:
