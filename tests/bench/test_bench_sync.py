@@ -1,5 +1,6 @@
 """``bench sync``: a trainer's parameters reach every receiver (bytes checked in the
-receivers), every way (sends, broadcast, relay, one-sided reads), and the figures reach
+receivers), every way (sends, broadcast, relay, one-sided reads, and gloo's broadcast
+where torch is installed), and the figures reach
 the JSON; a broadcast or a relay registers each large tensor once where sends register it
 once per receiver, and reads register nothing per round; with ``--hosts`` every task is a
 host of its own behind a shaped link. Timings are never asserted."""
@@ -10,10 +11,11 @@ import json
 import pytest
 
 from tensorverbs import netns
-from tensorverbs.bench import sync
+from tensorverbs.bench import sync, sync_gloo
 from tensorverbs.bench.contenders import nixl
 
 NIXL, NIXL_ABOUT = nixl.available()
+GLOO, GLOO_ABOUT = sync_gloo.available()
 
 
 def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
@@ -38,7 +40,8 @@ def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
     assert all(r[way]["registrations"] == 0 for r in rows if r["protocol"] == "grpc" for way in sync.WAYS)
     goals = result["goals"]  # judged on a run to 4 receivers only
     assert [g["goal"] for g in goals] == ["broadcast to 4 <= 0.8x 4 sends", "reads by 4 ahead of NIXL's READ",
-                                          "relay to 4 <= 1.3x relay to 1", "relay to 8 <= 1.5x relay to 1"]
+                                          "relay to 4 <= 1.3x relay to 1", "relay to 8 <= 1.5x relay to 1",
+                                          "relay to 4 ahead of gloo's broadcast", "relay to 8 ahead of gloo's broadcast"]
     assert all(g["met"] is None and "no grpc+verbs" in g["measured"] for g in goals)
 
 
@@ -52,6 +55,8 @@ def test_every_task_a_host_of_its_own_behind_a_shaped_link(tmp_path):
     for row in rows:
         assert "error" not in row and "broadcast" not in row
         assert row["relay"]["gbps"] > 0 and row["relay_vs_sends"] > 0
+        if GLOO:  # gloo's group across the hosts, each member on its own link
+            assert row[sync.GLOO_WAY]["gbps"] > 0 and row["relay_vs_gloo"] > 0
 
 
 def test_a_link_rate_tc_does_not_take_is_refused(capsys):
@@ -73,6 +78,18 @@ def test_nixl_reads_reach_every_receiver(tmp_path):
         assert len(row[sync.NIXL_WAY]["seconds"]) == 1 and row["reads_vs_nixl"] > 0
     reads_goal = result["goals"][1]
     assert reads_goal["met"] is not None and "NIXL's time" in reads_goal["measured"]
+
+
+@pytest.mark.skipif(not GLOO, reason=f"gloo: {GLOO_ABOUT}")
+def test_gloo_broadcast_reaches_every_receiver(tmp_path):
+    """gloo's broadcast as a way of its own (bytes checked in the receivers), compared with
+    the relay in each row."""
+    out = tmp_path / "sync.json"
+    assert sync.main(["--total", "4MiB", "--tensors", "11", "--receivers", "1", "3", "--rounds", "1",
+                      "--ways", "relay", "--json", str(out)]) == 0
+    for row in json.loads(out.read_text())["results"]:
+        assert "error" not in row, row["error"]
+        assert len(row[sync.GLOO_WAY]["seconds"]) == 1 and row["relay_vs_gloo"] > 0
 
 
 def test_shapes_are_a_transformers_layers():
