@@ -41,7 +41,8 @@ def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
     goals = result["goals"]  # judged on a run to 4 receivers only
     assert [g["goal"] for g in goals] == ["broadcast to 4 <= 0.8x 4 sends", "reads by 4 ahead of NIXL's READ",
                                           "relay to 4 <= 1.3x relay to 1", "relay to 8 <= 1.5x relay to 1",
-                                          "relay to 4 ahead of gloo's broadcast", "relay to 8 ahead of gloo's broadcast"]
+                                          "relay to 4 ahead of gloo's broadcast", "relay to 8 ahead of gloo's broadcast",
+                                          "a receiver killed mid-relay: the others within 2x a round, it named"]
     assert all(g["met"] is None and "no grpc+verbs" in g["measured"] for g in goals)
 
 
@@ -90,6 +91,21 @@ def test_gloo_broadcast_reaches_every_receiver(tmp_path):
     for row in json.loads(out.read_text())["results"]:
         assert "error" not in row, row["error"]
         assert len(row[sync.GLOO_WAY]["seconds"]) == 1 and row["relay_vs_gloo"] > 0
+
+
+def test_a_receiver_killed_mid_relay_is_named_and_the_others_checked(tmp_path):
+    """With --kill, a last relay round in which the chain's first receiver dies once it has
+    the first tensor: the survivors' bytes are checked, the trainer's handles that failed
+    name the dead receiver only, and the goal is judged."""
+    out = tmp_path / "sync.json"
+    assert sync.main(["--total", "4MiB", "--tensors", "11", "--receivers", "1", "3", "--rounds", "1",
+                      "--ways", "relay", "--kill", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    one, three = result["results"]
+    assert "killed" not in one  # no one to route around
+    assert three["killed"]["failed_handles"] > 0 and three["killed"]["dead_named"] is True
+    killed_goal = result["goals"][-1]
+    assert killed_goal["met"] is not None and "at 3, named" in killed_goal["measured"]
 
 
 def test_shapes_are_a_transformers_layers():

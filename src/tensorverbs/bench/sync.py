@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import secrets
 import statistics
 import sys
@@ -135,6 +136,15 @@ class SyncTrainer:
         self.server.cleanup_step(step)
         return seconds
 
+    def relay_round_failing(self, step: int) -> tuple[float, list[str]]:
+        """A relay round some receiver dies in: seconds until every handle settled, and the
+        errors of those that failed."""
+        start = time.perf_counter()
+        handles = [self.server.send(f"p{i}", p, to=self.receivers, step_id=step, relay=True)
+                   for i, p in enumerate(self.params)]
+        errors = [str(error) for handle in handles if (error := handle.exception(TIMEOUT)) is not None]
+        return time.perf_counter() - start, errors
+
     def registrations(self) -> int:
         return self.server.stats().get("source_registrations", 0)
 
@@ -175,6 +185,12 @@ class SyncReceiver:
         """Start a recv of every tensor of ``step``."""
         self.futures = [self.server.recv_async(f"p{i}", TRAINER, step, TIMEOUT) for i in range(len(self.shapes))]
         return len(self.futures)
+
+    def ask_then_die(self, step: int) -> None:
+        """Receive the first tensor of ``step`` (passing it on), then end this process at once,
+        unstopped, as a receiver that dies mid-sync."""
+        self.server.recv("p0", TRAINER, step, TIMEOUT)
+        os._exit(0)
 
     def check(self) -> int:
         """Wait for every tensor; check the first, middle and last."""
@@ -257,19 +273,20 @@ def _reads(trainer: Peer, receivers: list[Peer], way: str, step: int) -> float:
 
 
 def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int,
-              chosen: Sequence[str] = WAYS, link_rate: str | None = None) -> dict[str, Any]:
+              chosen: Sequence[str] = WAYS, link_rate: str | None = None, kill: bool = False) -> dict[str, Any]:
     """Rounds of each way to ``receivers`` receivers; their figures, or ``error``. With
-    ``link_rate``, every task is a host of its own with a link of that rate."""
+    ``link_rate``, every task is a host of its own with a link of that rate; with ``kill``,
+    a last relay round in which a receiver dies (``killed``)."""
     if link_rate is None:
-        return _run_count(protocol, receivers, shapes, rounds, chosen, None)
+        return _run_count(protocol, receivers, shapes, rounds, chosen, None, kill)
     with netns.switch(1 + receivers, link_rate) as hosts:
-        row = _run_count(protocol, receivers, shapes, rounds, chosen, hosts)
+        row = _run_count(protocol, receivers, shapes, rounds, chosen, hosts, kill)
     row["link_rate"] = link_rate
     return row
 
 
 def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int,
-               chosen: Sequence[str], hosts: list[netns.Host] | None) -> dict[str, Any]:
+               chosen: Sequence[str], hosts: list[netns.Host] | None, kill: bool) -> dict[str, Any]:
     if hosts is None:
         cluster = cluster_spec({"trainer": 1, "infer": receivers})
     else:
@@ -322,6 +339,8 @@ def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rou
             registered[way] = trainer.call("registrations") - before
             if turn >= len(run_ways):
                 seconds[way].append(took)
+        if kill and "relay" in run_ways and receivers > 1:  # last: it ends a receiver
+            row["killed"] = _killed_round(trainer, peers[1:], len(run_ways) * (1 + rounds))
     except (PeerError, TimeoutError) as exc:
         row["error"] = str(exc).strip().splitlines()[-1]
         return row
@@ -339,13 +358,32 @@ def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rou
     for way in ("broadcast", "relay"):
         if way in run_ways and GLOO_WAY in run_ways:
             row[f"{way}_vs_gloo"] = row[way]["median_s"] / row[GLOO_WAY]["median_s"]
+    if "killed" in row:
+        row["killed"]["vs_relay"] = row["killed"]["seconds"] / row["relay"]["median_s"]
     return row
+
+
+def _killed_round(trainer: Peer, receivers: list[Peer], step: int) -> dict[str, Any]:
+    """A relay round in which the first receiver of the chain dies once it has the first
+    tensor: the round's time until every handle settled, whether the survivors got every
+    tensor whole, and whether the trainer's errors name the dead receiver (and only it)."""
+    receivers[0].post("ask_then_die", step)
+    for peer in receivers[1:]:
+        peer.call("ask", step, timeout=TIMEOUT)
+    seconds, errors = trainer.call("relay_round_failing", step, timeout=TIMEOUT * 2)
+    for peer in receivers[1:]:
+        peer.call("check", timeout=TIMEOUT)
+    dead = "/job:infer/replica:0/task:0"
+    survivors = [f"/job:infer/replica:0/task:{i}" for i in range(1, len(receivers))]
+    named = bool(errors) and all(dead in e and not any(s in e for s in survivors) for e in errors)
+    return {"seconds": seconds, "failed_handles": len(errors), "dead_named": named}
 
 
 def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The weight-sync goals, on the grpc+verbs runs: broadcast to 4 within 0.8x the time
     of 4 sends, one-sided reads ahead of NIXL's; the relay to 4 within 1.3x and to 8 within
-    1.5x its time to 1, and ahead of gloo's broadcast to 4 and to 8."""
+    1.5x its time to 1, and ahead of gloo's broadcast to 4 and to 8; with a receiver killed
+    mid-relay, the others served within 2x a relay round and the dead one named."""
     verbs = {r["receivers"]: r for r in rows if r["protocol"] == "grpc+verbs" and "error" not in r}
     four = [verbs[4]] if 4 in verbs else []
     broadcast = {"goal": "broadcast to 4 <= 0.8x 4 sends", "measured": "no grpc+verbs run to 4", "met": None}
@@ -374,7 +412,15 @@ def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             ratio = verbs[n]["relay_vs_gloo"]
             gloo.update(measured=f"{ratio:.2f}x gloo's time", met=ratio < 1.0)
         relays.append(gloo)
-    return [broadcast, reads, *relays]
+    killed = {"goal": "a receiver killed mid-relay: the others within 2x a round, it named",
+              "measured": "no grpc+verbs run with --kill to 2 or more", "met": None}
+    runs = [r for r in verbs.values() if "killed" in r]
+    if runs:
+        worst = max(runs, key=lambda r: r["killed"]["vs_relay"])
+        ratio, named = worst["killed"]["vs_relay"], all(r["killed"]["dead_named"] for r in runs)
+        killed.update(measured=f"{ratio:.2f}x at {worst['receivers']}, {'named' if named else 'NOT named'}",
+                      met=ratio <= 2.0 and named)
+    return [broadcast, reads, *relays, killed]
 
 
 def show(rows: Sequence[dict[str, Any]]) -> None:
@@ -415,6 +461,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the ways to run (default: all; reads adds NIXL's where it is installed)")
     p.add_argument("--hosts", action="store_true",
                    help="every task a host of its own (a network namespace on a switch; needs root)")
+    p.add_argument("--kill", action="store_true",
+                   help="after the timed rounds, a relay round in which the first receiver dies mid-sync")
     p.add_argument("--link-rate", default="1gbit", help="with --hosts, each host's link, in tc's units (default 1gbit)")
     p.add_argument("--json", default="sync.json", help="where the results go (default sync.json)")
     return p
@@ -440,6 +488,6 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     rows = report.run_counts(args.protocols, args.receivers, "receiver(s)",
                              lambda protocol, receivers: run_count(protocol, receivers, shapes, args.rounds,
-                                                                   args.ways, link_rate))
+                                                                   args.ways, link_rate, args.kill))
     show(rows)
     return report.conclude(args.json, {"results": rows, "goals": goals(rows)}, ["sync", *argv])
