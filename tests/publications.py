@@ -16,6 +16,7 @@ SHAPES = {"weights": ((512, 1024), "float32"), "bias": ((3, 5), "int64"), "odd":
 
 _kept: dict[int, tv.Publication] = {}
 _updaters: dict[int, tuple[threading.Thread, threading.Event, list[int]]] = {}
+_background: dict[int, threading.Thread] = {}
 
 
 def patterned(seed: int) -> dict[str, np.ndarray]:
@@ -84,3 +85,23 @@ def stop_updating(server: tv.Server, ref: tv.PublicationRef) -> int:
     stop.set()
     thread.join()
     return made[0]
+
+
+def update_in_background(server: tv.Server, ref: tv.PublicationRef, seeds: list[int]) -> None:
+    """Start publishing ``patterned`` of each of ``seeds`` in a thread; returns at once."""
+    publication = _kept[ref.header.rkey]
+    thread = threading.Thread(target=lambda: [publication.update(patterned(seed)) for seed in seeds],
+                              name="background-updates")
+    _background[ref.header.rkey] = thread
+    thread.start()
+
+
+def held(server: tv.Server, ref: tv.PublicationRef) -> bool:
+    """Whether an update of the publication waits for a reader's hold now."""
+    return _kept[ref.header.rkey]._holding.is_set()
+
+
+def join_background(server: tv.Server, ref: tv.PublicationRef) -> int:
+    """Wait for update_in_background's updates: the version published last."""
+    _background.pop(ref.header.rkey).join()
+    return _kept[ref.header.rkey].version

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -62,6 +63,9 @@ class _UpdatedAfterTheHeader:
     def read_bytes(self, *args):
         return self._inner.read_bytes(*args)
 
+    def hold_publication(self, *args):
+        return self._inner.hold_publication(*args)
+
 
 def _read_racing(pair, ref: tv.PublicationRef, seeds: list[int]) -> tuple[tv.Published, int]:
     """A read of ``ref`` that ``seeds``' updates race: what it got, and how often it read again."""
@@ -85,6 +89,57 @@ def test_a_read_whose_copy_the_owner_overwrote_reads_again_and_gets_one_version(
     got, rereads = _read_racing(pair, ref, [21, 22])
     assert got.version == 3 and whole(got, publications.patterned(22)) and rereads == 1
     pair.ps.run("publications:close", ref)
+
+
+class _OverwrittenTwice:
+    """A reader's one-sided access through which the owner overwrites what the first read
+    reads (two updates right after the header), then starts two more updates in the
+    background right after the second read's header, and waits until they are held."""
+
+    def __init__(self, pair, ref: tv.PublicationRef) -> None:
+        self._pair, self._ref, self._inner, self.headers = pair, ref, pair.worker._one_sided, 0
+
+    def read_words(self, *args):
+        words = self._inner.read_words(*args)
+        if len(words) == 3:  # a header
+            self.headers += 1
+            if self.headers == 1:
+                self._pair.ps.run("publications:update", self._ref, [81, 82])
+            elif self.headers == 2:
+                self._pair.ps.run("publications:update_in_background", self._ref, [83, 84])
+                deadline = time.monotonic() + WAIT
+                while not self._pair.ps.run("publications:held", self._ref):  # a condition, polled
+                    assert time.monotonic() < deadline, "the owner's updates were not held"
+        return words
+
+    def read_bytes(self, *args):
+        return self._inner.read_bytes(*args)
+
+    def hold_publication(self, *args):
+        return self._inner.hold_publication(*args)
+
+
+def test_a_reader_whose_read_was_overwritten_holds_the_owners_updates_for_its_next(pair, monkeypatch):
+    """An owner that overwrites every read would starve its readers: a reader that had to
+    read again holds the owner's updates (HoldPublication) until its next read is done."""
+    monkeypatch.setattr(publication_reads, "HOLD_MARGIN", 2.0)  # a hold that outlasts a busy machine's read
+    ref = pair.ps.run("publications:publish", 80, grace=0)
+    counters = pair.worker._rt.counters
+    before = counters.snapshot()["publication_rereads"]
+    reader = _OverwrittenTwice(pair, ref)
+    got = publication_reads.read(reader, counters, ref, None, WAIT, None)
+    assert got.version == 3 and whole(got, publications.patterned(82)) and reader.headers == 2
+    assert counters.snapshot()["publication_rereads"] - before == 1
+    assert pair.ps.run("publications:join_background", ref) == 5  # published once the hold ended
+    pair.ps.run("publications:close", ref)
+
+
+def test_a_hold_of_a_closed_publication_is_refused(pair):
+    ref = pair.ps.run("publications:publish", 90)
+    pair.worker._one_sided.hold_publication(ref, 0.0, WAIT)
+    pair.ps.run("publications:close", ref)
+    with pytest.raises(tv.NotFoundError, match="no such publication"):
+        pair.worker._one_sided.hold_publication(ref, 0.0, WAIT)
 
 
 def test_reads_racing_an_owner_that_keeps_updating_never_mix_versions(pair):

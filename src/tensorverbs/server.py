@@ -175,7 +175,7 @@ class Server(BatchCalls, OneSidedCalls):
             # everything a peer's first call needs is in place before the port opens
             self._rendezvous.start()
             servicer = Servicer(self._rt, self._rendezvous.setup_handler(), self._one_sided.accept,
-                                self._sends.held)
+                                self._sends.held, self._one_sided.hold)
             running.grpc, port = self._rt.loop.submit(start_server(servicer, bind, job_token, tls)).result()
             self._tell_port(port)
             self._rt.shared.start()  # the address is this task's now

@@ -183,6 +183,7 @@ def goals(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def show(row: dict[str, Any]) -> None:
+    """Print the run's figures and the goals."""
     grace = "the default" if row["grace_s"] is None else f"{row['grace_s'] * 1e3:g} ms"
     title = (f"publication: {report.human_size(row['bytes'])} in {row['tensors']} tensors, "
              f"{row['readers']} reader(s), {row['protocol']}, grace {grace}")
@@ -200,6 +201,7 @@ def show(row: dict[str, Any]) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The benchmark's command-line options."""
     p = argparse.ArgumentParser(prog="tensorverbs bench publication", description=__doc__.split("\n\n")[0])
     p.add_argument("--protocol", choices=("grpc", "grpc+verbs"), default="grpc+verbs")
     p.add_argument("--total", default="4MiB", help="bytes published (default 4MiB)")
@@ -214,6 +216,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; the exit status (1 if the run failed)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     p = parser()
     args = p.parse_args(argv)

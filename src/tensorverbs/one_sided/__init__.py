@@ -10,15 +10,17 @@ settings, opened on first use, whatever protocol the task runs), the buffers it 
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import numpy as np
 
 from ..devices import HOST, Device, device_of
-from ..errors import FailedPreconditionError, InvalidArgumentError, as_error
+from ..errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, as_error
 from ..out import Out
 from ..rpc import tensorverbs_pb2 as pb
 from ..tensor import dtype_enum
@@ -56,6 +58,8 @@ class OneSided:
         rt.counters.gauge("registered_buffers", self._registrations.count)
         rt.counters.gauge("remote_accesses_in_flight", self._access.in_flight)
         self._lock = threading.Lock()
+        self._publications: weakref.WeakValueDictionary[tuple[int, int], Publication] = \
+            weakref.WeakValueDictionary()  # by their header's (addr, rkey)
         self._threads: ThreadPoolExecutor | None = None  # the accesses awaited in asyncio
         self._cancels: set[threading.Event] = set()
         self._closed = False
@@ -73,7 +77,31 @@ class OneSided:
         self._registrations.unregister(_checked(buffer))
 
     def publish(self, tensors: Any, version: int, checksums: bool, grace: float | None) -> Publication:
-        return Publication(self, tensors, version, checksums, grace)
+        publication = Publication(self, tensors, version, checksums, grace)
+        self._publications[(publication.ref.header.addr, publication.ref.header.rkey)] = publication
+        return publication
+
+    def hold(self, request: pb.HoldPublicationRequest) -> None:
+        """HoldPublication: hold the updates of a publication of this task's (on the event
+        loop; never blocks)."""
+        if request.incarnation != self._rt.incarnation:
+            raise NotFoundError(f"the publication is of an earlier process of {self._rt.task}")
+        if not math.isfinite(request.seconds) or request.seconds < 0:
+            raise InvalidArgumentError(f"a hold of {request.seconds} seconds")
+        self._published(request.header_addr, request.header_rkey).hold(request.seconds)
+
+    def hold_publication(self, ref: PublicationRef, seconds: float, timeout: float | None) -> None:
+        """Ask the owner of ``ref`` to hold its updates for ``seconds``."""
+        if self._is_mine(ref.header):
+            self._published(ref.header.addr, ref.header.rkey).hold(seconds)
+        else:
+            self._access.hold(ref.header, seconds, timeout)
+
+    def _published(self, addr: int, rkey: int) -> Publication:
+        publication = self._publications.get((addr, rkey))
+        if publication is None or publication.closed:
+            raise NotFoundError(f"{self._rt.task} has no such publication (closed, or never published)")
+        return publication
 
     def read_publication(self, ref: Any, out: Any, timeout: float | None,
                          cancel: threading.Event | None = None) -> Published:

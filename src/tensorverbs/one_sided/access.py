@@ -307,6 +307,26 @@ class RemoteAccess:
             raise UnavailableError(f"{buffer} is stale: {task} restarted since it registered the buffer")
         return reply
 
+    def hold(self, buffer: RemoteBuffer, seconds: float, timeout: float | None) -> None:
+        """Ask the owner of ``buffer``, a publication's header, to hold its updates for
+        ``seconds`` (HoldPublication)."""
+        task = self._owner(buffer)
+        request = pb.HoldPublicationRequest(host_name=str(self._rt.task), incarnation=buffer.incarnation,
+                                            header_addr=buffer.addr, header_rkey=buffer.rkey, seconds=seconds)
+
+        async def ask() -> None:
+            stub = self._rt.peers.peer(task)
+            try:
+                await stub.hold_publication(request)
+            except grpc.aio.AioRpcError as exc:
+                raise from_rpc_error(exc, str(stub)) from None
+
+        wait = CONNECT_SECONDS if timeout is None else max(0.0, timeout)
+        try:
+            self._rt.loop.submit(asyncio.wait_for(ask(), wait)).result()
+        except (asyncio.TimeoutError, concurrent.futures.TimeoutError):
+            raise DeadlineExceededError(f"{task} did not answer a hold of its publication within {wait:g} s") from None
+
     def close(self) -> None:
         """Close every queue pair (the task stops)."""
         with self._lock:

@@ -10,7 +10,10 @@ reader reads the header, then the current slot's tensors, then that slot's seque
 again: unchanged and even, the tensors are that version whole; else the owner wrote the
 slot meanwhile and the reader reads again. With two slots a read overlaps an update only
 when the owner publishes twice while it runs. Each read waits for the one before it, so
-the three are in order on any transport.
+the three are in order on any transport. A reader that had to read again asks the owner
+over the control plane to hold its updates for about twice that read's time
+(HoldPublication), so that its next read completes: readers slower than the owner's
+updates are not starved.
 
 This module is the layout both sides agree on and what readers are handed
 (:class:`PublicationRef`); :mod:`.publisher` is the owner's side, :mod:`.publication_reads`
@@ -33,6 +36,8 @@ CURRENT, SEQUENCES, HEADER_WORDS = 0, 1, 4
 ALIGN = 64
 #: versions are 62-bit (one bit holds the slot, one is spare)
 MAX_VERSION = (1 << 62) - 1
+#: the longest a reader's hold keeps the owner's updates waiting (seconds)
+MAX_HOLD_SECONDS = 10.0
 
 
 @dataclass(frozen=True)

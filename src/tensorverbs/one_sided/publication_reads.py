@@ -12,7 +12,11 @@ import numpy as np
 from ..errors import DataLossError, DeadlineExceededError, InvalidArgumentError
 from ..out import Out
 from ..tensor import dtype_enum, numeric_dtype
-from .publication import CURRENT, SEQUENCES, PublicationRef, Published, PublishedTensor, version_and_slot
+from .publication import (CURRENT, MAX_HOLD_SECONDS, SEQUENCES, PublicationRef, Published, PublishedTensor,
+                          version_and_slot)
+
+#: a hold asks for this much more than twice the read it follows took (seconds)
+HOLD_MARGIN = 0.05
 
 if TYPE_CHECKING:
     from ..stats import Counters
@@ -26,6 +30,8 @@ class Access(Protocol):
 
     def read_bytes(self, reads: list[tuple[Any, np.ndarray, int]], timeout: float | None,
                    cancel: threading.Event | None = None) -> None: ...
+
+    def hold_publication(self, ref: PublicationRef, seconds: float, timeout: float | None) -> None: ...
 
 
 class _Target:
@@ -72,6 +78,7 @@ def read(one_sided: Access, counters: "Counters", ref: PublicationRef, out: Mapp
             raise DeadlineExceededError(
                 f"no whole version of {ref} was read within {timeout:g} s: its owner updated it during each "
                 f"of {rereads} reads (two updates while one read runs)")
+        started = time.monotonic()
         header = one_sided.read_words(ref.header, CURRENT, 3, left, cancel)
         version, slot = version_and_slot(header[CURRENT])
         sequence = header[SEQUENCES + slot]
@@ -88,6 +95,9 @@ def read(one_sided: Access, counters: "Counters", ref: PublicationRef, out: Mapp
                 break
         rereads += 1
         counters.add("publication_rereads")
+        # the owner's updates overwrote what this read read: it holds them for the next one
+        hold = min(MAX_HOLD_SECONDS, 2 * (time.monotonic() - started) + HOLD_MARGIN)
+        one_sided.hold_publication(ref, hold, None if deadline is None else max(0.0, deadline - time.monotonic()))
     if crcs is not None:
         for target, t, crc in zip(targets, ref.tensors, crcs):
             if zlib.crc32(target.bytes.data) != int(crc):

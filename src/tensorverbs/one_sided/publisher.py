@@ -12,8 +12,8 @@ import numpy as np
 from .. import _core
 from ..errors import InvalidArgumentError, NotFoundError
 from .buffer import RemoteBuffer
-from .publication import (CURRENT, HEADER_WORDS, SEQUENCES, PublicationRef, checked_version, current,
-                          host_arrays, layout)
+from .publication import (CURRENT, HEADER_WORDS, MAX_HOLD_SECONDS, SEQUENCES, PublicationRef, checked_version,
+                          current, host_arrays, layout)
 
 
 #: an update's default grace: the time to read the tensors at this many bytes a second,
@@ -59,6 +59,9 @@ class Publication:
         self._version, self._slot = 0, 1
         self._grace = max(MIN_GRACE, nbytes / GRACE_RATE) if grace is None else grace
         self._published_at = 0.0
+        self._hold_lock = threading.Lock()
+        self._held_until = 0.0  # no update before this (time.monotonic()): a reader's hold
+        self._holding = threading.Event()  # set while an update waits for a hold
         self._write(arrays, version)
         self._unregister: Callable[[RemoteBuffer], None] | None = one_sided.unregister
         registered: list[RemoteBuffer] = []
@@ -76,6 +79,16 @@ class Publication:
     def version(self) -> int:
         """The version readers get now."""
         return self._version
+
+    @property
+    def closed(self) -> bool:
+        return self._unregister is None
+
+    def hold(self, seconds: float) -> None:
+        """Make updates wait until ``seconds`` (at most MAX_HOLD_SECONDS) from now: what a
+        reader whose read an update overwrote asks (HoldPublication); never blocks."""
+        with self._hold_lock:
+            self._held_until = max(self._held_until, time.monotonic() + min(max(seconds, 0.0), MAX_HOLD_SECONDS))
 
     def update(self, tensors: Mapping[str, Any], *, version: int | None = None) -> int:
         """Publish ``tensors`` (every tensor of the publication, by name, each of its dtype
@@ -104,9 +117,16 @@ class Publication:
     def _write(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
         """Write ``arrays`` into the slot not current and make it current as ``version``."""
         slot = 1 - self._slot
-        wait = self._published_at + self._grace - time.monotonic()
-        if wait > 0:  # readers of the slot's version may be under way: let them finish
+        while True:  # readers of the slot's version may be under way: let them finish
+            with self._hold_lock:
+                held_until = self._held_until
+            wait = max(self._published_at + self._grace, held_until) - time.monotonic()
+            if wait <= 0:
+                break
+            if held_until > time.monotonic():
+                self._holding.set()
             time.sleep(wait)
+        self._holding.clear()
         sequence = _core.load_fenced(self._header, SEQUENCES + slot)
         _core.store_fenced(self._header, SEQUENCES + slot, sequence + 1)  # odd: being written
         views, crcs = self._views[slot], self._crcs[slot]

@@ -97,6 +97,9 @@ class Peer:
             method("GetRemoteAccess"),
             request_serializer=pb.GetRemoteAccessRequest.SerializeToString,
             response_deserializer=pb.GetRemoteAccessResponse.FromString), token, caller)
+        self.hold_publication = authorize(self.channel.unary_unary(
+            method("HoldPublication"), request_serializer=pb.HoldPublicationRequest.SerializeToString,
+            response_deserializer=pb.HoldPublicationResponse.FromString), token, caller)
         self.get_held_tensors = authorize(self.channel.unary_unary(
             method("GetHeldTensors"), request_serializer=pb.GetHeldTensorsRequest.SerializeToString,
             response_deserializer=pb.GetHeldTensorsResponse.FromString), token, caller)

@@ -21,8 +21,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..errors import (
-    CancelledError, FailedPreconditionError, InternalError, InvalidArgumentError, ResourceExhaustedError,
-    TensorverbsError, UnavailableError, as_error,
+    CancelledError, FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError,
+    ResourceExhaustedError, TensorverbsError, UnavailableError, as_error,
 )
 from ..ports import bind_failure
 from ..rendezvous.key import parse_key
@@ -45,6 +45,8 @@ MAX_WAITING_CALLS = 65536
 SetupHandler = Callable[[pb.GetRemoteAddressRequest], Awaitable[pb.GetRemoteAddressResponse]]
 #: answers GetRemoteAccess, on the event loop
 AccessHandler = Callable[[pb.GetRemoteAccessRequest], Awaitable[pb.GetRemoteAccessResponse]]
+#: answers HoldPublication (on the event loop, without blocking)
+HoldHandler = Callable[[pb.HoldPublicationRequest], None]
 #: what the task holds for a receiver under a name: (receiver, name, step) -> (steps, close names)
 HeldHandler = Callable[[str, str, int], tuple[list[int], list[str]]]
 
@@ -53,10 +55,12 @@ class Servicer:
     """The handlers of the tensorverbs service for one task."""
 
     def __init__(self, rt: "TaskRuntime", setup_handler: SetupHandler | None = None,
-                 access_handler: AccessHandler | None = None, held: HeldHandler | None = None) -> None:
+                 access_handler: AccessHandler | None = None, held: HeldHandler | None = None,
+                 hold_handler: HoldHandler | None = None) -> None:
         self.rt = rt
         self.setup_handler = setup_handler
         self.access_handler = access_handler
+        self.hold_handler = hold_handler
         self.held = held
         #: who calls (start_server sets it with the server's token and TLS)
         self.identity = Identity(None, None)
@@ -94,6 +98,18 @@ class Servicer:
             return await self.access_handler(request)
         except Exception as exc:
             await _abort(context, as_error(exc, f"giving {request.host_name} one-sided access"))
+
+    async def hold_publication(self, request: pb.HoldPublicationRequest, context) -> pb.HoldPublicationResponse:
+        refused = self.identity.refusal(context, request.host_name, "holds a publication")
+        if refused is not None:
+            await _abort(context, refused)
+        if self.hold_handler is None:
+            await _abort(context, NotFoundError(f"{self.rt.task} publishes nothing"))
+        try:
+            self.hold_handler(request)
+        except Exception as exc:
+            await _abort(context, as_error(exc, f"holding a publication for {request.host_name}"))
+        return pb.HoldPublicationResponse()
 
     async def get_held_tensors(self, request: pb.GetHeldTensorsRequest, context) -> pb.GetHeldTensorsResponse:
         if self.held is None:
@@ -254,6 +270,9 @@ class Servicer:
             "GetHeldTensors": grpc.unary_unary_rpc_method_handler(
                 self.get_held_tensors, request_deserializer=pb.GetHeldTensorsRequest.FromString,
                 response_serializer=pb.GetHeldTensorsResponse.SerializeToString),
+            "HoldPublication": grpc.unary_unary_rpc_method_handler(
+                self.hold_publication, request_deserializer=pb.HoldPublicationRequest.FromString,
+                response_serializer=pb.HoldPublicationResponse.SerializeToString),
             "GetRemoteAccess": grpc.unary_unary_rpc_method_handler(
                 self.get_remote_access,
                 request_deserializer=pb.GetRemoteAccessRequest.FromString,

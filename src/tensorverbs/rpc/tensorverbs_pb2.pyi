@@ -101,6 +101,24 @@ class GetRemoteAccessResponse(_message.Message):
     endpoint: bytes
     def __init__(self, incarnation: _Optional[int] = ..., provider: _Optional[str] = ..., endpoint: _Optional[bytes] = ...) -> None: ...
 
+class HoldPublicationRequest(_message.Message):
+    __slots__ = ("host_name", "incarnation", "header_addr", "header_rkey", "seconds")
+    HOST_NAME_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    HEADER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    HEADER_RKEY_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    host_name: str
+    incarnation: int
+    header_addr: int
+    header_rkey: int
+    seconds: float
+    def __init__(self, host_name: _Optional[str] = ..., incarnation: _Optional[int] = ..., header_addr: _Optional[int] = ..., header_rkey: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class HoldPublicationResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class RecvTensorRequest(_message.Message):
     __slots__ = ("step_id", "rendezvous_key", "request_id", "received")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
