@@ -16,7 +16,7 @@ SHAPES = {"weights": ((512, 1024), "float32"), "bias": ((3, 5), "int64"), "odd":
 
 _kept: dict[int, tv.Publication] = {}
 _updaters: dict[int, tuple[threading.Thread, threading.Event, list[int]]] = {}
-_background: dict[int, threading.Thread] = {}
+_background: dict[int, tuple[threading.Thread, list[str]]] = {}
 
 
 def patterned(seed: int) -> dict[str, np.ndarray]:
@@ -89,10 +89,17 @@ def stop_updating(server: tv.Server, ref: tv.PublicationRef) -> int:
 
 def update_in_background(server: tv.Server, ref: tv.PublicationRef, seeds: list[int]) -> None:
     """Start publishing ``patterned`` of each of ``seeds`` in a thread; returns at once."""
-    publication = _kept[ref.header.rkey]
-    thread = threading.Thread(target=lambda: [publication.update(patterned(seed)) for seed in seeds],
-                              name="background-updates")
-    _background[ref.header.rkey] = thread
+    publication, failed = _kept[ref.header.rkey], []
+
+    def run() -> None:
+        try:
+            for seed in seeds:
+                publication.update(patterned(seed))
+        except tv.TensorverbsError as exc:
+            failed.append(type(exc).__name__)
+
+    thread = threading.Thread(target=run, name="background-updates")
+    _background[ref.header.rkey] = (thread, failed)
     thread.start()
 
 
@@ -101,7 +108,19 @@ def held(server: tv.Server, ref: tv.PublicationRef) -> bool:
     return _kept[ref.header.rkey]._holding.is_set()
 
 
-def join_background(server: tv.Server, ref: tv.PublicationRef) -> int:
-    """Wait for update_in_background's updates: the version published last."""
-    _background.pop(ref.header.rkey).join()
-    return _kept[ref.header.rkey].version
+def release(server: tv.Server, ref: tv.PublicationRef) -> None:
+    """End the readers' holds of the publication now."""
+    _kept[ref.header.rkey].release()
+
+
+def join_background(server: tv.Server, ref: tv.PublicationRef) -> tuple[int, str]:
+    """Wait for update_in_background's updates: the version published last, and the class
+    of the error that ended them ("" for none)."""
+    thread, failed = _background.pop(ref.header.rkey)
+    thread.join()
+    return _kept[ref.header.rkey].version, "".join(failed)
+
+
+def close_keeping(server: tv.Server, ref: tv.PublicationRef) -> None:
+    """Close the publication, keeping it here (for join_background)."""
+    _kept[ref.header.rkey].close()

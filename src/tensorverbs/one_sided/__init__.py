@@ -13,7 +13,6 @@ import asyncio
 import math
 import threading
 import time
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -58,8 +57,8 @@ class OneSided:
         rt.counters.gauge("registered_buffers", self._registrations.count)
         rt.counters.gauge("remote_accesses_in_flight", self._access.in_flight)
         self._lock = threading.Lock()
-        self._publications: weakref.WeakValueDictionary[tuple[int, int], Publication] = \
-            weakref.WeakValueDictionary()  # by their header's (addr, rkey)
+        #: the publications of this task, by their header's (addr, rkey), until closed
+        self._publications: dict[tuple[int, int], Publication] = {}
         self._threads: ThreadPoolExecutor | None = None  # the accesses awaited in asyncio
         self._cancels: set[threading.Event] = set()
         self._closed = False
@@ -77,9 +76,14 @@ class OneSided:
         self._registrations.unregister(_checked(buffer))
 
     def publish(self, tensors: Any, version: int, checksums: bool, grace: float | None) -> Publication:
-        publication = Publication(self, tensors, version, checksums, grace)
-        self._publications[(publication.ref.header.addr, publication.ref.header.rkey)] = publication
+        publication = Publication(self, tensors, version, checksums, grace, self._unpublished)
+        with self._lock:
+            self._publications[(publication.ref.header.addr, publication.ref.header.rkey)] = publication
         return publication
+
+    def _unpublished(self, publication: Publication) -> None:
+        with self._lock:
+            self._publications.pop((publication.ref.header.addr, publication.ref.header.rkey), None)
 
     def hold(self, request: pb.HoldPublicationRequest) -> None:
         """HoldPublication: hold the updates of a publication of this task's (on the event
@@ -98,7 +102,8 @@ class OneSided:
             self._access.hold(ref.header, seconds, timeout)
 
     def _published(self, addr: int, rkey: int) -> Publication:
-        publication = self._publications.get((addr, rkey))
+        with self._lock:
+            publication = self._publications.get((addr, rkey))
         if publication is None or publication.closed:
             raise NotFoundError(f"{self._rt.task} has no such publication (closed, or never published)")
         return publication
@@ -274,6 +279,10 @@ class OneSided:
                 self._cancels.discard(cancel)
 
     def close(self) -> None:
+        with self._lock:
+            publications = list(self._publications.values())
+        for publication in publications:  # (an update waiting for readers fails)
+            publication.close()
         with self._lock:
             self._closed = True
             threads, self._threads = self._threads, None

@@ -10,7 +10,7 @@ from .. import arguments as check
 from ..errors import InvalidArgumentError, public
 from ..torch_interop import as_torch
 from .buffer import RemoteBuffer
-from .publication import PublicationRef, Published
+from .publication import MAX_GRACE_SECONDS, PublicationRef, Published
 from .publisher import Publication
 
 if TYPE_CHECKING:
@@ -136,8 +136,10 @@ class OneSidedCalls:
         than that never read again (see :class:`Publication`); default: the time to read
         the tensors at 1 GB/s, 1 ms at least."""
         self._check_running()
-        return self._one_sided.publish(tensors, version, check.flag(checksums, "checksums"),
-                                       check.optional_seconds(grace, "grace"))
+        grace = check.optional_seconds(grace, "grace")
+        if grace is not None and grace > MAX_GRACE_SECONDS:
+            raise InvalidArgumentError(f"grace is {grace:g}: expected at most {MAX_GRACE_SECONDS:g} seconds")
+        return self._one_sided.publish(tensors, version, check.flag(checksums, "checksums"), grace)
 
     @public
     def read_publication(self, publication: PublicationRef | Publication, *,

@@ -2,13 +2,15 @@
 job to read one-sided, one whole version at a time and never a mix of two
 (:meth:`tensorverbs.Server.publish`).
 
-The owner keeps two slots, each with room for every tensor of the set, and a header of
-four 8-byte words: the current version and the slot holding it (``version << 1 | slot``),
-then each slot's sequence number, odd while the owner writes that slot. An update writes
-the slot that is not current (its sequence odd meanwhile), then makes it current. A
-reader reads the header, then the current slot's tensors, then that slot's sequence
-again: unchanged and even, the tensors are that version whole; else the owner wrote the
-slot meanwhile and the reader reads again. With two slots a read overlaps an update only
+The owner keeps two slots, each with its version (an 8-byte word) and room for every
+tensor of the set, and a header of 8-byte words: the current version and the slot holding
+it (``version << 1 | slot``), then each slot's sequence number, odd while the owner writes
+that slot (a fourth word is spare). An update writes the slot that is not current (its
+sequence odd meanwhile), then makes it current. A reader reads the header, then the
+current slot (its version and tensors), then that slot's sequence again: unchanged and
+even, the version and tensors read are one version, whole (the header's words are read in
+one go but not at one instant: they only choose the slot); else the owner wrote the slot
+meanwhile and the reader reads again. With two slots a read overlaps an update only
 when the owner publishes twice while it runs. Each read waits for the one before it, so
 the three are in order on any transport. A reader that had to read again asks the owner
 over the control plane to hold its updates for about twice that read's time
@@ -27,17 +29,23 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from ..devices import HOST, device_of
+from ..dlpack import host_view, is_tensor
 from ..errors import InvalidArgumentError
-from .buffer import RemoteBuffer, host_buffer
+from ..tensor import numeric_dtype
+from .buffer import RemoteBuffer
 
 #: the header's words: the current version and slot, then the sequence of each slot
 CURRENT, SEQUENCES, HEADER_WORDS = 0, 1, 4
+#: the word of a slot that holds its version (the tensors start at ALIGN)
+SLOT_VERSION = 0
 #: where each tensor starts in a slot (a multiple of this, a cache line)
 ALIGN = 64
 #: versions are 62-bit (one bit holds the slot, one is spare)
 MAX_VERSION = (1 << 62) - 1
-#: the longest a reader's hold keeps the owner's updates waiting (seconds)
+#: the longest readers' holds keep an update waiting (seconds)
 MAX_HOLD_SECONDS = 10.0
+#: the longest grace a publication may have (seconds)
+MAX_GRACE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -97,8 +105,9 @@ def checked_version(version: Any, after: int | None = None) -> int:
 
 
 def host_arrays(tensors: Any) -> dict[str, np.ndarray]:
-    """``tensors`` (a mapping of names to tensors) as C-contiguous numpy arrays by name (a
-    tensor on a device copied to the host)."""
+    """``tensors`` (a mapping of names to tensors) as C-contiguous numpy arrays in native
+    byte order by name (a tensor on a device copied to the host, one strided or of the
+    other byte order copied so)."""
     if not isinstance(tensors, Mapping) or not tensors:
         raise InvalidArgumentError(f"tensors must be a non-empty mapping of names to tensors, "
                                    f"not {type(tensors).__name__}")
@@ -107,18 +116,22 @@ def host_arrays(tensors: Any) -> dict[str, np.ndarray]:
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"a publication's names must be non-empty str, not {name!r}")
         device = device_of(tensor)
-        arrays[name] = host_buffer(tensor if device is HOST else device.to_host(tensor), f"tensor {name!r}",
-                                   writable=False)
+        value = tensor if device is HOST else device.to_host(tensor)
+        array = host_view(value) if is_tensor(value) else value
+        if not isinstance(array, np.ndarray):
+            raise InvalidArgumentError(f"tensor {name!r} must be a numpy array or a tensor, not {type(value).__name__}")
+        numeric_dtype(array.dtype)  # numeric: strings have no bytes to publish
+        arrays[name] = np.ascontiguousarray(array, array.dtype.newbyteorder("="))
     return arrays
 
 
 def layout(arrays: Mapping[str, np.ndarray], checksums: bool) -> tuple[tuple[PublishedTensor, ...], int | None, int]:
     """Where each array lies in a slot, where the checksums lie (None: none), and the
     slot's size in bytes."""
-    tensors, at = [], 0
+    tensors, at = [], ALIGN  # (after the slot's version)
     for name, array in arrays.items():
         tensors.append(PublishedTensor(name, array.dtype.name, tuple(array.shape), at, array.nbytes))
         at += -(-array.nbytes // ALIGN) * ALIGN
     crcs = at if checksums else None
     size = at + (4 * len(tensors) if checksums else 0)
-    return tuple(tensors), crcs, max(size, 1)
+    return tuple(tensors), crcs, -(-size // 8) * 8  # (whole words: the slot's version is one)

@@ -2,6 +2,7 @@
 whole, read again while the owner overwrote the slot being read."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import zlib
@@ -9,14 +10,20 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import numpy as np
 
-from ..errors import DataLossError, DeadlineExceededError, InvalidArgumentError
+from ..errors import DataLossError, DeadlineExceededError, InvalidArgumentError, TensorverbsError
 from ..out import Out
 from ..tensor import dtype_enum, numeric_dtype
-from .publication import (CURRENT, MAX_HOLD_SECONDS, SEQUENCES, PublicationRef, Published, PublishedTensor,
-                          version_and_slot)
+from .publication import (CURRENT, MAX_HOLD_SECONDS, SEQUENCES, SLOT_VERSION, PublicationRef, Published,
+                          PublishedTensor, version_and_slot)
 
-#: a hold asks for this much more than twice the read it follows took (seconds)
+log = logging.getLogger(__name__)
+
+#: a hold asks for this much more than twice the last read of the slot took (seconds)
 HOLD_MARGIN = 0.05
+#: before any read of the slot was timed, it is reckoned to go at this many bytes a second
+HOLD_RATE = 1e8
+#: how long a reader waits for the owner to answer a hold (seconds)
+HOLD_ASK_SECONDS = 5.0
 
 if TYPE_CHECKING:
     from ..stats import Counters
@@ -70,40 +77,53 @@ def read(one_sided: Access, counters: "Counters", ref: PublicationRef, out: Mapp
         raise InvalidArgumentError(f"out names tensors that {ref} does not hold: {sorted(unknown)}")
     targets = [_Target(ref, t, out.get(t.name)) for t in ref.tensors]
     crcs, crcs_at = (None, 0) if ref.checksums is None else (np.empty(len(targets), np.uint32), ref.checksums)
+    version = np.zeros(1, np.uint64)  # the slot's own, read with its tensors
     deadline = None if timeout is None else time.monotonic() + timeout
-    rereads = 0
+    rereads, read_took = 0, sum(t.nbytes for t in ref.tensors) / HOLD_RATE  # (until a read is timed)
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
     while True:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0 and rereads:
+        if deadline is not None and time.monotonic() >= deadline and rereads:
             raise DeadlineExceededError(
                 f"no whole version of {ref} was read within {timeout:g} s: its owner updated it during each "
-                f"of {rereads} reads (two updates while one read runs)")
-        started = time.monotonic()
-        header = one_sided.read_words(ref.header, CURRENT, 3, left, cancel)
-        version, slot = version_and_slot(header[CURRENT])
+                f"of {rereads} reads (two updates while one read ran)")
+        header = one_sided.read_words(ref.header, CURRENT, 3, left(), cancel)
+        _, slot = version_and_slot(header[CURRENT])
         sequence = header[SEQUENCES + slot]
         if sequence % 2 == 0:  # else the owner writes it again (two updates since the header was read)
+            started = time.monotonic()
             slot_buffer = ref.slots[slot]
-            reads = [(slot_buffer, target.bytes, t.offset) for target, t in zip(targets, ref.tensors)]
+            reads = [(slot_buffer, version.view(np.uint8), 8 * SLOT_VERSION)]
+            reads += [(slot_buffer, target.bytes, t.offset) for target, t in zip(targets, ref.tensors)]
             if crcs is not None:
                 reads.append((slot_buffer, crcs.view(np.uint8), crcs_at))
-            one_sided.read_bytes(reads, None if deadline is None else max(0.0, deadline - time.monotonic()),
-                                 cancel)
-            again = one_sided.read_words(ref.header, SEQUENCES + slot, 1, None if deadline is None
-                                         else max(0.0, deadline - time.monotonic()), cancel)
+            one_sided.read_bytes(reads, left(), cancel)
+            again = one_sided.read_words(ref.header, SEQUENCES + slot, 1, left(), cancel)
+            read_took = time.monotonic() - started
             if again[0] == sequence:
                 break
         rereads += 1
         counters.add("publication_rereads")
-        # the owner's updates overwrote what this read read: it holds them for the next one
-        hold = min(MAX_HOLD_SECONDS, 2 * (time.monotonic() - started) + HOLD_MARGIN)
-        one_sided.hold_publication(ref, hold, None if deadline is None else max(0.0, deadline - time.monotonic()))
+        _hold(one_sided, ref, min(MAX_HOLD_SECONDS, 2 * read_took + HOLD_MARGIN), left())
     if crcs is not None:
         for target, t, crc in zip(targets, ref.tensors, crcs):
             if zlib.crc32(target.bytes.data) != int(crc):
-                raise DataLossError(f"tensor {t.name!r} of {ref} at version {version} does not match its "
-                                    "checksum: its bytes changed on the way")
+                raise DataLossError(f"tensor {t.name!r} of {ref} at version {int(version[0])} does not match "
+                                    "its checksum: its bytes changed on the way")
     for target in targets:
         target.store()
     counters.add("publication_reads")
-    return Published(version, {t.name: target.result for t, target in zip(ref.tensors, targets)})
+    return Published(int(version[0]), {t.name: target.result for t, target in zip(ref.tensors, targets)})
+
+
+def _hold(one_sided: Access, ref: PublicationRef, seconds: float, left: float | None) -> None:
+    """Ask the owner to hold its updates for ``seconds`` (what this read's next try needs);
+    best effort: the read goes on without it (a failed hold is logged)."""
+    if left is not None and left <= 0:
+        return
+    try:
+        one_sided.hold_publication(ref, seconds, min(HOLD_ASK_SECONDS, left if left is not None else HOLD_ASK_SECONDS))
+    except TensorverbsError as exc:
+        log.info("holding %s for the next read failed (reading again without): %s", ref, exc)

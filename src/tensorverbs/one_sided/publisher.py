@@ -12,8 +12,8 @@ import numpy as np
 from .. import _core
 from ..errors import InvalidArgumentError, NotFoundError
 from .buffer import RemoteBuffer
-from .publication import (CURRENT, HEADER_WORDS, MAX_HOLD_SECONDS, SEQUENCES, PublicationRef, checked_version,
-                          current, host_arrays, layout)
+from .publication import (CURRENT, HEADER_WORDS, MAX_HOLD_SECONDS, SEQUENCES, SLOT_VERSION, PublicationRef,
+                          checked_version, current, host_arrays, layout)
 
 
 #: an update's default grace: the time to read the tensors at this many bytes a second,
@@ -34,20 +34,22 @@ class Owner(Protocol):
 class Publication:
     """A set of tensors this task publishes (:meth:`tensorverbs.Server.publish`): hand
     :attr:`ref` to the tasks that read it; :meth:`update` publishes the next version,
-    :meth:`close` ends it. The tensors are copied in: the caller's stay theirs.
+    :meth:`close` ends it (so does stopping the server). The tensors are copied in: the
+    caller's stay theirs.
 
     An update overwrites the copy of the version before the current one, which readers
     that started before the current one was published may still be reading: it waits
     until ``grace`` seconds have passed since then (default: the time to read the tensors
     at GRACE_RATE), so that a read shorter than ``grace`` never reads again, however often
-    the owner updates."""
+    the owner updates. A reader whose read was overwritten holds the next update for about
+    twice its read (:meth:`hold`); holds delay one update by MAX_HOLD_SECONDS at most."""
 
-    def __init__(self, one_sided: Owner, tensors: Mapping[str, Any], version: int,
-                 checksums: bool, grace: float | None) -> None:
+    def __init__(self, one_sided: Owner, tensors: Mapping[str, Any], version: int, checksums: bool,
+                 grace: float | None, closed: Callable[["Publication"], None]) -> None:
         arrays = host_arrays(tensors)
         version = checked_version(version)
         described, crcs, nbytes = layout(arrays, checksums)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # updates take turns
         self._header = one_sided.allocate((HEADER_WORDS,), np.dtype(np.uint64))
         self._header[...] = 0
         self._slots = [one_sided.allocate((nbytes,), np.dtype(np.uint8)) for _ in range(2)]
@@ -59,11 +61,15 @@ class Publication:
         self._version, self._slot = 0, 1
         self._grace = max(MIN_GRACE, nbytes / GRACE_RATE) if grace is None else grace
         self._published_at = 0.0
-        self._hold_lock = threading.Lock()
-        self._held_until = 0.0  # no update before this (time.monotonic()): a reader's hold
+        #: what an update waits on: readers' holds (no update before ``_held_until``, of
+        #: time.monotonic()) and closing
+        self._waits = threading.Condition(threading.Lock())
+        self._held_until = 0.0
+        self._closing = False
         self._holding = threading.Event()  # set while an update waits for a hold
         self._write(arrays, version)
         self._unregister: Callable[[RemoteBuffer], None] | None = one_sided.unregister
+        self._closed = closed
         registered: list[RemoteBuffer] = []
         try:
             for memory in (self._header, *self._slots):
@@ -82,23 +88,29 @@ class Publication:
 
     @property
     def closed(self) -> bool:
-        return self._unregister is None
+        return self._unregister is None or self._closing
 
     def hold(self, seconds: float) -> None:
         """Make updates wait until ``seconds`` (at most MAX_HOLD_SECONDS) from now: what a
         reader whose read an update overwrote asks (HoldPublication); never blocks."""
-        with self._hold_lock:
+        with self._waits:
             self._held_until = max(self._held_until, time.monotonic() + min(max(seconds, 0.0), MAX_HOLD_SECONDS))
+
+    def release(self) -> None:
+        """End every hold now."""
+        with self._waits:
+            self._held_until = 0.0
+            self._waits.notify_all()
 
     def update(self, tensors: Mapping[str, Any], *, version: int | None = None) -> int:
         """Publish ``tensors`` (every tensor of the publication, by name, each of its dtype
         and shape) as ``version`` (default: the current one plus one; it must be greater),
         and return it. Readers that start once this returns get it; a read under way
         returns the version before, or reads again. Updates from several threads take
-        turns."""
+        turns. NotFoundError once the publication is closed (or closes meanwhile)."""
         arrays = host_arrays(tensors)
         with self._lock:
-            if self._unregister is None:
+            if self.closed:
                 raise NotFoundError(f"{self.ref} was closed")
             version = checked_version(self._version + 1 if version is None else version, self._version)
             theirs = self._views[0]
@@ -111,24 +123,34 @@ class Publication:
                     raise InvalidArgumentError(
                         f"tensor {name!r} is {array.dtype} {array.shape}; {self.ref} holds "
                         f"{theirs[name].dtype} {theirs[name].shape}")
+            self._wait_for_readers()
             self._write(arrays, version)
         return version
 
+    def _wait_for_readers(self) -> None:
+        """Wait out the grace since the last update and readers' holds (these for
+        MAX_HOLD_SECONDS at most); NotFoundError if the publication closes meanwhile."""
+        holds_end = time.monotonic() + MAX_HOLD_SECONDS
+        with self._waits:
+            while not self._closing:
+                now = time.monotonic()
+                held = min(self._held_until, holds_end)
+                wait = max(self._published_at + self._grace, held) - now
+                if wait <= 0:
+                    break
+                if held > now:
+                    self._holding.set()
+                self._waits.wait(wait)
+            self._holding.clear()
+            if self._closing:
+                raise NotFoundError(f"{self.ref} was closed")
+
     def _write(self, arrays: Mapping[str, np.ndarray], version: int) -> None:
-        """Write ``arrays`` into the slot not current and make it current as ``version``."""
+        """Write ``arrays`` and ``version`` into the slot not current and make it current."""
         slot = 1 - self._slot
-        while True:  # readers of the slot's version may be under way: let them finish
-            with self._hold_lock:
-                held_until = self._held_until
-            wait = max(self._published_at + self._grace, held_until) - time.monotonic()
-            if wait <= 0:
-                break
-            if held_until > time.monotonic():
-                self._holding.set()
-            time.sleep(wait)
-        self._holding.clear()
         sequence = _core.load_fenced(self._header, SEQUENCES + slot)
         _core.store_fenced(self._header, SEQUENCES + slot, sequence + 1)  # odd: being written
+        _core.store_fenced(self._slots[slot].view(np.uint64), SLOT_VERSION, version)
         views, crcs = self._views[slot], self._crcs[slot]
         for name, array in arrays.items():
             np.copyto(views[name], array)
@@ -140,11 +162,16 @@ class Publication:
 
     def close(self) -> None:
         """End the publication: later reads fail with NotFoundError, and one under way
-        finishes first. Closing it again does nothing."""
-        with self._lock:
+        finishes first; an update waiting for readers fails. Closing it again does
+        nothing."""
+        with self._waits:
+            self._closing = True
+            self._waits.notify_all()
+        with self._lock:  # (an update under way ends first)
             unregister, self._unregister = self._unregister, None
         if unregister is None:
             return
+        self._closed(self)
         for buffer in (self.ref.header, *self.ref.slots):
             try:
                 unregister(buffer)
