@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import _core
 from ..errors import TensorverbsError
+from . import topology
 from .config import RdmaConfig
 
 
@@ -67,7 +68,16 @@ def collect(config: RdmaConfig | None = None) -> dict[str, Any]:
                    for v, val, src in config.describe()],
         "config_error": config_error,
         "selected": _selection(config),
+        "topology": _topology(),
     }
+
+
+def _topology(root: str = "/sys") -> dict[str, Any]:
+    """The host's NICs, GPUs and NUMA nodes, and the NIC nearest each GPU and NUMA node."""
+    found = topology.read(root)
+    devices = [{"kind": kind, "name": d.name, "pci": d.pci, "numa": d.numa, "netdevs": list(d.netdevs)}
+               for kind, ds in (("NIC", found.nics), ("GPU", found.gpus)) for d in ds]
+    return {"devices": devices, "numa_cpus": found.nodes, **topology.choose(found)}
 
 
 def _size(n: int) -> str:
@@ -133,10 +143,34 @@ def render(info: dict[str, Any], console=None) -> None:
                       f"GID {sel['gid_index']} ({sel['gid_type']} {sel['gid']}), MTU {sel['mtu']}")
     else:
         console.print(f"would use [bold]{sel['provider']}[/]")
+    _render_topology(info["topology"], console, Table)
     build = info["build"]
     ibverbs = "with" if build["ibverbs"] else "without"
     console.print(f"native core: {build['compiler']}, {build['build_type']}, {ibverbs} the ibverbs "
                   f"provider ({build['ibverbs_reason']})")
+
+
+def _render_topology(topo: dict[str, Any], console: Any, table_type: Any) -> None:
+    """The topology part of :func:`render`."""
+    if not topo["devices"]:
+        console.print("topology: no RDMA device or GPU in sysfs")
+        return
+    devices = table_type(title="topology (sysfs)", title_justify="left")
+    for col in ("kind", "device", "PCI", "NUMA node", "interfaces"):
+        devices.add_column(col)
+    for d in topo["devices"]:
+        devices.add_row(d["kind"], d["name"], d["pci"] or "-", str(d["numa"]) if d["numa"] >= 0 else "?",
+                        ", ".join(d["netdevs"]))
+    console.print(devices)
+    chosen = table_type(title="nearest NIC", title_justify="left")
+    for col in ("for", "NIC", "why"):
+        chosen.add_column(col)
+    for g in topo["gpus"]:
+        how = f"{g['class']} ({g['hops']} hops): {g['why']}" if g["nic"] else g["why"]
+        chosen.add_row(f"GPU {g['gpu']}", g["nic"] or "-", how)
+    for n in topo["nodes"]:
+        chosen.add_row(f"NUMA node {n['node']}", ", ".join(n["nics"]) or "-", n["why"])
+    console.print(chosen)
 
 
 def main(argv: list[str] | None = None) -> int:
