@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tensorverbs.verbs import topology
+from tensorverbs.verbs.device_choice import default_device
 from tensorverbs.verbs.info import _topology
 
 
@@ -138,3 +139,22 @@ def test_this_hosts_sysfs_reads_and_info_reports_it():
     assert [n["node"] for n in info["nodes"]] == sorted(info["numa_cpus"])
     assert all(d["kind"] in ("NIC", "GPU") for d in info["devices"])
     assert len(info["gpus"]) == sum(d["kind"] == "GPU" for d in info["devices"])
+
+
+def test_the_nic_of_the_numa_node_a_process_runs_on(tmp_path):
+    s = Sysfs(tmp_path)
+    s.nic("mlx5_0", "pci0000:00/0000:00:01.0/0000:01:00.0", numa=0)
+    s.nic("mlx5_1", "pci0000:80/0000:80:01.0/0000:81:00.0", numa=1)
+    s.node(0, "0-3,8")
+    s.node(1, "4-7,9-11")
+    candidates = ["mlx5_0", "mlx5_1"]
+    assert topology.local_nic(candidates, tmp_path, cpus={5, 10}) == "mlx5_1"
+    assert topology.local_nic(candidates, tmp_path, cpus={8}) == "mlx5_0"
+    assert topology.local_nic(candidates, tmp_path, cpus={0, 5}) is None  # spans both nodes
+    assert topology.local_nic(["mlx5_1"], tmp_path, cpus={1}) is None  # none active on node 0
+    assert topology.local_nic(candidates, tmp_path / "absent", cpus={1}) is None
+
+
+def test_without_rdma_devices_the_core_chooses():
+    assert default_device("soft") == ""
+    assert default_device("auto") in ["", *(nic.name for nic in topology.read().nics)]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 #: the distance classes, nearest first
 CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS", "unknown")
@@ -98,6 +98,32 @@ def choose(topology: Topology) -> dict[str, Any]:
         why = "on this NUMA node" if local else "none on this NUMA node: every NIC"
         nodes.append({"node": node, "nics": local or [nic.name for nic in topology.nics], "why": why})
     return {"gpus": gpus, "nodes": nodes}
+
+
+def local_nic(candidates: Sequence[str], root: str | os.PathLike[str] = "/sys",
+              cpus: Iterable[int] | None = None) -> str | None:
+    """Of ``candidates`` (RDMA devices, in order), the first on the NUMA node of ``cpus``
+    (default: the CPUs this process may run on) when they all lie on one node; None when
+    that node is not known or has none of them."""
+    found = read(root)
+    mine = set(os.sched_getaffinity(0) if cpus is None else cpus)
+    nodes = [node for node, cpulist in found.nodes.items() if mine and mine <= _cpu_set(cpulist)]
+    if len(nodes) != 1:
+        return None
+    on_node = {nic.name for nic in found.nics if nic.numa == nodes[0]}
+    return next((name for name in candidates if name in on_node), None)
+
+
+def _cpu_set(cpulist: str) -> set[int]:
+    """The CPUs of a sysfs cpulist ("0-3,8,10-11")."""
+    cpus: set[int] = set()
+    for part in filter(None, cpulist.split(",")):
+        first, _, last = part.partition("-")
+        try:
+            cpus.update(range(int(first), int(last or first) + 1))
+        except ValueError:
+            return set()
+    return cpus
 
 
 def read(root: str | os.PathLike[str] = "/sys") -> Topology:
