@@ -60,6 +60,9 @@ def test_info_command():
     result = subprocess.run([*COMMAND, "info"], capture_output=True, text=True, timeout=60,
                             env=dict(os.environ, COLUMNS="200"))
     assert "soft" in result.stdout and "ibverbs" in result.stdout
+    as_json = subprocess.run([*COMMAND, "info", "--json"], capture_output=True, text=True, timeout=60)
+    info = json.loads(as_json.stdout)
+    assert {"providers", "selected", "topology"} <= set(info) and "gpus" in info["topology"]
 
 
 def test_certs_command_makes_a_ca_and_a_certificate_per_task(tmp_path):

@@ -145,7 +145,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _info(args: argparse.Namespace) -> int:
     from .verbs.info import main
 
-    return main([])
+    return main(["--json"] if args.json else [])
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -197,6 +197,7 @@ def parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_demo)
 
     i = sub.add_parser("info", help="verbs providers, devices, ports and the effective configuration")
+    i.add_argument("--json", action="store_true", help="print it as JSON")
     i.set_defaults(func=_info)
 
     b = sub.add_parser("bench", help="benchmarks (each has its own --help)")
