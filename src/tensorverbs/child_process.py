@@ -154,7 +154,7 @@ class ChildProcess:
                 raise self.timed_out(timeout)
             try:
                 kind, value = self._conn.recv()
-            except EOFError:
+            except (EOFError, OSError):  # (a child that died with a reply unread: a reset)
                 self.process.join(5)
                 raise self.exited() from None
             if kind == "progress":

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tensorverbs.verbs import topology
-from tensorverbs.verbs.device_choice import default_device
 from tensorverbs.verbs.info import _topology
 
 
@@ -141,20 +140,31 @@ def test_this_hosts_sysfs_reads_and_info_reports_it():
     assert len(info["gpus"]) == sum(d["kind"] == "GPU" for d in info["devices"])
 
 
-def test_the_nic_of_the_numa_node_a_process_runs_on(tmp_path):
+
+def test_odd_layouts_keep_their_pcie_place(tmp_path):
+    """A VM's virtual bus before the root complex (Hyper-V), and a sub-function below a
+    PCI function (mlx5 SF), keep the place of their root complex and function."""
     s = Sysfs(tmp_path)
-    s.nic("mlx5_0", "pci0000:00/0000:00:01.0/0000:01:00.0", numa=0)
-    s.nic("mlx5_1", "pci0000:80/0000:80:01.0/0000:81:00.0", numa=1)
-    s.node(0, "0-3,8")
-    s.node(1, "4-7,9-11")
-    candidates = ["mlx5_0", "mlx5_1"]
-    assert topology.local_nic(candidates, tmp_path, cpus={5, 10}) == "mlx5_1"
-    assert topology.local_nic(candidates, tmp_path, cpus={8}) == "mlx5_0"
-    assert topology.local_nic(candidates, tmp_path, cpus={0, 5}) is None  # spans both nodes
-    assert topology.local_nic(["mlx5_1"], tmp_path, cpus={1}) is None  # none active on node 0
-    assert topology.local_nic(candidates, tmp_path / "absent", cpus={1}) is None
+    s.gpu("LNXSYSTM:00/VMBUS:01/guid-1/pci7870:00/7870:00:00.0")
+    function = s.pci("LNXSYSTM:00/VMBUS:01/guid-1/pci7870:00/7870:00:01.0")
+    sub = function / "mlx5_core.sf.2"
+    sub.mkdir()
+    (tmp_path / "class" / "infiniband" / "mlx5_2").mkdir(parents=True)
+    (tmp_path / "class" / "infiniband" / "mlx5_2" / "device").symlink_to(sub)
+    found = topology.read(tmp_path)
+    assert found.nics[0].pci == "7870:00:01.0" and found.nics[0].path[0] == "pci7870:00"
+    assert [(g["nic"], g["class"]) for g in topology.choose(found)["gpus"]] == [("mlx5_2", "PHB")]
 
 
-def test_without_rdma_devices_the_core_chooses():
-    assert default_device("soft") == ""
-    assert default_device("auto") in ["", *(nic.name for nic in topology.read().nics)]
+def test_unreadable_parts_are_left_out(tmp_path):
+    s = Sysfs(tmp_path)
+    s.nic("rxe0", None)
+    (tmp_path / "class" / "infiniband" / "rxe0" / "parent").write_bytes(b"\xff\xfe")  # not text
+    (tmp_path / "devices" / "system" / "node" / "node\u00b2").mkdir(parents=True)  # not a number
+    loop = tmp_path / "class" / "infiniband" / "loop"
+    loop.mkdir()
+    (loop / "device").symlink_to(loop / "device")
+    found = topology.read(tmp_path)
+    assert [(n.name, n.pci, n.netdevs) for n in found.nics] == [("loop", None, ()), ("rxe0", None, ())]
+    assert found.nodes == {}
+    assert _topology(str(tmp_path / "absent"))["devices"] == []

@@ -50,11 +50,13 @@ def close_all(peers: list[Peer], timeout: float = 30.0) -> None:
                 posted.append(peer)
             except (BrokenPipeError, OSError):
                 pass
-    for peer in posted:
-        try:
-            peer.result(timeout)
-        except PeerError:
-            pass
-    for peer in peers:
-        peer.process.join(5)
-        peer.close()
+    try:
+        for peer in posted:
+            try:
+                peer.result(timeout)
+            except (PeerError, OSError):
+                pass
+    finally:  # every process ends, whatever the closes did
+        for peer in peers:
+            peer.process.join(5)
+            peer.close()

@@ -53,6 +53,7 @@ class PublicationOwner:
         self.buffers = [self.server.register(array, writable=False) for array in self.plain]
         self._stop = threading.Event()
         self._updates = 0
+        self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
 
     def refs(self) -> tuple[Any, list[Any]]:
@@ -62,12 +63,15 @@ class PublicationOwner:
     def start(self) -> None:
         """Publish each next version, one after the other, until :meth:`stop`."""
         def run() -> None:
-            while not self._stop.is_set():
-                tag = _tag(self.publication.version + 1)
-                for tensor in self.tensors.values():
-                    tensor.fill(tag)
-                self.publication.update(self.tensors)
-                self._updates += 1
+            try:
+                while not self._stop.is_set():
+                    tag = _tag(self.publication.version + 1)
+                    for tensor in self.tensors.values():
+                        tensor.fill(tag)
+                    self.publication.update(self.tensors)
+                    self._updates += 1
+            except BaseException as exc:  # raised by stop(): reads of a publication that stopped changing prove nothing
+                self._failed = exc
 
         self._thread = threading.Thread(target=run, name="updater")
         self._thread.start()
@@ -77,11 +81,15 @@ class PublicationOwner:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._failed is not None:
+            raise RuntimeError(f"the updates failed: {self._failed!r}") from self._failed
         return self._updates
 
     def close(self) -> None:
-        self.stop()
-        self.server.stop()
+        try:
+            self.stop()
+        finally:
+            self.server.stop()
 
 
 class PublicationReader:
@@ -133,7 +141,7 @@ def run(protocol: str, readers: int, shapes: list[tuple[int, ...]], reads: int, 
     row: dict[str, Any] = {"protocol": protocol, "readers": readers, "tensors": len(shapes), "bytes": nbytes,
                            "grace_s": grace}
     peers: list[Peer] = []
-    per_round = max(1, reads // rounds)
+    per_round = -(-reads // rounds)  # (at least ``reads`` in all)
     published: list[dict[str, Any]] = []
     plain: list[float] = []
     try:

@@ -194,7 +194,7 @@ def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rou
     for way in ("broadcast", "relay"):
         if way in run_ways and GLOO_WAY in run_ways:
             row[f"{way}_vs_gloo"] = row[way]["median_s"] / row[GLOO_WAY]["median_s"]
-    if "killed" in row:
+    if "seconds" in row.get("killed", {}):
         row["killed"]["vs_relay"] = row["killed"]["seconds"] / row["relay"]["median_s"]
     return row
 
@@ -204,11 +204,14 @@ def _killed_round(trainer: Peer, receivers: list[Peer], step: int) -> dict[str, 
     tensor: the round's time until every handle settled, whether the survivors got every
     tensor whole, and whether the trainer's errors name the dead receiver (and only it)."""
     receivers[0].post("ask_then_die", step)
-    for peer in receivers[1:]:
-        peer.call("ask", step, timeout=TIMEOUT)
-    seconds, errors = trainer.call("relay_round_failing", step, timeout=TIMEOUT * 2)
-    for peer in receivers[1:]:
-        peer.call("check", timeout=TIMEOUT)
+    try:
+        for peer in receivers[1:]:
+            peer.call("ask", step, timeout=TIMEOUT)
+        seconds, errors = trainer.call("relay_round_failing", step, timeout=TIMEOUT * 2)
+        for peer in receivers[1:]:
+            peer.call("check", timeout=TIMEOUT)
+    except (PeerError, TimeoutError) as exc:  # reported under "killed"; the timed rounds stand
+        return {"error": str(exc).strip().splitlines()[-1]}
     dead = "/job:infer/replica:0/task:0"
     survivors = [f"/job:infer/replica:0/task:{i}" for i in range(1, len(receivers))]
     named = bool(errors) and all(dead in e and not any(s in e for s in survivors) for e in errors)
@@ -251,7 +254,10 @@ def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     killed = {"goal": "a receiver killed mid-relay: the others within 2x a round, it named",
               "measured": "no grpc+verbs run with --kill to 2 or more", "met": None}
     runs = [r for r in verbs.values() if "killed" in r]
-    if runs:
+    failed = [r for r in runs if "error" in r["killed"]]
+    if failed:
+        killed.update(measured=f"to {failed[0]['receivers']}: {failed[0]['killed']['error']}", met=False)
+    elif runs:
         worst = max(runs, key=lambda r: r["killed"]["vs_relay"])
         ratio, named = worst["killed"]["vs_relay"], all(r["killed"]["dead_named"] for r in runs)
         killed.update(measured=f"{ratio:.2f}x at {worst['receivers']}, {'named' if named else 'NOT named'}",

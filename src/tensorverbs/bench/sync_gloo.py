@@ -6,6 +6,7 @@ clock. Each member uses its host's one interface (with ``--hosts``, its network
 namespace's veth end; else loopback)."""
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import time
@@ -27,10 +28,15 @@ def available() -> tuple[bool, str]:
     return ok, reason
 
 
-def _interface() -> str:
-    """This host's interface: its namespace's one link, else loopback."""
+#: how long members wait for each other to join (seconds)
+JOIN_SECONDS = 120.0
+
+
+def _interface(init_method: str) -> str:
+    """This member's interface: loopback for a group on this host's loopback, else its
+    network namespace's one link."""
     names = [name for _, name in socket.if_nameindex() if name != "lo"]
-    return names[0] if len(names) == 1 else "lo"
+    return names[0] if len(names) == 1 and "//127.0.0.1:" not in init_method else "lo"
 
 
 class GlooMember:
@@ -41,9 +47,10 @@ class GlooMember:
         import torch
         import torch.distributed as dist
 
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", _interface())
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", _interface(init_method))
         torch_common.quiet()
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=JOIN_SECONDS))
         self.tensors = [torch.from_numpy(t) for t in tensors]
 
     def round(self) -> tuple[float, float]:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
 from ..errors import InvalidArgumentError
-from .device_choice import default_device
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -177,11 +176,8 @@ class RdmaConfig:
 
     def to_core(self, bind_host: str = "") -> dict[str, Any]:
         """The verbs settings as the native core takes them (-1/0/"" for "from the device");
-        ``bind_host``: where the soft provider's listener binds ("": where peers reach it).
-        Without a device, the first active one on this process's NUMA node where there are
-        several (:mod:`.device_choice`)."""
-        return {"provider": self.provider, "device": self.device or default_device(self.provider),
-                "port": self.port or 0,
+        ``bind_host``: where the soft provider's listener binds ("": where peers reach it)."""
+        return {"provider": self.provider, "device": self.device or "", "port": self.port or 0,
                 "gid_index": -1 if self.gid_index is None else self.gid_index,
                 "pkey_index": self.pkey_index, "queue_depth": self.queue_depth,
                 "timeout": self.timeout, "retry_cnt": self.retry_count, "sl": self.sl,

@@ -73,7 +73,15 @@ def collect(config: RdmaConfig | None = None) -> dict[str, Any]:
 
 
 def _topology(root: str = "/sys") -> dict[str, Any]:
-    """The host's NICs, GPUs and NUMA nodes, and the NIC nearest each GPU and NUMA node."""
+    """The host's NICs, GPUs and NUMA nodes, and the NIC nearest each GPU and NUMA node
+    (an ``error`` instead when sysfs could not be read: reported, never fatal here)."""
+    try:
+        return _read_topology(root)
+    except Exception as exc:
+        return {"devices": [], "numa_cpus": {}, "gpus": [], "nodes": [], "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _read_topology(root: str) -> dict[str, Any]:
     found = topology.read(root)
     devices = [{"kind": kind, "name": d.name, "pci": d.pci, "numa": d.numa, "netdevs": list(d.netdevs)}
                for kind, ds in (("NIC", found.nics), ("GPU", found.gpus)) for d in ds]
@@ -152,6 +160,9 @@ def render(info: dict[str, Any], console=None) -> None:
 
 def _render_topology(topo: dict[str, Any], console: Any, table_type: Any) -> None:
     """The topology part of :func:`render`."""
+    if topo.get("error"):
+        console.print(f"[yellow]topology: sysfs could not be read:[/] {topo['error']}")
+        return
     if not topo["devices"]:
         console.print("topology: no RDMA device or GPU in sysfs")
         return

@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+import re
+from typing import Any
 
 #: the distance classes, nearest first
 CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS", "unknown")
@@ -33,6 +34,9 @@ WHY = {"PIX": "through one PCIe switch", "PXB": "through several PCIe switches u
        "SYS": "across NUMA nodes", "unknown": "no PCIe place known for one of them"}
 #: PCI classes of GPUs (3D and VGA controllers) and NVIDIA's vendor id
 GPU_CLASSES, NVIDIA = ("0x0302", "0x0300"), "0x10de"
+#: a PCIe root complex's directory (pci0000:00, pci7870:00) and a PCI function (0000:3b:00.0)
+_ROOT = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}$")
+_FUNCTION = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,8 @@ def distance(a: Device, b: Device) -> tuple[str, int]:
             break
         common += 1
     hops = len(a.path) + len(b.path) - 2 * common
-    if common == 0:  # different root complexes
-        return ("NODE" if a.numa == b.numa and a.numa >= 0 else "SYS"), hops
+    if common == 0:  # different root complexes (a NUMA node unknown on both: one node)
+        return ("NODE" if a.numa == b.numa else "SYS"), hops
     if common == 1:  # parted at the root complex: different root ports
         return "PHB", hops
     # below one root port: up to a switch's downstream ports and down again is 4 hops
@@ -95,69 +99,53 @@ def choose(topology: Topology) -> dict[str, Any]:
     nodes: list[dict[str, Any]] = []
     for node in sorted(topology.nodes):
         local = [nic.name for nic in topology.nics if nic.numa == node]
-        why = "on this NUMA node" if local else "none on this NUMA node: every NIC"
+        why = ("on this NUMA node" if local else "none on this NUMA node: every NIC" if topology.nics
+               else "no RDMA device")
         nodes.append({"node": node, "nics": local or [nic.name for nic in topology.nics], "why": why})
     return {"gpus": gpus, "nodes": nodes}
 
 
-def local_nic(candidates: Sequence[str], root: str | os.PathLike[str] = "/sys",
-              cpus: Iterable[int] | None = None) -> str | None:
-    """Of ``candidates`` (RDMA devices, in order), the first on the NUMA node of ``cpus``
-    (default: the CPUs this process may run on) when they all lie on one node; None when
-    that node is not known or has none of them."""
-    found = read(root)
-    mine = set(os.sched_getaffinity(0) if cpus is None else cpus)
-    nodes = [node for node, cpulist in found.nodes.items() if mine and mine <= _cpu_set(cpulist)]
-    if len(nodes) != 1:
-        return None
-    on_node = {nic.name for nic in found.nics if nic.numa == nodes[0]}
-    return next((name for name in candidates if name in on_node), None)
-
-
-def _cpu_set(cpulist: str) -> set[int]:
-    """The CPUs of a sysfs cpulist ("0-3,8,10-11")."""
-    cpus: set[int] = set()
-    for part in filter(None, cpulist.split(",")):
-        first, _, last = part.partition("-")
-        try:
-            cpus.update(range(int(first), int(last or first) + 1))
-        except ValueError:
-            return set()
-    return cpus
-
-
 def read(root: str | os.PathLike[str] = "/sys") -> Topology:
-    """The topology of the sysfs tree at ``root``; missing parts are left out."""
+    """The topology of the sysfs tree at ``root``; missing or unreadable parts are left
+    out."""
     root = Path(root)
     topology = Topology()
     for entry in _sorted_dir(root / "class" / "infiniband"):
         pci, path = _place(root, entry / "device")
-        netdevs = tuple(n.name for n in _sorted_dir(entry / "device" / "net")) if pci else ()
-        if not netdevs and (entry / "parent").is_file():  # soft-RoCE: the interface it runs over
-            netdevs = (_text(entry / "parent"),)
+        netdevs = tuple(n.name for n in _sorted_dir(entry / "device" / "net"))
+        parent = _text(entry / "parent")  # soft-RoCE: the interface it runs over
+        if not netdevs and parent:
+            netdevs = (parent,)
         topology.nics.append(Device(entry.name, pci, path, _numa(entry / "device"), netdevs))
     for entry in _sorted_dir(root / "bus" / "pci" / "devices"):
-        if _text(entry / "vendor") == NVIDIA and _text(entry / "class").startswith(GPU_CLASSES):
+        if (_text(entry / "vendor") == NVIDIA and _text(entry / "class").startswith(GPU_CLASSES)
+                and not (entry / "physfn").exists()):  # (a virtual function is no GPU of its own)
             pci, path = _place(root, entry)
             topology.gpus.append(Device(entry.name, pci, path, _numa(entry)))
     for entry in _sorted_dir(root / "devices" / "system" / "node"):
-        if entry.name.startswith("node") and entry.name[4:].isdigit():
+        if re.fullmatch(r"node[0-9]+", entry.name):
             topology.nodes[int(entry.name[4:])] = _text(entry / "cpulist")
     return topology
 
 
 def _place(root: Path, link: Path) -> tuple[str | None, tuple[str, ...]]:
-    """(PCI address, PCIe path from the root complex) of the device ``link`` leads to."""
-    if not link.exists():
+    """(PCI address, PCIe path from the root complex) of the device ``link`` leads to:
+    from the first root complex on its path (a VM's virtual bus may come first) down to
+    its last PCI function (a sub-function or virtio device below it is that function's)."""
+    try:
+        if not link.exists():
+            return None, ()
+        parts = link.resolve().parts
+    except (OSError, RuntimeError):  # unreadable, a symlink loop
         return None, ()
-    parts = link.resolve().parts
-    devices = (root / "devices").resolve().parts
-    if parts[:len(devices)] != devices:
+    start = next((i for i, part in enumerate(parts) if _ROOT.match(part)), None)
+    if start is None:
         return None, ()
-    below = parts[len(devices):]
-    if not below or not below[0].startswith("pci"):
+    below = parts[start:]
+    last = max((i for i, part in enumerate(below) if _FUNCTION.match(part)), default=None)
+    if last is None:
         return None, ()
-    return below[-1], tuple(below)
+    return below[last], tuple(below[:last + 1])
 
 
 def _numa(device: Path) -> int:
@@ -170,7 +158,7 @@ def _numa(device: Path) -> int:
 def _text(path: Path) -> str:
     try:
         return path.read_text().strip()
-    except OSError:
+    except (OSError, ValueError):  # unreadable, not text
         return ""
 
 
