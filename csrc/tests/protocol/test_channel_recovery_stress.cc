@@ -39,7 +39,10 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kTensorsPerStep = 8;
 constexpr double kLongDeadline = 30;  // long enough for any recovery: such a recv must succeed
 // how far past its deadline a recv may end: a second; under a sanitizer, whose checks slow
-// the completion thread that ends recvs tenfold, ten
+// the completion thread that ends recvs tenfold, ten; times TENSORVERBS_TEST_SLOWDOWN where
+// the CPUs are emulated (the soft-RoCE lane's guest sets it: recvs ended 1.05-1.25 s late
+// there beside a `make test`, two busy loops and a second guest). A recv that hangs past its
+// deadline is still caught: it never ends.
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
 #define TENSORVERBS_TEST_SANITIZED 1
@@ -146,6 +149,7 @@ TEST_P(ChannelRecoveryStress, EveryTensorArrivesOnceOrItsRecvEndsByItsDeadline) 
   const bool ibverbs = GetParam().provider == "ibverbs";
   // the lane's emulated guest moves some MB/s: smaller tensors, fewer steps there
   const int steps = env_int("TENSORVERBS_STRESS_STEPS", ibverbs ? 4 : 16);
+  const double grace = kGrace * std::max(1, env_int("TENSORVERBS_TEST_SLOWDOWN", 1));
   const double largest = ibverbs ? 1 << 22 : 1 << 26;
   const std::uint32_t seed = static_cast<std::uint32_t>(
       env_int("TENSORVERBS_STRESS_SEED", static_cast<int>(std::random_device{}() >> 1)));
@@ -201,7 +205,7 @@ TEST_P(ChannelRecoveryStress, EveryTensorArrivesOnceOrItsRecvEndsByItsDeadline) 
       ASSERT_TRUE(answers[i]->wait()) << what << ": not answered; the worker's channel: "
                                       << worker_->describe_channels();
       const Status& status = answer.result().status;
-      EXPECT_LE(answer.late_by(), kGrace) << what << " ended " << answer.late_by()
+      EXPECT_LE(answer.late_by(), grace) << what << " ended " << answer.late_by()
                                           << " s past its deadline: " << status.message();
       if (status.ok()) {
         ++succeeded;
