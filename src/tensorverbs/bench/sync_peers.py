@@ -23,7 +23,23 @@ def value(shape: tuple[int, ...], i: int) -> np.ndarray:
     return np.full(shape, float(i % 1000) + 0.5, np.float32)
 
 
-class SyncTrainer:
+class _SyncTask:
+    """What the trainer and a receiver share: a server, and NIXL's agent and gloo's group
+    once a way uses them, closed with the task."""
+
+    server: Server
+    nixl: NixlOwner | NixlReader | None = None
+    gloo: GlooMember | None = None
+
+    def close(self) -> None:
+        if self.nixl is not None:
+            self.nixl.close()
+        if self.gloo is not None:
+            self.gloo.close()
+        self.server.stop()
+
+
+class SyncTrainer(_SyncTask):
     """The trainer, in its own process: it holds the parameters and offers them."""
 
     def __init__(self, cluster: dict[str, list[str]], protocol: str, shapes: list[tuple[int, ...]]) -> None:
@@ -32,8 +48,6 @@ class SyncTrainer:
         for i, param in enumerate(self.params):
             param[...] = value(param.shape, i)
         self.receivers = [f"/job:infer/task:{i}" for i in range(len(cluster["infer"]))]
-        self.nixl: NixlOwner | None = None
-        self.gloo: GlooMember | None = None
 
     def gloo_join(self, init_method: str) -> None:
         """Join the gloo group of every task, as its rank 0."""
@@ -84,15 +98,9 @@ class SyncTrainer:
     def registrations(self) -> int:
         return self.server.stats().get("source_registrations", 0)
 
-    def close(self) -> None:
-        if self.nixl is not None:
-            self.nixl.close()
-        if self.gloo is not None:
-            self.gloo.close()
-        self.server.stop()
 
 
-class SyncReceiver:
+class SyncReceiver(_SyncTask):
     """A receiver (an inference process), in its own process."""
 
     def __init__(self, cluster: dict[str, list[str]], index: int, protocol: str,
@@ -103,8 +111,6 @@ class SyncReceiver:
         self.futures: list[Any] = []
         self.weights = [np.zeros(shape, np.float32) for shape in shapes]  # what reads fill
         self.remote: list[Any] = []
-        self.nixl: NixlReader | None = None
-        self.gloo: GlooMember | None = None
         self.receivers = len(cluster["infer"])
 
     def gloo_join(self, init_method: str) -> None:
@@ -168,9 +174,3 @@ class SyncReceiver:
             self.weights[i][...] = 0
         return end
 
-    def close(self) -> None:
-        if self.nixl is not None:
-            self.nixl.close()
-        if self.gloo is not None:
-            self.gloo.close()
-        self.server.stop()
