@@ -46,6 +46,16 @@ def _kill(actor) -> None:
     raise AssertionError("the actor did not die")
 
 
+def _made(ref) -> None:
+    """Return once the task behind ``ref`` ended and the driver holds its tensors' transport
+    metadata. Ray learns the two apart: ``ray.wait`` can return before the metadata came, and a
+    task given ``ref`` then would not start the transfer with it but wait for the object in the
+    actor's thread (and fail after Ray's own 60 s, not through the transport)."""
+    assert ray.wait([ref], fetch_local=False, timeout=120)[0]
+    rdt = ray._private.worker.global_worker.rdt_manager
+    assert rdt.wait_for_tensor_transport_metadata(ref.hex(), timeout=120) is not None
+
+
 def _manager(name: str):
     from ray.experimental.rdt.util import get_tensor_transport_manager
 
@@ -123,7 +133,7 @@ def test_a_source_that_dies_fails_the_transfer(transports):
     name = transports["grpc+verbs"]
     source, destination = Actor.remote(), Actor.remote()
     tensors = source.make.options(tensor_transport=name).remote(seed=5)
-    assert ray.wait([tensors], fetch_local=False, timeout=120)[0]  # made
+    _made(tensors)
     _kill(source)
     # Ray sees the send fail and aborts the transfer, or the recv finds the source's server
     # gone: the recv fails, it does not wait on until Ray gives up
@@ -147,10 +157,7 @@ def test_an_actor_without_the_option_is_refused_and_lives_on(transports):
     source, destination = Actor.remote(), Plain.remote()
     pid = ray.get(destination.pid.remote(), timeout=120)
     tensors = source.make.options(tensor_transport=name).remote(seed=11, nbytes=4096)
-    # made: its recv runs in the actor before the task (Ray submits a transfer it has the
-    # metadata of with the task; otherwise the task, first, waits for the tensors in the
-    # actor's only thread, and Ray's wait for them ends it after 60 s)
-    assert ray.wait([tensors], fetch_local=False, timeout=120)[0]
+    _made(tensors)  # so that its recv runs in the actor before the task
     with pytest.raises(tv.FailedPreconditionError, match=r"enable_tensor_transport=True"):
         ray.get(destination.check.remote(tensors, 11, 4096), timeout=120)
     assert ray.get(destination.pid.remote(), timeout=120) == pid  # the same process: it lives on
@@ -185,7 +192,7 @@ def test_one_sided_the_driver_and_actors_read_an_actors_tensors(read_transport):
 def test_one_sided_a_source_that_died_fails_the_read(read_transport):
     source = Actor.remote()
     tensors = source.make.options(tensor_transport=read_transport).remote(seed=9, nbytes=4096)
-    assert ray.wait([tensors], fetch_local=False, timeout=120)[0]  # made
+    _made(tensors)
     _kill(source)
     with pytest.raises((tv.UnavailableError, ray.exceptions.RayError)):
         ray.get(tensors, timeout=180)
