@@ -73,6 +73,9 @@ class Actor:
                    and np.array_equal(got.view(torch.uint8).numpy(), want.view(torch.uint8).numpy())
                    for got, want in zip(tensors, _tensors(seed, nbytes), strict=True))
 
+    def has_rdt_manager(self) -> bool:
+        return ray._private.worker.global_worker._rdt_manager is not None
+
     def bytes_received(self, name: str) -> int:
         return _manager(name).server.get().stats()["bytes_received"]
 
@@ -116,6 +119,17 @@ def test_an_actors_tensors_reach_another_actor(transports, protocol):
     assert ray.get(destination.check.remote(tensors, 3), timeout=240)
     assert ray.get(destination.bytes_received.remote(name)) >= BIG  # through tensorverbs
     assert ray.get(destination.check.remote(tensors, 3), timeout=240)  # the same object again
+
+
+def test_a_fresh_actor_has_its_rdt_manager_before_its_first_transfer(transports):
+    """Ray makes a worker's RDT manager on first use, without a lock; a fresh actor's first
+    transfer used it from two threads at once, and now and then the task that took the
+    object waited in a second manager for what the recv had put in the first, until Ray's
+    60 s passed. The transport makes it when Ray registers the transport on the actor,
+    which Ray does before the actor's first transfer."""
+    actor = Actor.remote()
+    ray._private.worker.global_worker.rdt_manager.wait_until_custom_transports_registered(actor)
+    assert ray.get(actor.has_rdt_manager.remote(), timeout=120)
 
 
 @pytest.mark.parametrize("protocol", list(NAMES))

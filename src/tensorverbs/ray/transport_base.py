@@ -9,6 +9,21 @@ from ray.experimental import TensorTransportManager
 from .actor_server import actor_server
 
 
+def _make_rdt_manager() -> None:
+    """Make this Ray worker's RDT manager now, if it is an actor's worker. Ray (2.60) makes
+    it on first use without a lock, and a fresh actor's first transfer uses it from two
+    threads at once (the transfer's recv, the task that takes the object): two managers
+    came of it now and then, the recv storing the tensors (or its error) in one, the task
+    waiting in the other until Ray's 60 s passed. Ray imports this module in an actor when
+    it registers the transport there, before the actor's first transfer."""
+    worker = ray._private.worker.global_worker
+    if worker.connected and worker.mode == ray.WORKER_MODE:
+        worker.rdt_manager  # noqa: B018 (made by the property)
+
+
+_make_rdt_manager()
+
+
 class TransportBase(TensorTransportManager):
     """A tensorverbs Ray transport: ``name``, ``protocol``, ``spare_tasks``, ``timeout`` and
     ``token`` (None: the actor's TENSORVERBS_TOKEN or TENSORVERBS_TOKEN_FILE)."""
