@@ -63,6 +63,15 @@ def interrupted_recv_many(server, names: list[str], source: str, step_id: int,
     return _interrupted(lambda: server.recv_many([(n, source, step_id) for n in names], timeout), False)
 
 
+def interrupted_recv_blocks(server, name: str, source: str, step_id: int, rows: int, nbytes: int,
+                            timeout: float) -> tuple[str, float] | None:
+    """:func:`interrupted_recv` of blocks: ``server.recv_blocks`` of ``rows`` rows of ``nbytes``."""
+    import numpy as np
+
+    out = np.zeros((rows, nbytes), np.uint8)
+    return _interrupted(lambda: server.recv_blocks(name, source, out, step_id, timeout=timeout), False)
+
+
 def _interrupted(recv, elsewhere: bool) -> tuple[str, float] | None:
     # Ctrl-C raises KeyboardInterrupt even in a process started with SIGINT ignored (as a
     # background job's children are, which Python then leaves ignored)

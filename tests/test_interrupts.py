@@ -127,13 +127,22 @@ def test_a_signal_another_thread_takes_interrupts_a_wait_for_futures(tasks, step
                           elsewhere=True, waiting=("interrupted_wait", NBYTES, completed))
 
 
-def test_ctrl_c_interrupts_a_batch_which_keeps_every_tensor(tasks, step, record_property):
-    """A recv_many whose first tensor had been sent: interrupted while it waits for the
-    second, it keeps both for the next recvs."""
+@pytest.mark.parametrize("batch, nbytes", [
+    ("recv_many", NBYTES),
+    ("recv_blocks", 64),  # a block that comes in a message
+    ("recv_blocks", NBYTES),  # one written in its row where the protocol can (kept as a copy)
+])
+def test_ctrl_c_interrupts_a_batch_which_keeps_every_tensor(tasks, step, record_property, batch, nbytes):
+    """A batch (recv_many of two names, recv_blocks of two rows) whose first tensor had been
+    sent: interrupted while it waits for the second, it keeps both for the next recvs."""
     ps, worker = tasks
-    ps.call("send_pattern", "b0", WORKER, step, NBYTES, step)
-    worker.post("run", "interrupting:interrupted_recv_many", ["b0", "b1"], PS, step, RECV_TIMEOUT)
-    ps.call("wait_waiters", 1)  # b1's request waits in the ps's table: the batch waits
+    first, second = ("b0", "b1") if batch == "recv_many" else ("k/0", "k/1")
+    ps.call("send_pattern", first, WORKER, step, nbytes, step)
+    if batch == "recv_many":
+        worker.post("run", "interrupting:interrupted_recv_many", [first, second], PS, step, RECV_TIMEOUT)
+    else:
+        worker.post("run", "interrupting:interrupted_recv_blocks", "k", PS, step, 2, nbytes, RECV_TIMEOUT)
+    ps.call("wait_waiters", 1)  # the second's request waits in the ps's table: the batch waits
     sent = time.monotonic()
     os.kill(worker.process.pid, signal.SIGINT)
     try:
@@ -142,9 +151,9 @@ def test_ctrl_c_interrupts_a_batch_which_keeps_every_tensor(tasks, step, record_
         pytest.fail(f"the batch was still waiting {WAIT:g} s after the signal")
     assert outcome is not None and outcome[0] == "KeyboardInterrupt"
     record_property("interrupt_latency_s", round(outcome[1] - sent, 4))
-    ps.call("send_pattern", "b1", WORKER, step, NBYTES, step + 1)
-    assert worker.call("recv_pattern", "b0", PS, step, NBYTES, step, "uint8", 30), "b0 lost or wrong"
-    assert worker.call("recv_pattern", "b1", PS, step, NBYTES, step + 1, "uint8", 30), "b1 lost or wrong"
+    ps.call("send_pattern", second, WORKER, step, nbytes, step + 1)
+    assert worker.call("recv_pattern", first, PS, step, nbytes, step, "uint8", 30), f"{first} lost or wrong"
+    assert worker.call("recv_pattern", second, PS, step, nbytes, step + 1, "uint8", 30), f"{second} lost or wrong"
 
 
 @pytest.mark.parametrize("at", ["set_result", "settle_host"])

@@ -19,6 +19,9 @@ NO_PUBLIC_WAY = {
                                       "the transports' concurrency groups ends its process",
     "torch.UntypedStorage._release_ipc_counter": "the only way to release the reference counter "
                                                  "of a CUDA IPC export that no receiver opened",
+    "ray._private": "a worker's RDT manager (ray._private.worker.global_worker.rdt_manager), which Ray 2.60 "
+                    "makes on first use without a lock: the transport makes it before an actor's first "
+                    "transfer (two made at once by that transfer's threads kept its tensors from its task)",
 }
 
 

@@ -56,6 +56,9 @@ def _server_calls(spec: dict) -> dict[str, tuple[Callable[..., Any], dict[str, A
     return {
         "send": (method("send"), dict(name="w", value=np.ones(2), to=PS, step_id=1, is_dead=False)),
         "send_many": (method("send_many"), dict(entries=[("w", np.ones(2), PS, 1)])),
+        "send_blocks": (method("send_blocks"), dict(name="b", blocks=np.ones((2, 2)), to=PS, step_id=1, index=None)),
+        "recv_blocks": (method("recv_blocks"), dict(name="b", source=PS, out=np.ones((2, 2)), step_id=1, index=None,
+                                                    timeout=0.01, return_exceptions=True)),
         "recv_many": (method("recv_many"), dict(many, return_exceptions=True)),
         "recv_many_async": (lambda server, **kw: [f.result(10) for f in server.recv_many_async(**kw)], many),
         "arecv_many": (lambda server, **kw: asyncio.run(server.arecv_many(**kw)), dict(many, return_exceptions=True)),

@@ -8,7 +8,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,8 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "binding/block_calls.h"
 #include "binding/byte_view.h"
 #include "binding/gil_released.h"
+#include "binding/interruptible_wait.h"
 #include "binding/py_ref.h"
 #include "binding/future_recv.h"
 #include "binding/recv_callbacks.h"
@@ -35,10 +36,6 @@ using namespace nb::literals;
 namespace tensorverbs::binding {
 
 namespace {
-
-// How often a recv blocked on the main thread runs the signal handlers: Ctrl-C interrupts
-// it within this (plus the time to take the GIL).
-constexpr auto kSignalSlice = std::chrono::milliseconds(20);
 
 // recv_many holds its channels' messages while it starts this many entries at most (about
 // two TENSOR_REQUESTS messages' worth): a hold also delays the other messages to that
@@ -314,34 +311,6 @@ class Rendezvous {
   std::shared_ptr<RdmaRendezvous> rv_;
 
  private:
-  // Waits (the GIL released) until `waiting` has its answers. On the main thread it waits
-  // in slices and runs the signal handlers in between, and once more when the answers are
-  // in (a signal that came as they did is handled here, where their tensors can still be
-  // kept, not as the call returns them): when one raises (Ctrl-C's KeyboardInterrupt),
-  // `give_up()` runs (without the GIL: it gives the recvs up and keeps the tensors that came
-  // anyway for the next recvs of their keys) and the handler's exception is raised.
-  template <class Waiting, class GiveUp>
-  static void wait_interruptibly(Waiting& waiting, const GiveUp& give_up) {
-    const bool signals = on_main_thread();
-    for (;;) {
-      bool done = false;
-      {
-        GilReleased release;
-        done = waiting.wait_for(signals ? kSignalSlice : std::chrono::hours(1));
-      }
-      if (!signals || PyErr_CheckSignals() == 0) {
-        if (done) return;
-        continue;
-      }
-      nb::python_error raised;  // takes the handler's exception
-      {
-        GilReleased release;
-        give_up();
-      }
-      throw raised;
-    }
-  }
-
   void keep(const StepKey& key, RecvResult result) {
     if (result.status.ok()) rv_->keep_late(key, std::move(result.value));
   }
@@ -407,6 +376,34 @@ void bind_rendezvous(nb::module_& m) {
            "it) finds them there (tensorverbs.in_hand). "
            "Interrupted, every entry is given up and each tensor that came is kept for the "
            "next recv of it.")
+      .def(
+          "recv_blocks",
+          [](Rendezvous& r, std::int64_t step, std::int32_t src, std::string name, std::int32_t dtype,
+             TensorShape shape, std::uint64_t nbytes, nb::handle buffer, BlockRows rows, double timeout) {
+            return recv_blocks(*r.rv_, step, src,
+                               BlockBatch{std::move(name), dtype, std::move(shape), nbytes, buffer, rows},
+                               timeout);
+          },
+          "step"_a, "src"_a, "name"_a, "dtype"_a, "shape"_a, "nbytes"_a, "buffer"_a, "rows"_a, "timeout"_a,
+          "Receive blocks '<name>/<i>' (each of dtype, shape, nbytes bytes) into row rows[i] of "
+          "`buffer` (blocking, the GIL released once; interrupted, each tensor that came is kept "
+          "for the next recv of it): the entries that failed, as (index, code, message, theirs), "
+          "theirs (dtype, shape, is_dead) of a tensor that does not fit its row (kept for the "
+          "next recv of it), else None.")
+      .def(
+          "send_blocks",
+          [](Rendezvous& r, std::int64_t step, std::int32_t dst, std::string name, std::int32_t dtype,
+             TensorShape shape, std::uint64_t nbytes, nb::handle buffer, BlockRows rows,
+             std::shared_ptr<SendTicket> ticket) {
+            return send_blocks(*r.rv_, step, dst,
+                               BlockBatch{std::move(name), dtype, std::move(shape), nbytes, buffer, rows},
+                               std::move(ticket));
+          },
+          "step"_a, "dst"_a, "name"_a, "dtype"_a, "shape"_a, "nbytes"_a, "buffer"_a, "rows"_a, "ticket"_a,
+          "Offer row rows[i] of `buffer` as tensor '<name>/<i>' (dtype, shape, nbytes bytes), "
+          "the rows registered once for all, each carrying `ticket` (opened for len(rows) "
+          "parts): (-1, 0, '') once all are, else (index, code, message) of the first refused "
+          "(the later ones not offered, the ticket failed).")
       .def("recv", &Rendezvous::recv, "step"_a, "src"_a, "name"_a, "timeout"_a,
            "destination"_a.none(), "hand"_a.none(),
            "Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload), "

@@ -55,7 +55,9 @@ void bind_send_completion(nb::module_& m) {
 
   nb::class_<SendLedger>(m, "SendLedger", "The completions of one task's sends not settled yet.")
       .def(nb::new_([] { return std::make_shared<SendLedger>(); }))
-      .def("open", &SendLedger::open, "what"_a, "A ticket for a new send described by `what`.")
+      .def("open", &SendLedger::open, "what"_a, "parts"_a = 1,
+           "A ticket for a new send described by `what`, of `parts` values (delivered once "
+           "each of them is).")
       .def(
           "wait_all",
           [](SendLedger& l, double timeout) {

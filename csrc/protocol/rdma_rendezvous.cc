@@ -9,6 +9,7 @@
 #include "protocol/rdma_message_buffer.h"
 #include "protocol/rdma_tensor_request.h"
 #include "protocol/rdma_tensor_response.h"
+#include "protocol/shared_registration.h"
 #include "verbs/provider.h"
 
 namespace tensorverbs {
@@ -262,23 +263,7 @@ std::vector<Status> RdmaRendezvous::broadcast(std::int64_t step,
                                               const std::string& name, TensorValue value,
                                               std::vector<std::shared_ptr<SendTicket>> tickets) {
   const TensorValue own = value;  // this task's own recv gets the sender's bytes as they are
-  const std::size_t size = value.size();
-  if (dsts.size() > 1 && size > 0 && !pool_->region_of(value.data, size)) {
-    auto* data = const_cast<std::uint8_t*>(value.data);  // only ever read
-    Result<std::unique_ptr<verbs::MemoryRegion>> registered =
-        size >= kStageBelow ? pd_->register_memory(data, size, 0)
-                            : Status(Code::kUnavailable, "small: staged");
-    if (registered.ok()) {
-      value.region = registered.take();
-      counters_.add(counters_.source_registrations);
-    } else if (auto staged = pool_->allocate(size); staged.ok()) {  // once, for every peer
-      PoolBuffer buffer = staged.take();
-      std::memcpy(buffer->data(), value.data, size);
-      value.data = buffer->data();
-      value.keepalive = std::move(buffer);
-      counters_.add(counters_.staging_copies);
-    }  // else each send stages its own copy when it is answered
-  }
+  if (dsts.size() > 1) value = register_once(std::move(value), *pool_, *pd_, counters_);
   std::vector<Status> done;
   done.reserve(dsts.size());
   for (std::size_t i = 0; i < dsts.size(); ++i) {

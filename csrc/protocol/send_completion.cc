@@ -19,7 +19,7 @@ bool wait_for(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, d
 
 }  // namespace
 
-std::shared_ptr<SendTicket> SendLedger::open(std::string what) {
+std::shared_ptr<SendTicket> SendLedger::open(std::string what, std::int64_t parts) {
   auto completion = std::make_shared<SendCompletion>(shared_from_this(), std::move(what));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -28,7 +28,7 @@ std::shared_ptr<SendTicket> SendLedger::open(std::string what) {
     newest_ = completion.get();
     ++open_;
   }
-  return std::make_shared<SendTicket>(std::move(completion));
+  return std::make_shared<SendTicket>(std::move(completion), parts);
 }
 
 bool SendLedger::settle(SendCompletion& completion, Status status) {

@@ -9,7 +9,9 @@
 // for all of its sends (flush). Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -31,8 +33,9 @@ class SendLedger : public std::enable_shared_from_this<SendLedger> {
   SendLedger& operator=(const SendLedger&) = delete;
 
   // A new, open completion for a send described by `what` ("'w' to /job:ps/... at step 3"),
-  // and the ticket its value carries.
-  std::shared_ptr<SendTicket> open(std::string what);
+  // and the ticket its value carries: of `parts` values (a batch of blocks), the send
+  // delivered once each of them is.
+  std::shared_ptr<SendTicket> open(std::string what, std::int64_t parts = 1);
   // Waits until every completion opened so far is settled; false if `timeout` seconds
   // (< 0: none) passed first.
   bool wait_all(double timeout);
@@ -79,25 +82,31 @@ class SendCompletion {
   SendCompletion* newer_ = nullptr;
 };
 
-// What a send's value carries; settles its completion as dropped if it goes unsettled.
+// What a send's value carries (the values of a batch of blocks share one); settles its
+// completion as delivered once each of its `parts` values was, as dropped if it goes
+// unsettled.
 // Shared from itself: a ticket made here and handed back from Python keeps its own
 // ownership, so its last reference may go on any thread without the GIL (otherwise the
 // binding's shared_ptr would release a Python object there, once per send).
 class SendTicket : public std::enable_shared_from_this<SendTicket> {
  public:
-  explicit SendTicket(std::shared_ptr<SendCompletion> completion)
-      : completion_(std::move(completion)) {}
+  explicit SendTicket(std::shared_ptr<SendCompletion> completion, std::int64_t parts = 1)
+      : completion_(std::move(completion)), left_(parts) {}
   SendTicket(const SendTicket&) = delete;
   SendTicket& operator=(const SendTicket&) = delete;
   ~SendTicket();
 
-  void deliver() { completion_->settle(Status()); }
+  // One of its values was delivered (each is, at most once).
+  void deliver() {
+    if (left_.fetch_sub(1, std::memory_order_acq_rel) == 1) completion_->settle(Status());
+  }
   // Fails the send: "<what>: <why's message>", with why's code.
   void fail(const Status& why);
   const std::shared_ptr<SendCompletion>& completion() const { return completion_; }
 
  private:
   const std::shared_ptr<SendCompletion> completion_;
+  std::atomic<std::int64_t> left_;  // values not delivered yet
 };
 
 }  // namespace tensorverbs

@@ -26,6 +26,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/recv_tracker.cc"
   "${CMAKE_CURRENT_LIST_DIR}/registered_pool.cc"
   "${CMAKE_CURRENT_LIST_DIR}/send_completion.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/shared_registration.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_landing.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_meta.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_shape.cc"

@@ -2,6 +2,10 @@
 
 from collections.abc import Sequence
 import enum
+from typing import Annotated
+
+import numpy
+from numpy.typing import NDArray
 
 
 def build_info() -> dict:
@@ -178,6 +182,16 @@ class Rendezvous:
         Receive many tensors (blocking, the GIL released once): each entry's (code, message, dtype, shape, is_dead, payload), in entry order, also put in `hand.held` (unless None) as (core, steps, srcs, names, answers) before they are returned, so that a signal's handler that runs as the call returns (Ctrl-C during it) finds them there (tensorverbs.in_hand). Interrupted, every entry is given up and each tensor that came is kept for the next recv of it.
         """
 
+    def recv_blocks(self, step: int, src: int, name: str, dtype: int, shape: Sequence[int], nbytes: int, buffer: object, rows: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], timeout: float) -> list:
+        """
+        Receive blocks '<name>/<i>' (each of dtype, shape, nbytes bytes) into row rows[i] of `buffer` (blocking, the GIL released once; interrupted, each tensor that came is kept for the next recv of it): the entries that failed, as (index, code, message, theirs), theirs (dtype, shape, is_dead) of a tensor that does not fit its row (kept for the next recv of it), else None.
+        """
+
+    def send_blocks(self, step: int, dst: int, name: str, dtype: int, shape: Sequence[int], nbytes: int, buffer: object, rows: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], ticket: SendTicket) -> tuple[int, int, str]:
+        """
+        Offer row rows[i] of `buffer` as tensor '<name>/<i>' (dtype, shape, nbytes bytes), the rows registered once for all, each carrying `ticket` (opened for len(rows) parts): (-1, 0, '') once all are, else (index, code, message) of the first refused (the later ones not offered, the ticket failed).
+        """
+
     def recv(self, step: int, src: int, name: str, timeout: float, destination: object | None, hand: object | None) -> tuple:
         """
         Receive (blocking, the GIL released): (code, message, dtype, shape, is_dead, payload), also put in `hand.held` (unless None) as (core, step, src, name, answer) before it is returned, as recv_many does. A tensor from a peer that fits `destination`, (dtype, shape, writable buffer), lands in it where it can (payload then views it).
@@ -245,8 +259,10 @@ class SendLedger:
 
     def __init__(self) -> None: ...
 
-    def open(self, what: str) -> SendTicket:
-        """A ticket for a new send described by `what`."""
+    def open(self, what: str, parts: int = 1) -> SendTicket:
+        """
+        A ticket for a new send described by `what`, of `parts` values (delivered once each of them is).
+        """
 
     def wait_all(self, timeout: float) -> bool:
         """

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from . import arguments as check
 from . import batches
-from .batch_calls import BatchCalls
+from .block_calls import BlockCalls
 from .batches import SendEntry
 from .cluster import ClusterSpec, TaskName, check_address, parse_task
 from .errors import (AbortedError, FailedPreconditionError, InvalidArgumentError, from_code,
@@ -74,7 +74,7 @@ COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_recei
             "publication_rereads")
 
 
-class Server(BatchCalls, OneSidedCalls):
+class Server(BlockCalls, OneSidedCalls):
     """A task of ``cluster`` running ``protocol``; also a context manager that stops it.
 
     Every method raises TensorverbsError only; an argument of a wrong type or value is

@@ -41,6 +41,31 @@ TEST(SendLedger, SettlesOnceAndCountsWhatIsOpen) {
   EXPECT_EQ(ledger->open_count(), 0u);
 }
 
+TEST(SendLedger, ATicketOfPartsIsDeliveredOnceEachPartIsAndDroppedIfOneIsNot) {
+  auto ledger = std::make_shared<SendLedger>();
+  auto all = ledger->open("3 blocks 'kv/0'..'kv/2' to x at step 1", 3);
+  all->deliver();
+  all->deliver();
+  EXPECT_FALSE(all->completion()->status());  // one block to go
+  all->deliver();
+  ASSERT_TRUE(all->completion()->status());
+  EXPECT_TRUE(all->completion()->status()->ok());
+
+  auto some = ledger->open("2 blocks 'kv/0'..'kv/1' to x at step 2", 2);
+  std::shared_ptr<SendCompletion> dropped = some->completion();
+  some->deliver();
+  some.reset();  // the other block's value was freed before anybody took it
+  ASSERT_TRUE(dropped->status());
+  EXPECT_EQ(dropped->status()->code(), Code::kCancelled);
+
+  auto failed = ledger->open("2 blocks 'kv/0'..'kv/1' to x at step 3", 2);
+  failed->fail(Status(Code::kAborted, "step 3 was aborted"));  // one block's failure fails all
+  failed->deliver();
+  failed->deliver();
+  EXPECT_EQ(failed->completion()->status()->code(), Code::kAborted);
+  EXPECT_TRUE(ledger->wait_all(0));
+}
+
 TEST(SendLedger, WaitAllWakesWhenTheLastSettlesAndFailAllEndsEveryone) {
   auto ledger = std::make_shared<SendLedger>();
   std::vector<std::shared_ptr<SendTicket>> tickets;

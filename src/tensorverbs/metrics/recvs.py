@@ -61,14 +61,21 @@ class RecvMetrics(Collector):
             for peer, nbytes in tensors:
                 self._add(peer, nbytes, seconds, bucket)
 
-    def _add(self, peer: str, nbytes: int, seconds: float, bucket: int) -> None:
+    def observe_batch(self, peer: str, nbytes: int, count: int, seconds: float) -> None:
+        """Count ``count`` tensors of ``nbytes`` each received from ``peer`` by a batch of
+        recvs that took ``seconds``."""
+        bucket = bisect.bisect_left(DURATION_BUCKETS, seconds)
+        with self._lock:
+            self._add(peer, nbytes, seconds, bucket, count)
+
+    def _add(self, peer: str, nbytes: int, seconds: float, bucket: int, count: int = 1) -> None:
         at = (peer, bisect.bisect_left(SIZE_BOUNDS, nbytes))
         observed = self._observed.get(at)
         if observed is None:
             observed = self._observed[at] = _Observed()
-        observed.bytes += nbytes
-        observed.seconds += seconds
-        observed.buckets[bucket] += 1
+        observed.bytes += nbytes * count
+        observed.seconds += seconds * count
+        observed.buckets[bucket] += count
 
     def collect(self) -> Iterator[Metric]:
         received = CounterMetricFamily("tensorverbs_peer_bytes_received", "Bytes received from each peer",

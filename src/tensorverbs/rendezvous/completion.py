@@ -127,10 +127,10 @@ class Sends:
         self._ledger = _core.SendLedger()
         self._owner = owner
 
-    def open(self, what: str) -> "_core.SendTicket":
-        """A ticket for a new send (its value carries it; ``ticket.completion`` is the
-        caller's)."""
-        return self._ledger.open(what)
+    def open(self, what: str, parts: int = 1) -> "_core.SendTicket":
+        """A ticket for a new send (its value carries it, or each of its ``parts`` values,
+        a batch of blocks, does; ``ticket.completion`` is the caller's)."""
+        return self._ledger.open(what, parts)
 
     def pending(self) -> int:
         """How many sends are not settled yet."""

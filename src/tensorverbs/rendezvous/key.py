@@ -15,6 +15,8 @@ from ..arguments import instance, text as check_text
 from ..cluster import ClusterSpec, TaskName, parse_task
 from ..errors import InvalidArgumentError
 
+#: the longest tensor name, in bytes of UTF-8
+MAX_NAME_BYTES = 512
 _NAME = re.compile(r"^[^;\x00]{1,512}$")
 _FRAME_ITER = re.compile(r"^(\d+):(\d+)$")
 
@@ -22,7 +24,7 @@ _FRAME_ITER = re.compile(r"^(\d+):(\d+)$")
 def check_name(name: str) -> str:
     """A tensor name: 1-512 characters (UTF-8 bytes at most 512), no ';'."""
     try:
-        if isinstance(name, str) and _NAME.match(name) and len(name.encode()) <= 512:
+        if isinstance(name, str) and _NAME.match(name) and len(name.encode()) <= MAX_NAME_BYTES:
             return name
     except UnicodeEncodeError:
         pass

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import collections
 import concurrent.futures
+import dataclasses
 import functools
 import threading
 import weakref
@@ -29,6 +30,7 @@ import numpy as np
 from ..devices import HOST, Device
 from ..errors import AbortedError, CancelledError, TensorverbsError, from_code
 from ..out import Out
+from .blocks import Blocks
 from .deadlines import Deadline
 from .delivery import Delivery
 from .future import RecvFuture, add_internal_callback, started
@@ -119,6 +121,27 @@ class RemoteRendezvous(abc.ABC):
         """Many recvs of host arrays, of ``keys[i]`` at ``steps[i]``, in one call: each one's
         array or TensorverbsError, in order; None when the protocol has no such call (then
         each recv goes its own way)."""
+        return None
+
+    def send_blocks(self, step_id: int, key: RendezvousKey, blocks: Blocks, ticket: Any
+                    ) -> tuple[int, TensorverbsError] | None:
+        """Offer each block of ``blocks`` to ``key.dst`` (``key`` names the batch), each
+        carrying ``ticket`` (opened for ``len(blocks)`` parts): None once all are offered,
+        else (index, error) of the first refused, the later ones not offered and the ticket
+        failed."""
+        offers = [(step_id, dataclasses.replace(key, name=blocks.entry(i)), Value(blocks.array[row], False, ticket))
+                  for i, row in enumerate(blocks.rows.tolist())]
+        failed = self.send_many(offers)
+        if failed is not None:
+            ticket.fail(int(failed[1].code), failed[1].message)
+        return failed
+
+    def recv_blocks(self, key: RendezvousKey, step_id: int, blocks: Blocks, timeout: float | None
+                    ) -> list[tuple[int, TensorverbsError]] | None:
+        """Receive every block of ``blocks`` from ``key.src`` (``key`` names the batch) into
+        its row at once, where the protocol can: the entries that failed, (index, error),
+        a tensor that came but does not fit its row kept for the next recv of it; None when
+        the protocol has no such call (then each block goes its own way)."""
         return None
 
     def broadcast(self, step_id: int, keys: Sequence[RendezvousKey], value: Value,

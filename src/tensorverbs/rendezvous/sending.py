@@ -17,6 +17,7 @@ from ..devices import HOST, Device, device_of, host_array
 from ..errors import InvalidArgumentError, TensorverbsError
 from ..tensor import prepare
 from ..tensor_list import Packed, TensorList
+from .blocks import Blocks
 from .completion import SendHandle, Sends, describe_send
 from .key import RendezvousKey, TaskKeys
 from .local import Value
@@ -106,6 +107,24 @@ class Sending:
             for _, _, value in offers[offered:]:
                 value.ticket.fail(int(failed[1].code), failed[1].message)
             raise EntryFailed(end - len(offers) + offered, failed[1])
+
+    def send_blocks(self, blocks: Blocks, to: str, step_id: int) -> SendHandle:
+        """Offer ``blocks`` to task ``to`` at ``step_id`` (``Server.send_blocks``): one
+        handle, done once the receiver has every block. A block that cannot be offered
+        raises :class:`EntryFailed`, the blocks before it offered."""
+        key = self._keys.send(blocks.name, str(to))
+        step = check.integer(step_id, "step_id")
+        n = len(blocks)
+        names = blocks.entry(0) if n == 1 else f"{blocks.name}/0..{max(n - 1, 0)}"
+        ticket = self._sends.open(describe_send(names, key.dst, step), max(n, 1))
+        if not n:
+            ticket.deliver()  # nothing to send
+            return SendHandle(ticket.completion)
+        failed = self._rendezvous.send_blocks(step, key, blocks, ticket)
+        self._rt.counters.add("sends", n if failed is None else failed[0])
+        if failed is not None:
+            raise EntryFailed(*failed)
+        return SendHandle(ticket.completion)
 
     def relay(self, name: str, value: Any, to: str | Sequence[str], step_id: int, is_dead: bool,
               relay: bool | int) -> SendHandle:

@@ -38,6 +38,7 @@ from ..rpc.peers import HELD_SECONDS
 from ..runtime import host_of
 from ..tensor import dtype_enum
 from .answers import answer_array, plain_array, wire
+from .blocks import VerbsBlocks, _timeout
 from .channels import VerbsChannels
 from .task_ids import TaskIds
 
@@ -47,11 +48,6 @@ if TYPE_CHECKING:
 
 
 atexit.register(_core.shutdown)  # the core's Python threads end before the interpreter
-
-
-def _timeout(timeout: float | None) -> float:
-    """A timeout as the core takes it (-1: none)."""
-    return -1.0 if timeout is None else max(0.0, float(timeout))
 
 
 class _Connecting(PendingRecv):
@@ -80,7 +76,7 @@ class _Connecting(PendingRecv):
         return super().deadline_error(call, timeout)
 
 
-class VerbsRendezvous(RemoteRendezvous):
+class VerbsRendezvous(VerbsBlocks, RemoteRendezvous):
     """Remote and local recvs through the native core; gRPC only sets channels up."""
 
     protocol = "grpc+verbs"

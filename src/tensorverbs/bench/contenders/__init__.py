@@ -52,8 +52,9 @@ class Contender:
     def flies(self, call: str) -> bool:
         """Whether its sink can keep transfers in flight with ``call`` (one of
         :data:`~.base.FLIGHT_CALLS`)."""
-        if call == "recv_many":
-            return self.module_.Sink.fetch_many is not BaseSink.fetch_many
+        if call in ("recv_many", "recv_blocks"):
+            method = "fetch_many" if call == "recv_many" else "fetch_blocks"
+            return getattr(self.module_.Sink, method) is not getattr(BaseSink, method)
         return self.in_flight
 
     def peer(self, role: str, link: dict) -> Peer:
@@ -136,10 +137,11 @@ class Pair:
         # a passive source's tensors are offered before the sink asks, except in flight,
         # where the sends race the receives as they would in an application
         first = self.passive and not flight
+        serve = "serve_blocks" if flight and call == "recv_blocks" else "serve"
         if first:
-            source.call("serve", nbytes, count, step)
+            source.call(serve, nbytes, count, step)
         else:
-            source.post("serve", nbytes, count, step)
+            source.post(serve, nbytes, count, step)
         out = self.sink.call(method, nbytes, count, step, verify, offer, *extra)
         if not first:
             source.result()

@@ -56,6 +56,11 @@ class Source:
     def serve(self, nbytes: int, count: int, step: int) -> None:
         raise NotImplementedError
 
+    def serve_blocks(self, nbytes: int, count: int, step: int) -> None:
+        """``count`` payloads as the rows of one buffer, at ``step`` (only some contenders
+        can: those whose sink has :meth:`Sink.fetch_blocks`)."""
+        raise NotImplementedError
+
     def cpu(self) -> float:
         """This process's CPU time so far, seconds."""
         return time.process_time()
@@ -68,9 +73,9 @@ class Source:
 #: a future's result, and a blocking call after the process sat idle
 CALLS = ("recv", "recv_async().result()", "recv after idle")
 #: how the in-flight rate starts its transfers (see :meth:`Sink.in_flight`): a future each
-#: (their results taken in turn, or once all are done by one wait), or one batch call for
-#: them all
-FLIGHT_CALLS = ("recv_async", "recv_async, wait", "recv_many")
+#: (their results taken in turn, or once all are done by one wait), one batch call for them
+#: all, or one call for them all as the rows of one buffer (blocks, sent so too)
+FLIGHT_CALLS = ("recv_async", "recv_async, wait", "recv_many", "recv_blocks")
 #: how long the process sits idle before each "recv after idle" (untimed)
 IDLE_GAP = 0.02
 
@@ -106,6 +111,8 @@ class Sink:
         cpu, start = time.process_time(), time.perf_counter()
         if call == "recv_many":
             first = self.fetch_many(nbytes, count, step)[0]
+        elif call == "recv_blocks":
+            first = self.fetch_blocks(nbytes, count, step)[0]
         else:
             pending = [self.start_one(nbytes, step + i) for i in range(count)]
             if call == "recv_async, wait":
@@ -141,6 +148,11 @@ class Sink:
     def fetch_many(self, nbytes: int, count: int, step: int) -> list[Any]:
         """``count`` transfers at steps ``step``.. in one batch call (only some contenders
         can)."""
+        raise NotImplementedError
+
+    def fetch_blocks(self, nbytes: int, count: int, step: int) -> Any:
+        """``count`` transfers at ``step`` into the rows of one buffer, in one call (only
+        some contenders can): the buffer."""
         raise NotImplementedError
 
     def timed(self, once: Callable[[int], Any], nbytes: int, count: int, verify: bool,

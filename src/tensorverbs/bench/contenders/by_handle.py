@@ -10,7 +10,7 @@ from typing import Any
 
 from ...devices import STAND_IN, Device, get_device
 from . import protocols
-from .base import same_bytes
+from .base import Sink as BaseSink, same_bytes
 
 link = protocols.link
 
@@ -49,6 +49,7 @@ class Sink(protocols.Sink):
     """Receives each tensor onto :func:`device`; a transfer verified went by handle."""
 
     options = {"device_ipc": True}
+    fetch_blocks = BaseSink.fetch_blocks  # blocks land in host memory: not by handle
 
     def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
         super().__init__(link, protocol, provider)

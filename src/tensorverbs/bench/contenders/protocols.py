@@ -5,6 +5,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+import numpy as np
+
 from ...local_cluster import cluster_spec
 from ...rendezvous.waits import wait
 from ...verbs import RdmaConfig, availability
@@ -42,6 +44,7 @@ class Source(BaseSource):
     def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
         self.server = _server(link, 0, protocol, **self.options)
         self.payloads = Payloads()
+        self._blocks: np.ndarray | None = None  # the buffer serve_blocks sends the rows of
 
     def tensor(self, nbytes: int) -> Any:
         """What is sent for a payload of ``nbytes``."""
@@ -51,6 +54,14 @@ class Source(BaseSource):
         """The payload under each step, offered in one ``send_many``."""
         tensor = self.tensor(nbytes)
         self.server.send_many([("t", tensor, SINK, step + i) for i in range(count)])
+
+    def serve_blocks(self, nbytes: int, count: int, step: int) -> None:
+        """The payload as each row of one buffer, offered in one ``send_blocks``."""
+        payload = self.tensor(nbytes)
+        if self._blocks is None or self._blocks.shape != (count, *payload.shape):
+            self._blocks = np.empty((count, *payload.shape), payload.dtype)
+            self._blocks[:] = payload
+        self.server.send_blocks("b", self._blocks, SINK, step)
 
     def close(self) -> None:
         self.server.stop()
@@ -65,6 +76,7 @@ class Sink(BaseSink):
     def __init__(self, link: dict, protocol: str, provider: str | None = None) -> None:
         super().__init__()
         self.server = _server(link, 1, protocol, **self.options)
+        self._out: np.ndarray | None = None  # the buffer fetch_blocks receives into
 
     def fetch_one(self, nbytes: int, step: int) -> Any:
         return self.server.recv("t", source=SOURCE, step_id=step, timeout=TIMEOUT, device=self.device)
@@ -82,6 +94,14 @@ class Sink(BaseSink):
         """One ``recv_many`` of them all (the batch rate)."""
         return self.server.recv_many([("t", SOURCE, step + i) for i in range(count)], timeout=TIMEOUT,
                                      device=self.device)
+
+    def fetch_blocks(self, nbytes: int, count: int, step: int) -> Any:
+        """One ``recv_blocks`` of them all into the rows of one buffer (made once per size)."""
+        rows = nbytes // 4
+        if self._out is None or self._out.shape != (count, rows):
+            self._out = np.empty((count, rows), np.float32)
+        self.server.recv_blocks("b", SOURCE, self._out, step, timeout=TIMEOUT)
+        return self._out
 
     def close(self) -> None:
         self.server.stop()

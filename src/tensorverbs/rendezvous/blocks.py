@@ -1,0 +1,94 @@
+"""Blocks: many tensors of one dtype and shape that are rows of one buffer (the pages of a
+paged KV cache), sent or received in one call.
+
+Entry ``i`` of a batch is the tensor ``f"{name}/{i}"``, an ordinary tensor on the wire (an
+ordinary send or recv of that name meets it), and row ``index[i]`` of the buffer (row ``i``
+without an index). The protocol takes the whole batch as arrays, without a Python object per
+entry where it can (:meth:`~.remote.RemoteRendezvous.recv_blocks`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..tensor import DT_STRING, DT_VARIANT, dtype_enum, numpy_dtype
+from .key import MAX_NAME_BYTES, check_name
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """A batch of blocks: entry ``i`` is tensor ``f"{name}/{i}"``, row ``rows[i]`` of
+    ``array`` (host memory, C-contiguous; its first dimension counts the rows)."""
+
+    name: str
+    array: np.ndarray
+    rows: np.ndarray  # int64, one per entry
+
+    @property
+    def dtype(self) -> int:
+        """The blocks' DataType."""
+        return dtype_enum(self.array.dtype)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """One block's shape."""
+        return tuple(self.array.shape[1:])
+
+    @property
+    def nbytes(self) -> int:
+        """One block's size in bytes."""
+        return int(self.array.itemsize * int(np.prod(self.shape, dtype=np.int64)))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def entry(self, i: int) -> str:
+        """Entry ``i``'s tensor name."""
+        return f"{self.name}/{i}"
+
+    def describe(self) -> str:
+        """The batch's names, for messages: "'kv/0'..'kv/1999'"."""
+        return repr(self.entry(0)) if len(self) == 1 else f"{self.entry(0)!r}..{self.entry(len(self) - 1)!r}"
+
+    def refusal(self, i: int, dtype: int, shape: tuple[int, ...], is_dead: bool) -> InvalidArgumentError:
+        """The error of entry ``i``, whose sender sent a tensor that is not a block of this
+        batch (it is kept for the next recv of it)."""
+        if dtype == DT_VARIANT:
+            sent = "a descriptor (a send by relay or by handle): receive it with recv"
+        else:
+            sent = f"{'string' if dtype == DT_STRING else numpy_dtype(dtype)} {tuple(shape)}"
+        return InvalidArgumentError(
+            f"block {self.entry(i)!r} lands in a row of {self.array.dtype} {self.shape}, the sender "
+            f"sent {sent}; the tensor is kept for the next recv of it")
+
+
+def layout(name: str, array: np.ndarray, index: Any, what: str) -> Blocks:
+    """The batch of ``name`` over ``array`` (the host view of the caller's ``what``: "out" or
+    "blocks") and ``index`` (None: every row in order); InvalidArgumentError naming what is
+    wrong."""
+    check_name(name)
+    if array.ndim < 1:
+        raise InvalidArgumentError(f"{what} must have a first dimension (its rows, the blocks), not shape ()")
+    if array.dtype.kind == "O":
+        raise InvalidArgumentError(f"{what} must be numeric: blocks are raw bytes, not strings")
+    if not array.flags.c_contiguous:
+        raise InvalidArgumentError(f"{what} must be C-contiguous")
+    if index is None:
+        rows = np.arange(array.shape[0], dtype=np.int64)
+    else:
+        given = np.asarray(index)
+        if given.ndim != 1 or (given.size and given.dtype.kind not in "iu"):
+            raise InvalidArgumentError(f"index must be a 1-D sequence of integers (rows of {what}), "
+                                       f"not {given.dtype} of shape {given.shape}")
+        rows = np.ascontiguousarray(given, dtype=np.int64)
+        bad = np.flatnonzero((rows < 0) | (rows >= array.shape[0]))
+        if bad.size:
+            raise InvalidArgumentError(f"index[{bad[0]}] is {rows[bad[0]]}: {what} has {array.shape[0]} rows")
+    longest = f"{name}/{max(len(rows) - 1, 0)}"
+    if len(longest.encode()) > MAX_NAME_BYTES:
+        raise InvalidArgumentError(f"name {name!r} is too long for {len(rows)} blocks: {longest!r} "
+                                   f"exceeds {MAX_NAME_BYTES} bytes")
+    return Blocks(name, array, rows)
