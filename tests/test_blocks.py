@@ -72,6 +72,20 @@ def test_the_handle_is_done_once_every_block_is_taken(pair, step):
     assert "'h/0..2'" in handle.what
 
 
+@pytest.mark.parametrize("nbytes, counter", [(4096, "staging_copies"), (64 << 10, "source_registrations")])
+def test_a_batch_stages_or_registers_its_rows_once(pair, step, nbytes, counter):
+    """Small blocks are copied into registered memory once for the batch (which a peer on
+    this host reaches directly), large ones registered once: not once per block."""
+    if pair.protocol != "grpc+verbs":
+        pytest.skip("grpc registers nothing")
+    before = pair.worker.stats()[counter]
+    handle = pair.worker.send_blocks("r", paged(8, (nbytes,), "uint8", 3), pair.PS, step)
+    for r in range(8):
+        assert pair.ps.call("recv_pattern", f"r/{r}", pair.WORKER, step, nbytes, 3 + r, "uint8", 60)
+    handle.wait(60)
+    assert pair.worker.stats()[counter] - before == 1
+
+
 def test_a_failed_entry_is_told_apart_and_the_others_land(pair, step):
     pair.ps.run("block_senders:send_blocks", "p", pair.WORKER, step, 4, (32,), "int32", 1, None, None)
     out = np.zeros((5, 32), np.int32)

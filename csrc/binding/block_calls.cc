@@ -159,7 +159,7 @@ std::tuple<std::int64_t, int, std::string> send_blocks(RdmaRendezvous& rv, std::
   span.meta.nbytes = static_cast<std::uint64_t>(rows.high - rows.low + 1) * batch.nbytes;
   span.keepalive = keep(batch.buffer.ptr());
   GilReleased release;
-  span = register_once(std::move(span), rv.pool(), rv.pd(), rv.counters());
+  span = register_once(std::move(span), batch.nbytes, rv.pool(), rv.pd(), rv.counters());
   for (std::size_t i = 0; i < n; ++i) {
     TensorValue value;
     value.meta = TensorMeta{batch.dtype, batch.shape, false, batch.nbytes};

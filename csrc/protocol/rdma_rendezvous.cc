@@ -263,7 +263,10 @@ std::vector<Status> RdmaRendezvous::broadcast(std::int64_t step,
                                               const std::string& name, TensorValue value,
                                               std::vector<std::shared_ptr<SendTicket>> tickets) {
   const TensorValue own = value;  // this task's own recv gets the sender's bytes as they are
-  if (dsts.size() > 1) value = register_once(std::move(value), *pool_, *pd_, counters_);
+  if (dsts.size() > 1) {
+    const std::size_t size = value.size();  // each receiver's send takes all of it
+    value = register_once(std::move(value), size, *pool_, *pd_, counters_);
+  }
   std::vector<Status> done;
   done.reserve(dsts.size());
   for (std::size_t i = 0; i < dsts.size(); ++i) {

@@ -7,13 +7,13 @@
 
 namespace tensorverbs {
 
-TensorValue register_once(TensorValue value, RegisteredPool& pool, verbs::ProtectionDomain& pd,
-                          ProtocolCounters& counters) {
+TensorValue register_once(TensorValue value, std::size_t each, RegisteredPool& pool,
+                          verbs::ProtectionDomain& pd, ProtocolCounters& counters) {
   const std::size_t size = value.size();
   if (size == 0 || value.region || pool.region_of(value.data, size)) return value;
   auto* data = const_cast<std::uint8_t*>(value.data);  // only ever read
   Result<std::unique_ptr<verbs::MemoryRegion>> registered =
-      size >= kStageBelow ? pd.register_memory(data, size, 0)
+      each >= kStageBelow ? pd.register_memory(data, size, 0)
                           : Status(Code::kUnavailable, "small: staged");
   if (registered.ok()) {
     value.region = registered.take();

@@ -11,7 +11,10 @@
 
 namespace tensorverbs {
 
-TensorValue register_once(TensorValue value, RegisteredPool& pool, verbs::ProtectionDomain& pd,
-                          ProtocolCounters& counters);
+// `each` is the size of what one send of them takes (all of them for a broadcast, a block
+// of a batch): registered when that is large enough, else staged (a copy costs less than
+// registration there, and pool memory is what a peer on this host reaches directly).
+TensorValue register_once(TensorValue value, std::size_t each, RegisteredPool& pool,
+                          verbs::ProtectionDomain& pd, ProtocolCounters& counters);
 
 }  // namespace tensorverbs
