@@ -132,12 +132,13 @@ class Pair:
         if source is None:
             return {**self.sink.call(method, nbytes, count, step, verify, None, *extra),
                     "sender_cpu": None}
-        offer = source.call("offer", nbytes)
+        blocks = flight and call == "recv_blocks"
+        offer = source.call("offer_blocks", nbytes, count) if blocks else source.call("offer", nbytes)
         before = source.call("cpu")
         # a passive source's tensors are offered before the sink asks, except in flight,
         # where the sends race the receives as they would in an application
         first = self.passive and not flight
-        serve = "serve_blocks" if flight and call == "recv_blocks" else "serve"
+        serve = "serve_blocks" if blocks else "serve"
         if first:
             source.call(serve, nbytes, count, step)
         else:

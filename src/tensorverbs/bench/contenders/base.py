@@ -9,6 +9,7 @@ can give the CPU a transfer costs on each side.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import time
 from concurrent.futures import Future
 from typing import Any, Callable
@@ -53,6 +54,11 @@ class Source:
         :meth:`Sink.accept` before each round; untimed): nothing, unless overridden."""
         return None
 
+    def offer_blocks(self, nbytes: int, count: int) -> Any:
+        """What the sink needs to fetch ``count`` payloads of ``nbytes`` as blocks (see
+        :meth:`serve_blocks`): what :meth:`offer` gives, unless overridden."""
+        return self.offer(nbytes)
+
     def serve(self, nbytes: int, count: int, step: int) -> None:
         raise NotImplementedError
 
@@ -76,6 +82,16 @@ CALLS = ("recv", "recv_async().result()", "recv after idle")
 #: (their results taken in turn, or once all are done by one wait), one batch call for them
 #: all, or one call for them all as the rows of one buffer (blocks, sent so too)
 FLIGHT_CALLS = ("recv_async", "recv_async, wait", "recv_many", "recv_blocks")
+#: where the blocks of a batch land in the sink's paged buffer: rows in an order of their
+#: own, as the free pages of a cache are (so that no contender may merge neighbours)
+
+
+@functools.lru_cache(maxsize=4)
+def pages(count: int) -> np.ndarray:
+    """The sink's row of each of ``count`` blocks (a fixed permutation)."""
+    return np.random.default_rng(count).permutation(count)
+
+
 #: how long the process sits idle before each "recv after idle" (untimed)
 IDLE_GAP = 0.02
 

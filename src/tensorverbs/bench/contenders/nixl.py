@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Payloads, Sink as BaseSink, Source as BaseSource
+from .base import Payloads, Sink as BaseSink, Source as BaseSource, pages
 
 #: the meta package, then the wheels of its CUDA variants (each runs on CPU memory too)
 MODULES = ("nixl", "nixl_cu12", "nixl_cu13")
@@ -130,6 +130,19 @@ class Source(BaseSource):
     def serve(self, nbytes: int, count: int, step: int) -> None:
         await_notifications(self.agent, count, TIMEOUT)
 
+    def offer_blocks(self, nbytes: int, count: int) -> tuple[bytes, tuple[int, int, int], int]:
+        """This agent's metadata, the region of ``count`` payloads as the rows of one
+        buffer, and the size of a row."""
+        payload = self.payloads.get(nbytes)
+        if self.registered.array is None or self.registered.array.shape != (count, nbytes // 4):
+            blocks = np.empty((count, nbytes // 4), np.float32)
+            blocks[:] = payload
+            self.registered.hold(blocks)
+        return self.agent.get_agent_metadata(), region(self.registered.array), nbytes
+
+    def serve_blocks(self, nbytes: int, count: int, step: int) -> None:
+        await_notifications(self.agent, 1, TIMEOUT)  # one transfer of them all
+
     def close(self) -> None:
         self.registered.release()
 
@@ -144,13 +157,20 @@ class Sink(BaseSink):
         self.registered = Registration(self.agent)
         self.offered: Any = None
         self.peer = self.local = self.remote = None
+        self.blocks = np.empty((0, 0), np.uint8)  # the paged buffer blocks land in (fetch_blocks)
+        self.blocks_registered = Registration(self.agent)
+        self.prepped: tuple[Any, Any] | None = None  # both sides' prepared descriptor lists
 
-    def accept(self, offer: tuple[bytes, tuple[int, int, int]]) -> None:
+    def accept(self, offer: tuple) -> None:
+        """The source's metadata and its payload's region, or (blocks) its rows' region and
+        the size of a row."""
         if offer != self.offered:
-            metadata, region = offer
+            if self.peer is not None:
+                self.agent.remove_remote_agent(self.peer)
+            metadata, region = offer[:2]
             self.peer = self.agent.add_remote_agent(metadata)
-            self.remote = self.agent.get_xfer_descs([region], "DRAM")
-            self.offered = offer
+            self.remote = self.agent.get_xfer_descs([region], "DRAM") if len(offer) == 2 else None
+            self.offered, self.prepped = offer, None
 
     def prepare(self, nbytes: int) -> None:
         if self.buffer.nbytes != nbytes:
@@ -164,7 +184,26 @@ class Sink(BaseSink):
         run_transfer(self.agent, handle, f"step {step}", TIMEOUT)
         return self.buffer
 
+    def fetch_blocks(self, nbytes: int, count: int, step: int) -> np.ndarray:
+        """NIXL's prepared transfer of the blocks: both sides' descriptor lists prepared
+        once (``prep_xfer_dlist``, untimed after the first round), then one READ of every
+        block into its row of a registered buffer (``make_prepped_xfer``), polled to its end."""
+        if self.prepped is None or self.blocks.shape != (count, nbytes):
+            self.blocks = np.ones((count, nbytes), np.uint8)
+            self.blocks_registered.hold(self.blocks)
+            _, (address, _, _), row = self.offered
+            rows = [(self.blocks.ctypes.data + i * nbytes, nbytes, 0) for i in range(count)]
+            theirs = [(address + i * row, row, 0) for i in range(count)]
+            self.prepped = (self.agent.prep_xfer_dlist("NIXL_INIT_AGENT", rows, "DRAM"),
+                            self.agent.prep_xfer_dlist(self.peer, theirs, "DRAM"))
+        local, remote = self.prepped
+        handle = self.agent.make_prepped_xfer("READ", local, pages(count).astype(np.int32), remote,
+                                              np.arange(count, dtype=np.int32), str(step).encode())
+        run_transfer(self.agent, handle, f"{count} blocks at step {step}", TIMEOUT)
+        return self.blocks
+
     def close(self) -> None:
         if self.peer is not None:
             self.agent.remove_remote_agent(self.peer)
         self.registered.release()
+        self.blocks_registered.release()

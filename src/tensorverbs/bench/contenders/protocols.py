@@ -10,7 +10,7 @@ import numpy as np
 from ...local_cluster import cluster_spec
 from ...rendezvous.waits import wait
 from ...verbs import RdmaConfig, availability
-from .base import Payloads, Sink as BaseSink, Source as BaseSource
+from .base import Payloads, Sink as BaseSink, Source as BaseSource, pages
 
 JOB = "bench"
 SOURCE, SINK = f"/job:{JOB}/replica:0/task:0", f"/job:{JOB}/replica:0/task:1"
@@ -103,7 +103,7 @@ class Sink(BaseSink):
         if self._out is None or self._out.shape != (count, rows):
             self._out = None
             self._out = self.server.allocate((count, rows), np.float32)
-        self.server.recv_blocks("b", SOURCE, self._out, step, timeout=TIMEOUT)
+        self.server.recv_blocks("b", SOURCE, self._out, step, index=pages(count), timeout=TIMEOUT)
         return self._out
 
     def close(self) -> None:
