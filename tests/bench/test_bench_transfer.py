@@ -118,8 +118,10 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
                "tensors_per_s": rate} for call, rate in (("recv_async", 120_000.0), ("recv_many", 720_000.0))]
     calls = [{"contender": "grpc+verbs", "call": call, "bytes": small,
               "latency_us": {"median": us}} for call, us in (("recv", 5.0), ("recv after idle", 9.0))]
-    goals = transfer_goals.goals(results, flight, calls)
-    assert len(goals) == 19 and len({g["goal"] for g in goals}) == 19
+    blocks = [{"contender": name, "call": "recv_blocks", "bytes": small, "in_flight": 2000,
+               "tensors_per_s": rate} for name, rate in (("grpc+verbs", 50_000.0), ("nixl", 100_000.0))]
+    goals = transfer_goals.goals(results, flight + blocks, calls)
+    assert len(goals) == 21 and len({g["goal"] for g in goals}) == 21
 
     def goal(text: str) -> dict:
         (found,) = [g for g in goals if text in g["goal"]]
@@ -138,6 +140,11 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
     assert goal("recv_many ≥ 5x recv_async")["ratio"] == pytest.approx(6.0)
     assert goal("recv_many ≥ 5x recv_async")["met"] is True
     assert goal("recv_many ≥ 5x recv_async") != goal("by recv_many")
+    assert goal("by recv_blocks: grpc+verbs ≥ 500,000/s")["ratio"] == pytest.approx(0.1)
+    assert goal("recv_blocks ahead of nixl's prepared transfer")["ratio"] == pytest.approx(0.5)
+    assert goal("recv_blocks ahead of nixl's prepared transfer")["met"] is False
+    no_nixl = next(g for g in transfer_goals.goals(results, flight + blocks[:1]) if "prepared" in g["goal"])
+    assert no_nixl["met"] is None and "not measured" in no_nixl["measured"]
     no_batch = transfer_goals.goals(results, flight[:1])
     assert next(g for g in no_batch if "recv_many ≥ 5x" in g["goal"])["met"] is None
     other_size = transfer_goals.goals(results, [{**row, "bytes": 1024} for row in flight])
@@ -175,7 +182,8 @@ def test_command_writes_json_and_plot(tmp_path):
             "latency_us", "cpu_us"} <= set(row)
     assert {"median", "p99"} <= set(row["latency_us"])
     assert [(r["contender"], r["call"]) for r in data["in_flight"]] == [
-        ("grpc+verbs", "recv_async"), ("grpc+verbs", "recv_async, wait"), ("grpc+verbs", "recv_many")]
+        ("grpc+verbs", "recv_async"), ("grpc+verbs", "recv_async, wait"), ("grpc+verbs", "recv_many"),
+        ("grpc+verbs", "recv_blocks")]
     assert {(r["contender"], r["call"]) for r in data["calls"]} == \
         {("grpc+verbs", call) for call in CALLS} | {("raw unix", "recv"), ("raw unix", "recv after idle"),
                                                     ("memcpy", "recv")}

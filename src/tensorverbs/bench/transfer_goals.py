@@ -89,6 +89,17 @@ def _batch_gain(flight: list[dict]) -> dict:
                  gain, gain >= BATCH_GAIN)
 
 
+def _blocks_vs_nixl(flight: list[dict]) -> dict:
+    """recv_blocks' rate against NIXL's prepared transfer of the same blocks."""
+    goal = f"blocks in flight: {SUBJECT} recv_blocks ahead of nixl's prepared transfer"
+    mine, theirs = (find_call(flight, name, "recv_blocks") for name in (SUBJECT, "nixl"))
+    if mine is None or theirs is None:
+        return _goal(goal, f"not measured: no {SUBJECT} or no nixl recv_blocks in flight", None, None)
+    gain = mine["tensors_per_s"] / theirs["tensors_per_s"]
+    return _goal(goal, f"{mine['tensors_per_s']:,.0f} vs {theirs['tensors_per_s']:,.0f}/s = {gain:.2f}x "
+                       f"({mine['in_flight']:,} x {human_size(mine['bytes'])})", gain, gain > 1)
+
+
 def _on_small(results: list[dict], goal: str,
               judge: Callable[[dict], tuple[str, float, bool]]) -> dict:
     """A goal on the subject's 4 KiB row of the sweep: ``judge(row)`` gives (measured,
@@ -155,7 +166,9 @@ def goals(results: list[dict], flight: list[dict], calls: list[dict] | None = No
                  SMALL, True, lambda r: r <= 1.5),
         _rate(flight, "recv_async", RATE),
         _rate(flight, "recv_many", BATCH_RATE),
+        _rate(flight, "recv_blocks", BATCH_RATE),
         _batch_gain(flight),
+        _blocks_vs_nixl(flight),
         _compare(results, f"{medium}: {SUBJECT} ≥ 0.5x memcpy", SUBJECT, "memcpy", MEDIUM,
                  False, lambda r: r >= 0.5),
         _compare(results, f"{large}: {SUBJECT} ≥ 0.9x memcpy", SUBJECT, "memcpy", LARGE,
