@@ -2,12 +2,14 @@
 steady state: heap allocations (malloc, calloc, realloc, operator new), mutex locks,
 condition-variable notifies and waits, made by the core's own code.
 
-    python tools/hot_path_counts.py [--transfers N] [--call recv|recv_async] [--sites LIB]
+    python tools/hot_path_counts.py [--transfers N] [--call recv|recv_async|blocks] [--sites LIB]
 
 Builds tools/hot_path_counts.cc (g++) into a temporary directory and preloads it into two
 processes of this interpreter, a sender and a receiver on loopback. After a warm-up the
 sender offers N tensors (``send``) and flushes; the receiver receives them (``recv`` with
-a timeout, or ``recv_async`` and then ``result()``). Each side counts from the end of its
+a timeout, or ``recv_async`` and then ``result()``). With ``--call blocks`` the N tensors
+are the rows of one buffer, sent by one ``send_blocks`` and received by one ``recv_blocks``
+into an ``allocate()``d buffer, three such batches warm and three counted. Each side counts from the end of its
 warm-up to its last tensor and prints its counts divided by N. With ``--sites LIB`` each
 count is attributed to its call site (addr2line) in LIB, an unstripped build of the same
 core, e.g. ``pip install -e . -Cbuild-dir=build/dbg -Ccmake.build-type=RelWithDebInfo``
@@ -26,6 +28,7 @@ import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 WARMUP = 500
+BATCHES = 3  # batches of blocks warm, and counted (--call blocks)
 KINDS = ("alloc", "lock", "notify", "wait")
 
 
@@ -39,6 +42,9 @@ def side(role: str, library: str, ports: list[int], transfers: int, call: str, o
     cluster = tv.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]})
     tensor = np.arange(1024, dtype=np.float32)
     warm, timed = range(WARMUP), range(WARMUP, WARMUP + transfers)
+    if call == "blocks":
+        blocks(tv, counts, cluster, role, transfers, out)
+        return
     if role == "send":
         server = tv.Server(cluster, job_name="ps", task_index=0, protocol="grpc+verbs")
         for steps in (warm, timed):
@@ -60,6 +66,28 @@ def side(role: str, library: str, ports: list[int], transfers: int, call: str, o
                        for step in timed]
             for future in futures:
                 future.result()
+    counts.hot_path_counts_dump(out.encode())
+    server.stop()
+
+
+def blocks(tv, counts, cluster, role: str, transfers: int, out: str) -> None:
+    """:func:`side` of ``--call blocks``: BATCHES batches warm, BATCHES counted."""
+    import numpy as np
+
+    warm, timed = range(BATCHES), range(BATCHES, 2 * BATCHES)
+    sender = role == "send"
+    server = tv.Server(cluster, job_name="ps" if sender else "worker", task_index=0, protocol="grpc+verbs")
+    rows = np.ones((transfers, 1024), np.float32) if sender else server.allocate((transfers, 1024), np.float32)
+    for steps in (warm, timed):
+        if steps is timed:
+            counts.hot_path_counts_start()
+        for step in steps:
+            if sender:
+                server.send_blocks("t", rows, "/job:worker/task:0", step)
+            else:
+                server.recv_blocks("t", "/job:ps/task:0", rows, step, timeout=120)
+        if sender:
+            server.flush(timeout=120)
     counts.hot_path_counts_dump(out.encode())
     server.stop()
 
@@ -97,8 +125,8 @@ def report(name: str, rows: list[tuple[str, int, int]], transfers: int, sites: s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--transfers", type=int, default=2000, help="tensors counted (default 2000)")
-    parser.add_argument("--call", choices=("recv", "recv_async"), default="recv",
-                        help="how the receiver receives (default recv)")
+    parser.add_argument("--call", choices=("recv", "recv_async", "blocks"), default="recv",
+                        help="how the receiver receives (default recv; blocks: batches of rows)")
     parser.add_argument("--sites", metavar="LIB", help="attribute the counts to call sites in LIB")
     parser.add_argument("--side", nargs=4, metavar=("ROLE", "LIB", "PORTS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -121,8 +149,9 @@ def main() -> None:
                     for role, out in outs.items()]
         if any(child.wait(timeout=600) != 0 for child in children):
             raise SystemExit("a side failed")
+        counted = args.transfers * (BATCHES if args.call == "blocks" else 1)
         for role, name in (("send", "sender"), ("recv", f"receiver ({args.call})")):
-            report(name, read(outs[role]), args.transfers, args.sites)
+            report(name, read(outs[role]), counted, args.sites)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,25 @@ class RecyclingMap {
   using Map = std::unordered_map<Key, Value, Hash>;
   using mapped_type = Value;
 
+  // Nodes of erased entries, kept for the next insertions (at most `most`). Maps of one
+  // type may share one (under one lock), so that a map whose size comes and goes (a step's
+  // table: many keys, then none) finds the nodes the one before it left.
+  struct Spares {
+    std::vector<typename Map::node_type> nodes;
+    std::size_t most = 0;
+  };
+
   // Keeps at most `spare` nodes of erased entries.
-  explicit RecyclingMap(std::size_t spare = 256) : most_spare_(spare) {}
+  explicit RecyclingMap(std::size_t spare = 256) : own_{{}, spare} {}
+
+  // From now on keeps and takes its spare nodes in `shared` (which outlives it; its own go
+  // there, as far as there is room).
+  void share(Spares* shared) {
+    if (shared_ == shared) return;
+    shared_ = shared;
+    while (!own_.nodes.empty() && keep(std::move(own_.nodes.back()))) own_.nodes.pop_back();
+    own_.nodes.clear();
+  }
 
   std::size_t size() const { return map_.size(); }
   bool empty() const { return map_.empty(); }
@@ -79,13 +96,8 @@ class RecyclingMap {
   typename Map::iterator erase(typename Map::iterator it) noexcept {
     auto next = std::next(it);
     typename Map::node_type node = map_.extract(it);
-    if (spare_.size() < most_spare_) {
-      Reset()(node.mapped());
-      try {
-        spare_.push_back(std::move(node));
-      } catch (...) {  // no memory to keep it: the node is freed instead
-      }
-    }
+    Reset()(node.mapped());
+    keep(std::move(node));
     return next;
   }
 
@@ -107,18 +119,33 @@ class RecyclingMap {
   }
 
  private:
+  Spares& spares() { return shared_ ? *shared_ : own_; }
+
+  // Keeps `node` (emptied) as a spare if there is room, else frees it; whether it kept it.
+  bool keep(typename Map::node_type&& node) noexcept {
+    Spares& spare = spares();
+    if (spare.nodes.size() >= spare.most) return false;
+    try {
+      spare.nodes.push_back(std::move(node));
+    } catch (...) {  // no memory to keep it: the node is freed instead
+      return false;
+    }
+    return true;
+  }
+
   // The entry of `key`, which has none, with an empty value: on a kept node if there is one.
   typename Map::iterator add(const Key& key) {
-    if (spare_.empty()) return map_.try_emplace(key).first;
-    typename Map::node_type node = std::move(spare_.back());
-    spare_.pop_back();
+    Spares& spare = spares();
+    if (spare.nodes.empty()) return map_.try_emplace(key).first;
+    typename Map::node_type node = std::move(spare.nodes.back());
+    spare.nodes.pop_back();
     node.key() = key;
     return map_.insert(std::move(node)).position;
   }
 
   Map map_;
-  std::vector<typename Map::node_type> spare_;
-  std::size_t most_spare_;
+  Spares own_;
+  Spares* shared_ = nullptr;
 };
 
 }  // namespace tensorverbs

@@ -65,7 +65,7 @@ void LocalTable::offer(std::int64_t step, const RendezvousKey& key, TensorValue 
     if (!first) cleaned_.erase(step);  // a send uses the step again
     dropped = first && cleaned_.contains(step);  // it would bring the step back, for nobody
     if (!dropped) {
-      Step& state = steps_[step];
+      Step& state = state_of(step);
       if (state.aborted) {
         if (refused) *refused = *state.aborted;
         return;
@@ -93,7 +93,7 @@ LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
   std::optional<TensorValue> value;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Step& state = steps_[step];
+    Step& state = state_of(step);
     if (state.aborted) {
       error = *state.aborted;
     } else {
@@ -138,7 +138,7 @@ void LocalTable::abort_step(std::int64_t step, const Status& why) {
   std::vector<Pending> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Step& state = steps_[step];
+    Step& state = state_of(step);
     state.aborted = why;
     take(state, &dropped, &failed);
   }
@@ -194,6 +194,13 @@ std::size_t LocalTable::steps() const {
 
 void LocalTable::prune(std::int64_t step, const Step& state) {
   if (state.empty()) steps_.erase(step);
+}
+
+LocalTable::Step& LocalTable::state_of(std::int64_t step) {
+  Step& state = steps_[step];
+  state.items.share(&item_spares_);
+  state.waiters.share(&waiter_spares_);
+  return state;
 }
 
 }  // namespace tensorverbs

@@ -73,11 +73,11 @@ class LocalTable {
   // Queues by key, whose nodes and queue memory serve the next keys.
   template <typename T>
   using Queues = RecyclingMap<StepKey, std::deque<T>, StepKeyHash, ClearKeeping>;
-  // What the table holds for a step; cleared, it keeps its memory for the next step.
+  // What the table holds for a step; cleared, it keeps its memory for the next step (its
+  // keys' nodes go to the table's spares, which every step draws on).
   struct Step {
-    static constexpr std::size_t kSpareKeys = 64;
-    Queues<TensorValue> items{kSpareKeys};
-    Queues<Pending> waiters{kSpareKeys};
+    Queues<TensorValue> items{0};
+    Queues<Pending> waiters{0};
     std::optional<Status> aborted;
     bool empty() const { return items.empty() && waiters.empty() && !aborted; }
     void clear() noexcept {
@@ -87,6 +87,11 @@ class LocalTable {
     }
   };
   static constexpr std::size_t kSpareSteps = 16;
+  // Keys' nodes kept for the next keys of any step: enough for a batch of blocks (a few MiB).
+  static constexpr std::size_t kSpareKeys = 4096;
+
+  // The state of `step`, added if it has none (drawing on the table's spare nodes).
+  Step& state_of(std::int64_t step);
 
   void offer(std::int64_t step, const RendezvousKey& key, TensorValue value, bool first,
              Status* refused);
@@ -95,6 +100,8 @@ class LocalTable {
   static void take(Step& state, std::vector<TensorValue>* values, std::vector<Pending>* waiters);
 
   mutable std::mutex mu_;
+  Queues<TensorValue>::Spares item_spares_{{}, kSpareKeys};  // (before the steps: they outlive them)
+  Queues<Pending>::Spares waiter_spares_{{}, kSpareKeys};
   RecyclingMap<std::int64_t, Step, std::hash<std::int64_t>, ClearKeeping> steps_{kSpareSteps};
   CleanedSteps cleaned_;
   std::uint64_t next_id_ = 1;

@@ -48,6 +48,25 @@ TEST(RecyclingMap, AnErasedValueIsDestroyedAtOnceAndItsNodeServesTheNextKey) {
   EXPECT_TRUE(map.empty());
 }
 
+TEST(RecyclingMap, MapsSharingSparesServeEachOthersNextKeysUpToTheLimit) {
+  using Map = RecyclingMap<std::uint32_t, std::string>;
+  Map::Spares shared{{}, 2};
+  Map first(8), second(8);
+  for (std::uint32_t key = 0; key < 3; ++key) first.insert(key, "a long value, on the heap " + std::to_string(key));
+  first.erase(0);
+  EXPECT_TRUE(shared.nodes.empty());  // (not shared yet: its own)
+  first.share(&shared);               // its own spare goes to the shared ones
+  EXPECT_EQ(shared.nodes.size(), 1u);
+  first.erase(1);
+  first.erase(2);
+  EXPECT_EQ(shared.nodes.size(), 2u);  // at most two: the third node was freed
+  second.share(&shared);
+  ASSERT_TRUE(second.insert(7, "seven"));  // on a node the first map left
+  EXPECT_EQ(shared.nodes.size(), 1u);
+  EXPECT_EQ(*second.find(7), "seven");
+  EXPECT_EQ(first.find(1), nullptr);
+}
+
 TEST(RecyclingMap, TakeAllMovesEveryEntryOut) {
   RecyclingMap<std::uint32_t, int> map;
   for (std::uint32_t key = 0; key < 5; ++key) map.insert(key, static_cast<int>(key) * 2);
