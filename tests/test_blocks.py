@@ -86,6 +86,22 @@ def test_a_batch_stages_or_registers_its_rows_once(pair, step, nbytes, counter):
     assert pair.worker.stats()[counter] - before == 1
 
 
+def test_small_blocks_spread_over_a_large_buffer_are_gathered_once(pair, step):
+    """Two 4 KiB blocks at the ends of a buffer of 256 rows: a copy of the two, not of the
+    rows between them."""
+    if pair.protocol != "grpc+verbs":
+        pytest.skip("grpc stages nothing")
+    cache = paged(256, (4096,), "uint8", 21)
+    before = pair.worker.stats()
+    handle = pair.worker.send_blocks("far", cache, pair.PS, step, index=[255, 0])
+    staged = pair.worker.stats()["pool_in_use_bytes"] - before["pool_in_use_bytes"]
+    assert 0 < staged < 64 * 4096  # (not the 1 MiB from one to the other)
+    assert pair.ps.call("recv_pattern", "far/0", pair.WORKER, step, 4096, 21 + 255, "uint8", 60)
+    assert pair.ps.call("recv_pattern", "far/1", pair.WORKER, step, 4096, 21, "uint8", 60)
+    handle.wait(60)
+    assert pair.worker.stats()["staging_copies"] - before["staging_copies"] == 1
+
+
 def test_a_failed_entry_is_told_apart_and_the_others_land(pair, step):
     pair.ps.run("block_senders:send_blocks", "p", pair.WORKER, step, 4, (32,), "int32", 1, None, None)
     out = np.zeros((5, 32), np.int32)
@@ -114,6 +130,27 @@ def test_blocks_of_this_task_to_itself(pair, step):
     handle.wait(60)
 
 
+def test_a_block_kept_after_its_recv_refused_it_is_delivered_once(pair, step):
+    """A block of this task's own that a recv took, refused and kept counts as delivered
+    once, when a recv keeps it: the batch's handle waits for every block."""
+    sent = paged(2, (4,), "float32", 8)
+    handle = pair.worker.send_blocks("once", sent, pair.WORKER, step)
+    with pytest.raises(tv.InvalidArgumentError):
+        pair.worker.recv_blocks("once", pair.WORKER, np.zeros((1, 5), np.float32), step, timeout=60)
+    assert same(pair.worker.recv("once/0", pair.WORKER, step, timeout=60), sent[0])
+    assert not handle.done()  # once/1 was not taken
+    assert same(pair.worker.recv("once/1", pair.WORKER, step, timeout=60), sent[1])
+    handle.wait(60)
+
+
+def test_a_one_dimensional_buffer_is_a_batch_of_scalars(pair, step):
+    sent = np.arange(6, dtype=np.int64) * 7
+    pair.worker.send_blocks("scalars", sent, pair.WORKER, step)
+    out = np.zeros(6, np.int64)
+    assert pair.worker.recv_blocks("scalars", pair.WORKER, out, step, index=[5, 4, 3, 2, 1, 0], timeout=60) == {}
+    assert same(out, sent[::-1])
+
+
 def test_an_empty_batch_does_nothing(pair, step):
     assert pair.worker.send_blocks("none", np.empty((0, 4), np.float32), pair.PS, step).wait(10) is None
     assert pair.worker.recv_blocks("none", pair.PS, np.empty((0, 4), np.float32), step, timeout=1) == {}
@@ -133,6 +170,11 @@ def test_an_empty_batch_does_nothing(pair, step):
     (lambda s, p: s.recv_blocks("x", p, _read_only()), "writable"),
     (lambda s, p: s.recv_blocks("x", p, get_device("cpu:proxy").from_host(np.zeros((2, 2)))), "host memory"),
     (lambda s, p: s.recv_blocks("x", p, np.zeros((2, 2)), timeout=-1), "timeout"),
+    (lambda s, p: s.recv_blocks("x", p, np.zeros((4, 2)), index=[3, 1, 3]), r"index\[2\] is 3 again"),
+    (lambda s, p: s.send_blocks("x", np.zeros((2, 2), "S4"), p), "numeric"),
+    (lambda s, p: s.send_blocks("x", np.zeros((2, 2), ">f4"), p), "byte order"),
+    (lambda s, p: s.recv_blocks("x", p, np.zeros((2, 2), ">f4")), "byte order"),
+    (lambda s, p: s.send_blocks("x", get_device("cpu:proxy").from_host(np.zeros((2, 2))), p), "host memory"),
 ])
 def test_bad_arguments_are_refused_before_anything_moves(pair, call, error):
     with pytest.raises(tv.InvalidArgumentError, match=error):

@@ -15,6 +15,7 @@
 #include "binding/tensor_shape_caster.h"
 #include "protocol/held_messages.h"
 #include "protocol/shared_registration.h"
+#include "protocol/tensor_source.h"
 
 namespace nb = nanobind;
 
@@ -89,19 +90,11 @@ nb::list recv_blocks(RdmaRendezvous& rv, std::int64_t step, std::int32_t src,
     }
   }
   // An entry's tensor that came, kept for the next recv of it (a copy of one that landed in
-  // its row: the row is the caller's, who gave the batch up).
+  // its row, which is the caller's: keep_late copies what is borrowed).
   const auto keep_came = [&](std::vector<RecvResult>& results, std::size_t i) {
     if (!results[i].status.ok()) return;
     TensorValue value = std::move(results[i].value);
-    if (value.data == where(i) && value.size() > 0) {
-      Result<PoolBuffer> copy = rv.allocate(value.size());
-      if (!copy.ok()) return;  // no memory left for it
-      PoolBuffer buffer = copy.take();
-      std::memcpy(buffer->data(), value.data, value.size());
-      value.data = buffer->data();
-      value.keepalive = std::move(buffer);
-      value.borrowed = false;
-    }
+    if (value.data == where(i)) value.borrowed = true;
     rv.keep_late(StepKey{step, RendezvousKey{src, rv.task(), names[i]}}, std::move(value));
   };
   wait_interruptibly(*waiting, [&] {
@@ -159,11 +152,30 @@ std::tuple<std::int64_t, int, std::string> send_blocks(RdmaRendezvous& rv, std::
   span.meta.nbytes = static_cast<std::uint64_t>(rows.high - rows.low + 1) * batch.nbytes;
   span.keepalive = keep(batch.buffer.ptr());
   GilReleased release;
-  span = register_once(std::move(span), batch.nbytes, rv.pool(), rv.pd(), rv.counters());
+  // where block i is: its row of the span, or (small blocks spread over many more rows) its
+  // place in a copy of the blocks alone
+  std::vector<std::uint64_t> at(n);
+  const std::uint64_t span_rows = static_cast<std::uint64_t>(rows.high - rows.low + 1);
+  Result<PoolBuffer> gathered = Status(Code::kUnavailable, "");
+  if (batch.nbytes < kStageBelow && span_rows > 2 * n) gathered = rv.allocate(n * batch.nbytes);
+  if (gathered.ok()) {
+    PoolBuffer copy = gathered.take();
+    for (std::size_t i = 0; i < n; ++i) {
+      at[i] = i * batch.nbytes;
+      std::memcpy(copy->data() + at[i], rows.base + static_cast<std::uint64_t>(row[i]) * batch.nbytes,
+                  batch.nbytes);
+    }
+    rv.counters().add(rv.counters().staging_copies);
+    span.data = copy->data();
+    span.keepalive = std::move(copy);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) at[i] = static_cast<std::uint64_t>(row[i] - rows.low) * batch.nbytes;
+    span = register_once(std::move(span), batch.nbytes, rv.pool(), rv.pd(), rv.counters());
+  }
   for (std::size_t i = 0; i < n; ++i) {
     TensorValue value;
     value.meta = TensorMeta{batch.dtype, batch.shape, false, batch.nbytes};
-    value.data = span.data + static_cast<std::uint64_t>(row[i] - rows.low) * batch.nbytes;
+    value.data = span.data + at[i];
     value.keepalive = span.keepalive;
     value.ticket = ticket;
     value.region = span.region;

@@ -55,7 +55,13 @@ void bind_send_completion(nb::module_& m) {
 
   nb::class_<SendLedger>(m, "SendLedger", "The completions of one task's sends not settled yet.")
       .def(nb::new_([] { return std::make_shared<SendLedger>(); }))
-      .def("open", &SendLedger::open, "what"_a, "parts"_a = 1,
+      .def(
+          "open",
+          [](SendLedger& l, std::string what, std::int64_t parts) {
+            if (parts < 1) throw nb::value_error("a send has one part at least");
+            return l.open(std::move(what), parts);
+          },
+          "what"_a, "parts"_a = 1,
            "A ticket for a new send described by `what`, of `parts` values (delivered once "
            "each of them is).")
       .def(

@@ -1,5 +1,7 @@
 #include "protocol/local_recv.h"
 
+#include <utility>
+
 namespace tensorverbs {
 
 void LocalRecv::start() {
@@ -18,7 +20,9 @@ void LocalRecv::on_value(Status status, TensorValue value) {
     caller.swap(caller_);
   }
   if (caller) {
-    if (value.ticket) value.ticket->deliver();  // this task received its own tensor
+    // this task received its own tensor; the ticket goes with its delivery (a value its
+    // recv gives back, kept for another, is not delivered twice: one part of a batch's ticket)
+    if (std::shared_ptr<SendTicket> ticket = std::exchange(value.ticket, nullptr)) ticket->deliver();
     caller->complete(RecvResult{std::move(status), std::move(value)});
   } else if (status.ok()) {
     table_.requeue(key_.step, key_.key, std::move(value));  // its caller gave up just before

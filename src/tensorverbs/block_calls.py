@@ -43,8 +43,11 @@ class BlockCalls(BatchCalls):
         self._check_running()
         if not isinstance(to, (str, TaskName)):
             raise InvalidArgumentError(f"to must be one task's name: blocks go to one task, not {to!r}")
-        value, _ = host_array(blocks, device_of(blocks))
-        batch = layout(name, np.asarray(value) if not isinstance(value, np.ndarray) else value, index, "blocks")
+        if device_of(blocks) is not HOST:
+            raise InvalidArgumentError(f"blocks is on {device_of(blocks).name}: blocks are sent from host memory "
+                                       "(send_many of rows reaches a device's tensors)")
+        value, _ = host_array(blocks, HOST)
+        batch = layout(name, np.asarray(value), index, "blocks")
         try:
             return self._sending.send_blocks(batch, to, step_id)
         except EntryFailed as failed:
@@ -65,8 +68,9 @@ class BlockCalls(BatchCalls):
         Returns the entries that failed, ``{i: error}`` (empty once every block landed) when
         ``return_exceptions``; otherwise raises the first failed entry's error, naming how
         many failed, with the dict as its ``errors``. ``timeout`` holds for every entry.
-        Interrupted (Ctrl-C), every block that came is kept for the next recv of it (a copy of
-        one that had landed in its row), as a batch of recvs keeps its tensors."""
+        Interrupted (Ctrl-C) while it waits, every block that came is kept for the next recv
+        of it (a copy of one that had landed in its row), as a batch of recvs keeps its
+        tensors. A row takes one block: an index that names one twice is refused."""
         self._check_running()
         return_exceptions = check.flag(return_exceptions, "return_exceptions")
         seconds = check.optional_seconds(timeout, "timeout")
@@ -78,7 +82,7 @@ class BlockCalls(BatchCalls):
         key, local = self._keys.recv(name, source)
         errors = self._rendezvous.recv_blocks(key, step, batch, seconds)
         if errors is None:  # each block its own recv
-            results = self.recv_many([RecvEntry(batch.entry(i), source, step, batch.array[row])
+            results = self.recv_many([RecvEntry(batch.entry(i), source, step, batch.array[row, ...])
                                       for i, row in enumerate(batch.rows.tolist())], timeout, return_exceptions=True)
             errors = [(i, r) for i, r in enumerate(results) if isinstance(r, TensorverbsError)]
         elif local:

@@ -16,9 +16,12 @@ def _make_rdt_manager() -> None:
     came of it now and then, the recv storing the tensors (or its error) in one, the task
     waiting in the other until Ray's 60 s passed. Ray imports this module in an actor when
     it registers the transport there, before the actor's first transfer."""
-    worker = ray._private.worker.global_worker
-    if worker.connected and worker.mode == ray.WORKER_MODE:
-        worker.rdt_manager  # noqa: B018 (made by the property)
+    try:
+        worker = ray._private.worker.global_worker
+        if worker.connected and worker.mode == ray.WORKER_MODE:
+            worker.rdt_manager  # noqa: B018 (made by the property)
+    except AttributeError:  # a Ray without them: nothing to make early
+        pass
 
 
 _make_rdt_manager()

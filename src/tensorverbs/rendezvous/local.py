@@ -32,9 +32,12 @@ class Value:
     ticket: Any = None
 
     def delivered(self) -> None:
-        """The receiver has the tensor: the send is complete."""
-        if self.ticket is not None:
-            self.ticket.deliver()
+        """The receiver has the tensor: the send is complete (once: the ticket goes with it,
+        so that the value given back and delivered again does not count twice, as one part
+        of a batch's ticket)."""
+        ticket, self.ticket = self.ticket, None
+        if ticket is not None:
+            ticket.deliver()
 
 
 def _fail_sends(items: dict[Hashable, collections.deque[Value]], error: TensorverbsError) -> None:

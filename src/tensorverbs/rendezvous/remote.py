@@ -129,7 +129,7 @@ class RemoteRendezvous(abc.ABC):
         carrying ``ticket`` (opened for ``len(blocks)`` parts): None once all are offered,
         else (index, error) of the first refused, the later ones not offered and the ticket
         failed."""
-        offers = [(step_id, dataclasses.replace(key, name=blocks.entry(i)), Value(blocks.array[row], False, ticket))
+        offers = [(step_id, dataclasses.replace(key, name=blocks.entry(i)), Value(blocks.array[row, ...], False, ticket))
                   for i, row in enumerate(blocks.rows.tolist())]
         failed = self.send_many(offers)
         if failed is not None:
