@@ -18,6 +18,7 @@ import pytest
 from tensorverbs import _core
 from tensorverbs.local_cluster import pattern, same
 
+from stopped import stop
 from variants import VARIANTS, pair_of
 
 VERBS = [v for v, (protocol, _) in VARIANTS.items() if protocol == "grpc+verbs"]
@@ -55,7 +56,7 @@ def _answered_while_stopped(vpair, at: int, nbytes: int) -> tuple[dict, dict]:
         got = pool.submit(vpair.ps.recv_many, [(f"s{i}", vpair.WORKER, at) for i in range(COUNT)],
                           timeout=120)
         _asked(vpair.worker, worker_before)
-        os.kill(vpair.ps.process.pid, signal.SIGSTOP)
+        stop(vpair.ps.process.pid)
         try:
             vpair.worker.send_many([(f"s{i}", pattern(nbytes, at + i), vpair.PS, at) for i in range(COUNT)])
         finally:

@@ -13,6 +13,7 @@ import pytest
 
 from tensorverbs.local_cluster import pattern, same
 
+from stopped import stop
 from variants import VARIANTS, pair_of
 
 VERBS = [v for v, (protocol, _) in VARIANTS.items() if protocol == "grpc+verbs"]
@@ -48,7 +49,7 @@ def test_requests_that_wait_for_a_slot_travel_together(vpair, step):
         for i, nbytes in enumerate(SIZES):
             vpair.ps.send_pattern(f"b{i}", vpair.WORKER, at, nbytes, at + i)
         worker_before, ps_before = _counts(vpair.worker.stats()), _counts(vpair.ps.stats())
-        os.kill(vpair.ps.process.pid, signal.SIGSTOP)
+        stop(vpair.ps.process.pid)
         try:
             with ThreadPoolExecutor(1) as pool:
                 got = pool.submit(vpair.worker.recv_many, [(f"b{i}", vpair.PS, at) for i in range(COUNT)],
