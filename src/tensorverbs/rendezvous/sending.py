@@ -41,10 +41,11 @@ class Sending:
         """Offer ``value`` as ``name`` to ``to`` (a task, or a list of them) at ``step_id``."""
         if is_dead is False and (offer := self._host_offer(name, value, to, step_id)) is not None:
             step, key, host = offer  # (most sends: a host tensor to one task)
-            with _failing([host.ticket]):
+            ticket = host.ticket  # (a local recv that takes the value at once takes its ticket)
+            with _failing([ticket]):
                 self._rendezvous.send(step, key, host)
             self._rt.counters.add("sends")
-            return SendHandle(host.ticket.completion)
+            return SendHandle(ticket.completion)
         if isinstance(value, TensorList):  # moved as one tensor
             value = value.pack()
         if not isinstance(to, (str, TaskName)):
