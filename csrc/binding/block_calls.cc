@@ -74,7 +74,6 @@ nb::list recv_blocks(RdmaRendezvous& rv, std::int64_t step, std::int32_t src,
   const std::shared_ptr<const void> owner = keep(batch.buffer.ptr());
   auto waiting = std::make_shared<BatchRecv>(n);
   std::vector<std::shared_ptr<PendingRecv>> pending(n);
-  std::vector<std::string> names(n);
   const auto where = [&](std::size_t i) {
     return rows.base + static_cast<std::uint64_t>(row[i]) * batch.nbytes;
   };
@@ -83,8 +82,7 @@ nb::list recv_blocks(RdmaRendezvous& rv, std::int64_t step, std::int32_t src,
     for (std::size_t first = 0; first < n; first += kHeldEntries) {
       HeldMessages held;  // the requests to the peer go out together, as few messages
       for (std::size_t i = first; i < std::min(n, first + kHeldEntries); ++i) {
-        names[i] = entry_name(batch.name, i);
-        pending[i] = rv.recv(step, src, names[i], timeout, waiting->entry(i),
+        pending[i] = rv.recv(step, src, entry_name(batch.name, i), timeout, waiting->entry(i),
                              RecvDestination{batch.dtype, batch.shape, where(i), batch.nbytes, owner});
       }
     }
@@ -95,7 +93,7 @@ nb::list recv_blocks(RdmaRendezvous& rv, std::int64_t step, std::int32_t src,
     if (!results[i].status.ok()) return;
     TensorValue value = std::move(results[i].value);
     if (value.data == where(i)) value.borrowed = true;
-    rv.keep_late(StepKey{step, RendezvousKey{src, rv.task(), names[i]}}, std::move(value));
+    rv.keep_late(StepKey{step, RendezvousKey{src, rv.task(), entry_name(batch.name, i)}}, std::move(value));
   };
   wait_interruptibly(*waiting, [&] {
     for (auto& recv : pending) {
@@ -120,6 +118,14 @@ nb::list recv_blocks(RdmaRendezvous& rv, std::int64_t step, std::int32_t src,
       }
     }
   }
+  std::vector<TensorMeta> theirs;  // of each refused tensor, which goes to the next recv of it
+  {
+    GilReleased release;  // (kept before any Python object is made: none can fail it)
+    for (std::size_t i : refused) {
+      theirs.push_back(results[i].value.meta);
+      keep_came(results, i);
+    }
+  }
   nb::list failed;
   std::size_t next_refused = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -128,15 +134,10 @@ nb::list recv_blocks(RdmaRendezvous& rv, std::int64_t step, std::int32_t src,
       failed.append(nb::make_tuple(i, static_cast<int>(result.status.code()), result.status.message(),
                                    nb::none()));
     } else if (next_refused < refused.size() && refused[next_refused] == i) {
-      ++next_refused;
-      const TensorMeta& meta = result.value.meta;
+      const TensorMeta& meta = theirs[next_refused++];
       failed.append(nb::make_tuple(i, static_cast<int>(Code::kInvalidArgument), "",
                                    nb::make_tuple(meta.dtype, nb::cast(meta.shape), meta.is_dead)));
     }
-  }
-  {
-    GilReleased release;  // a refused tensor goes to the next recv of it
-    for (std::size_t i : refused) keep_came(results, i);
   }
   return failed;
 }
