@@ -49,9 +49,9 @@ class Blocks:
         """Entry ``i``'s tensor name."""
         return f"{self.name}/{i}"
 
-    def describe(self) -> str:
-        """The batch's names, for messages: "'kv/0'..'kv/1999'"."""
-        return repr(self.entry(0)) if len(self) == 1 else f"{self.entry(0)!r}..{self.entry(len(self) - 1)!r}"
+    def names(self) -> str:
+        """The batch's names, for its send's description: "kv/0..1999" ("kv/0" for one)."""
+        return self.entry(0) if len(self) == 1 else f"{self.name}/0..{max(len(self) - 1, 0)}"
 
     def refusal(self, i: int, dtype: int, shape: tuple[int, ...], is_dead: bool) -> InvalidArgumentError:
         """The error of entry ``i``, whose sender sent a tensor that is not a block of this

@@ -116,8 +116,7 @@ class Sending:
         key = self._keys.send(blocks.name, str(to))
         step = check.integer(step_id, "step_id")
         n = len(blocks)
-        names = blocks.entry(0) if n == 1 else f"{blocks.name}/0..{max(n - 1, 0)}"
-        ticket = self._sends.open(describe_send(names, key.dst, step), max(n, 1))
+        ticket = self._sends.open(describe_send(blocks.names(), key.dst, step), max(n, 1))
         if not n:
             ticket.deliver()  # nothing to send
             return SendHandle(ticket.completion)
