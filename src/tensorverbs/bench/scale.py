@@ -63,8 +63,10 @@ class ScaleTask:
     def __init__(self, cluster: dict[str, list[str]], index: int, protocol: str, nbytes: int,
                  timeout: float) -> None:
         # N tasks starting at once on one machine may take long to answer their first
-        # calls: a recv's timeout is also how long a peer may take to come up
-        self.server = Server(cluster, JOB, index, protocol, startup_grace=timeout)
+        # calls: a peer may take as long as a recv's timeout to come up. The grace is
+        # longer still, so that a recv which waited on a peer ends at its own deadline
+        # (DeadlineExceededError), never at a grace that began a moment before it
+        self.server = Server(cluster, JOB, index, protocol, startup_grace=timeout + WAIT_MORE)
         self.index, self.nbytes, self.timeout = index, nbytes, timeout
         self.peers = [f"/job:{JOB}/task:{i}" for i in range(len(cluster[JOB])) if i != index]
 
