@@ -71,7 +71,7 @@ OPEN = ("%s serves anyone: it listens on %s without a job token or TLS, so any c
 COUNTERS = ("sends", "local_recvs", "tensors_sent", "bytes_sent", "tensors_received",
             "bytes_received", "proxy_copies", "ipc_sent", "ipc_received", "remote_reads",
             "remote_writes", "remote_bytes_read", "remote_bytes_written", "publication_reads",
-            "publication_rereads")
+            "publication_rereads", "recv_calls_broken")
 
 
 class Server(BlockCalls, OneSidedCalls):

@@ -27,6 +27,7 @@ GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_
           "remote_accesses_in_flight": "tensorverbs_remote_accesses_in_flight",
           "setups_awaiting_join": "tensorverbs_setups_awaiting_join",
           "recv_calls_waiting": "tensorverbs_recv_calls_waiting",
+          "tensors_unconfirmed": "tensorverbs_tensors_unconfirmed",
           "channel_setups": "tensorverbs_channel_setups"}
 
 

@@ -204,3 +204,39 @@ def test_recv_tensor_calls_waiting_for_one_receiver_are_bounded(worker, monkeypa
     waiting.pop().cancel()
     for call_ in waiting:
         call_.cancel()
+
+
+def test_a_recv_tensor_call_made_again_for_too_many_calls_is_refused(worker):
+    server, channel = worker
+    key = f"{server.task}/device:CPU:0;{server.incarnation:016x};{server.task}/device:CPU:0;t;0:0"
+    call = channel.stream_stream(method("RecvTensor"), request_serializer=pb.RecvTensorRequest.SerializeToString)
+    request = pb.RecvTensorRequest(step_id=1, request_id=1, rendezvous_key=key,
+                                   retry_of=range(2, 3 + service.MAX_RETRY_OF))
+    with pytest.raises(grpc.RpcError) as refused:
+        list(call(iter([request]), timeout=30))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert f"at most {service.MAX_RETRY_OF}" in refused.value.details()
+
+
+def test_a_second_recv_tensor_call_under_a_request_id_in_use_is_refused(worker):
+    """Two calls of one receiver under one request id: the second is refused, the first
+    waits on (and ends CANCELLED when withdrawn)."""
+    server, channel = worker
+    key = f"{server.task}/device:CPU:0;{server.incarnation:016x};{server.task}/device:CPU:0;never;0:0"
+    call = channel.stream_stream(method("RecvTensor"), request_serializer=pb.RecvTensorRequest.SerializeToString)
+    first = call(iter([pb.RecvTensorRequest(step_id=1, request_id=9, rendezvous_key=key)]), timeout=60)
+    deadline = time.monotonic() + 30
+    while server.stats()["recv_calls_waiting"] < 1:
+        assert time.monotonic() < deadline, "the first call never reached the server"
+        time.sleep(0.01)  # (nothing tells when the call reaches the server)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(call(iter([pb.RecvTensorRequest(step_id=1, request_id=9, rendezvous_key=key)]), timeout=30))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert "RecvTensor call 9" in refused.value.details()
+    assert server.stats()["recv_calls_waiting"] == 1
+    withdraw = channel.unary_unary(method("CancelRecvTensor"),
+                                   request_serializer=pb.CancelRecvTensorRequest.SerializeToString)
+    withdraw(pb.CancelRecvTensorRequest(request_id=9), timeout=30)
+    with pytest.raises(grpc.RpcError) as cancelled:
+        list(first)
+    assert cancelled.value.code() == grpc.StatusCode.CANCELLED, cancelled.value.details()

@@ -1,10 +1,13 @@
 """A task acts only as itself: a task of the job that calls the ps for another task (to
 take its tensor, to set up or replace its verbs channel, to withdraw its call) is refused
-with PERMISSION_DENIED naming both, under mutual TLS (each task's certificate names it)
+with PERMISSION_DENIED naming both (its confirmation of another's tensor is ignored), under mutual TLS (each task's certificate names it)
 and with the job token (each call carries its task's proof); the other task is unharmed.
 The intruder is worker 1, calling with raw gRPC stubs as an attacker would."""
 from __future__ import annotations
 
+import multiprocessing
+import threading
+import time
 from typing import Any
 
 import grpc
@@ -58,17 +61,18 @@ def _as(job, task: str) -> dict[str, Any]:
     return {"tls": tls_config(job.certs, task)} if job.credential == "tls" else {"token": TOKEN}
 
 
-class Intruder:
-    """Raw calls to the ps, proving that worker 1 makes them."""
+def _channel(address: str, credential: str, certs, task: str) -> tuple[grpc.Channel, tuple]:
+    """A raw channel to ``address`` and the metadata of calls that prove ``task`` makes them."""
+    if credential == "tls":
+        return grpc.secure_channel(address, tls_config(certs, task).channel_credentials()), ()
+    return grpc.insecure_channel(address), JobToken(TOKEN).metadata(task)
 
-    def __init__(self, job) -> None:
-        address = job.spec["ps"][0]
-        if job.credential == "tls":
-            self.channel = grpc.secure_channel(address, tls_config(job.certs, WORKER1).channel_credentials())
-            self.metadata: tuple = ()
-        else:
-            self.channel = grpc.insecure_channel(address)
-            self.metadata = JobToken(TOKEN).metadata(WORKER1)
+
+class Intruder:
+    """Raw calls to the ps, proving that ``task`` (worker 1) makes them."""
+
+    def __init__(self, job, task: str = WORKER1) -> None:
+        self.channel, self.metadata = _channel(job.spec["ps"][0], job.credential, job.certs, task)
 
     def call(self, name: str, request: Any) -> grpc.RpcError | None:
         """The error of a raw call of ``name`` (None when it was answered)."""
@@ -109,6 +113,54 @@ def test_a_task_cannot_take_a_tensor_sent_to_another(job, intruder, step):
     assert job.ps.pending() == (1, 0)  # not taken
     with job.worker(**_as(job, WORKER)) as worker:
         assert same(worker.recv("t", PS, step, timeout=60), pattern(NBYTES, 1))
+
+
+def _read_and_hold(address: str, credential: str, certs, request: bytes, conn) -> None:
+    """In a child process: make ``request`` as worker 0, read the first answer, tell
+    ``conn``, and hold the call open, unconfirmed (until the parent kills this process)."""
+    channel, metadata = _channel(address, credential, certs, WORKER)
+
+    def requests():
+        yield request
+        threading.Event().wait()
+
+    call = channel.stream_stream(method("RecvTensor"))(requests(), metadata=metadata)
+    next(call)
+    conn.send("read")
+    threading.Event().wait()
+
+
+def test_a_task_cannot_confirm_a_tensor_sent_to_another(job, intruder, step):
+    """Worker 0 (raw calls, in a process of its own) has a tensor written whole to it and
+    does not confirm it in its call. Worker 1's ConfirmReceived of that call changes
+    nothing; worker 0's own confirms it: once its call ends, the tensor is delivered."""
+    if job.protocol != "grpc":
+        pytest.skip("only the grpc protocol's RecvTensor calls confirm tensors")
+    job.ps.send_pattern("t", WORKER, step, NBYTES, seed=7)
+    key = format_key(RendezvousKey(parse_task(PS), 0, parse_task(WORKER), "t"))
+    request = pb.RecvTensorRequest(step_id=step, request_id=11, rendezvous_key=key, receiver_incarnation=5)
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    reader = ctx.Process(target=_read_and_hold, args=(job.spec["ps"][0], job.credential, job.certs,
+                                                      request.SerializeToString(), theirs), daemon=True)
+    reader.start()
+    owner = Intruder(job, WORKER)
+    try:
+        assert ours.poll(60) and ours.recv() == "read"
+        deadline = time.monotonic() + 30
+        while job.ps.stats()["tensors_unconfirmed"] < 1:  # (it fits the flow-control window)
+            assert time.monotonic() < deadline, "the ps never wrote the tensor whole"
+            time.sleep(0.01)  # (a condition, polled)
+        assert intruder.call("ConfirmReceived", pb.ConfirmReceivedRequest(request_id=11)) is None
+        assert job.ps.stats()["tensors_unconfirmed"] == 1
+        assert owner.call("ConfirmReceived", pb.ConfirmReceivedRequest(request_id=11)) is None
+        assert job.ps.stats()["tensors_unconfirmed"] == 0
+    finally:
+        owner.close()
+        reader.kill()
+        reader.join(30)
+    job.ps.flush(60)  # delivered, once: not back in the table when the call ended
+    assert job.ps.pending() == (0, 0)
 
 
 def test_a_task_cannot_set_up_or_replace_another_s_channel(job, intruder, step):

@@ -18,6 +18,7 @@ GAUGES = {
     "setups_awaiting_join": "tensorverbs_setups_awaiting_join",
     "channel_setups": "tensorverbs_channel_setups",
     "recv_calls_waiting": "tensorverbs_recv_calls_waiting",
+    "tensors_unconfirmed": "tensorverbs_tensors_unconfirmed",
 }
 
 

@@ -3,8 +3,10 @@
 A call whose connection broke (an outage) is made again once the sender answers as the
 same incarnation within the reconnect window (:meth:`Peers.answers_again`), after
 withdrawing the first request: the sender keeps a tensor until its receiver confirms it,
-so the tensor comes with the new call. A sender that does not answer again is gone: the
-recv fails with UnavailableError naming it.
+so the tensor comes with the new call, which names the broken ones. A tensor that
+arrived whole on a call that then broke is confirmed again once the sender answers
+(ConfirmReceived): the sender neither keeps it nor serves it twice. A sender that does
+not answer again is gone: the recv fails with UnavailableError naming it.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import secrets
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -19,19 +22,18 @@ from ..errors import DeadlineExceededError, TensorverbsError, UnavailableError, 
 from ..rendezvous.key import RendezvousKey, format_key
 from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall
-from ..rendezvous.remote import RemoteRendezvous
+from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from . import tensorverbs_pb2 as pb
 from .errors import connection_broke, from_rpc_error
+from .options import RECONNECT_SECONDS
 from .peers import protocol_mismatch
 from .tensor_stream import read_tensor
 
+if TYPE_CHECKING:
+    from ..runtime import TaskRuntime
+
 #: how many times one recv makes its call again after its connection broke
 MAX_RECONNECTS = 3
-
-
-async def _ended(rpc) -> None:
-    """Let a RecvTensor call whose tensor is in finish (its status no longer matters)."""
-    await rpc.code()
 
 
 class _GrpcRecv(PendingRecv):
@@ -43,6 +45,7 @@ class _GrpcRecv(PendingRecv):
         self.rendezvous, self.key = rendezvous, key
         self.peer = f"{key.src} ({rendezvous.rt.cluster.address(key.src)})"
         self.request_id = secrets.randbits(63)
+        self.retry_of: list[int] = []  # the request ids of the calls that broke
         self.reached = False      # the peer answered the handshake
         self.requested = False    # the RecvTensor call is open
         self.streaming = False    # its first message arrived
@@ -50,6 +53,7 @@ class _GrpcRecv(PendingRecv):
 
     def renew(self) -> None:
         """Before the call is made again: a new request, not open yet."""
+        self.retry_of.append(self.request_id)
         self.request_id = secrets.randbits(63)
         self.requested = self.streaming = False
 
@@ -77,6 +81,10 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
     """Remote recvs over gRPC streams."""
 
     protocol = "grpc"
+
+    def __init__(self, runtime: "TaskRuntime", options: ProtocolOptions) -> None:
+        super().__init__(runtime, options)
+        self._confirming: set[asyncio.Task] = set()  # (held: the loop keeps tasks weakly)
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
         op = _GrpcRecv(self, call.key)
@@ -108,6 +116,7 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
                 except grpc.aio.AioRpcError as exc:
                     if attempt >= MAX_RECONNECTS or not connection_broke(exc):
                         raise
+                    self.rt.counters.add("recv_calls_broken", 1)
                     why = await peers.answers_again(key.src, status.incarnation)
                     if why is not None:
                         raise UnavailableError(f"{op.peer} is unavailable: {exc.details()}; {why}") from None
@@ -131,13 +140,36 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
         """One RecvTensor call for ``call``: (the value, its payload bytes)."""
         request = pb.RecvTensorRequest(
             step_id=call.step_id, rendezvous_key=format_key(call.key.with_incarnation(incarnation)),
-            request_id=op.request_id)
+            request_id=op.request_id, retry_of=op.retry_of, receiver_incarnation=self.rt.incarnation)
         rpc = self.rt.peers.peer(call.key.src).recv_tensor()
         op.requested = True
         await rpc.write(request)
         value, nbytes = await read_tensor(rpc, self.options.rdma_config.max_tensor_bytes,
                                           lambda: setattr(op, "streaming", True), call.out)
-        await rpc.write(pb.RecvTensorRequest(received=True))  # the sender may forget it
-        await rpc.done_writing()
-        asyncio.ensure_future(_ended(rpc))
+        try:
+            await rpc.write(pb.RecvTensorRequest(received=True))  # the sender may forget it
+            await rpc.done_writing()
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # the call broke: confirmed again below
+        confirming = asyncio.ensure_future(self._confirm(rpc, call.key.src, incarnation, op.request_id))
+        self._confirming.add(confirming)
+        confirming.add_done_callback(self._confirming.discard)
         return value, nbytes
+
+    async def _confirm(self, rpc, sender, incarnation: int, request_id: int) -> None:
+        """Once the call of a tensor that arrived whole ended: if it ended otherwise than
+        OK, the sender may not have read the confirmation; confirm it again once the sender
+        answers (ConfirmReceived), while it stays the same incarnation."""
+        if await rpc.code() == grpc.StatusCode.OK:
+            return
+        peers = self.rt.peers
+        for _ in range(MAX_RECONNECTS + 1):
+            if await peers.answers_again(sender, incarnation) is not None:
+                return  # it is gone, and the tensor with it
+            try:
+                await peers.peer(sender).confirm_received(pb.ConfirmReceivedRequest(request_id=request_id),
+                                                          timeout=RECONNECT_SECONDS)
+                return
+            except grpc.aio.AioRpcError as exc:
+                if not connection_broke(exc):
+                    return

@@ -1,10 +1,11 @@
-"""The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor,
+"""The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor, ConfirmReceived,
 ReleaseSharedTensor, GetRemoteAccess, GetHeldTensors and grpc.health.v1 (its watches
 capped, :mod:`.health`).
 
 RecvTensor is the sender side of the "grpc" data path: it matches the request against
 the local table (waiting if the tensor is not sent yet) and streams the tensor back; one
-receiver may have at most MAX_WAITING_CALLS calls waiting here.
+receiver may have at most MAX_WAITING_CALLS calls waiting here. A tensor written whole
+is the receiver's once it confirms it (:mod:`.confirmations`).
 GetRemoteAddress is answered by the verbs protocol when the task runs "grpc+verbs";
 GetRemoteAccess by the task's one-sided buffers (:mod:`tensorverbs.one_sided`); the gRPC
 layer knows nothing of verbs beyond those messages. With a job token, a call without it
@@ -28,6 +29,7 @@ from ..ports import bind_failure
 from ..rendezvous.key import parse_key
 from . import tensorverbs_pb2 as pb
 from .auth import JobToken, TokenInterceptor
+from .confirmations import Confirmations
 from .errors import to_status
 from .health import HealthServicer
 from .identity import Identity
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 #: the most RecvTensor calls of one receiver that wait here for their tensors (as many as a
 #: "grpc+verbs" channel answers at once)
 MAX_WAITING_CALLS = 65536
+#: the most earlier calls a RecvTensor call may be made again for (retry_of)
+MAX_RETRY_OF = 16
 #: answers GetRemoteAddress, on the event loop
 SetupHandler = Callable[[pb.GetRemoteAddressRequest], Awaitable[pb.GetRemoteAddressResponse]]
 #: answers GetRemoteAccess, on the event loop
@@ -67,7 +71,9 @@ class Servicer:
         # (receiver, request id) -> withdraw the RecvTensor call's waiter (on the event loop)
         self._waiting: dict[tuple[str, int], Callable[[], None]] = {}
         self._waiting_of: dict[str, int] = {}  # receiver -> its calls waiting (on the event loop)
+        self.confirmations = Confirmations(self._give_back)
         rt.counters.gauge("recv_calls_waiting", lambda: len(self._waiting))
+        rt.counters.gauge("tensors_unconfirmed", lambda: len(self.confirmations))
 
     async def get_status(self, request: pb.GetStatusRequest, context) -> pb.GetStatusResponse:
         return pb.GetStatusResponse(task=str(self.rt.task), incarnation=self.rt.incarnation,
@@ -129,17 +135,25 @@ class Servicer:
         except InvalidArgumentError as exc:
             await _abort(context, exc)
         receiver = str(key.dst)
+        waiting = (receiver, request.request_id)
         error = (self.identity.refusal(context, receiver, f"takes the tensor {key.name!r}")
                  or self.check_request(key.src, key.src_incarnation) or self.check_protocol(key.dst))
         if error is None and self._waiting_of.get(receiver, 0) >= MAX_WAITING_CALLS:
             error = ResourceExhaustedError(f"{receiver} has {MAX_WAITING_CALLS} RecvTensor calls waiting at "
                                            f"{self.rt.task} already, the most a receiver may have")
+        if error is None and len(request.retry_of) > MAX_RETRY_OF:
+            error = InvalidArgumentError(f"a RecvTensor call made again for {len(request.retry_of)} earlier "
+                                         f"calls: at most {MAX_RETRY_OF}")
+        if error is None and self.confirmations.running(*waiting):
+            error = InvalidArgumentError(f"{receiver} has a RecvTensor call {request.request_id} at "
+                                         f"{self.rt.task} already")
         if error is not None:
             await _abort(context, error)
-        waiting = (receiver, request.request_id)
         loop = asyncio.get_running_loop()
         arrived: asyncio.Future = loop.create_future()
         table, step_id = self.rt.table, request.step_id
+        # (tensors held for this receiver that it lacks go back first, for this call to find)
+        self.confirmations.begin(receiver, request.request_id, request.receiver_incarnation, request.retry_of)
 
         def deliver(err, value) -> None:  # on the loop; the requester may be gone already
             if not arrived.done():
@@ -165,31 +179,33 @@ class Servicer:
             counted = self._count_sent(1, nbytes)  # before the receiver can see it
             async for message in messages:
                 yield message
+            # written whole: the receiver's from now on, once it confirms
+            self.confirmations.written(receiver, request.request_id, step_id, key, value, nbytes)
+            value = None
             confirmed = await calls.__anext__()
             if not confirmed.received:
                 raise InternalError(f"the receiver of {key.name!r} sent a second request")
-            value.delivered()
-            value = None
+            self.confirmations.confirm(*waiting)
         except StopAsyncIteration:  # the receiver closed the call without confirming
-            self._count_sent(-counted, nbytes)
-            table.requeue(step_id, key, value)
+            self._untake(step_id, key, value, counted, nbytes)
+            self.confirmations.refuse(*waiting)
         except Exception as exc:  # the call ends with the error; a tensor taken goes back
-            if value is not None:
-                self._count_sent(-counted, nbytes)
-                table.requeue(step_id, key, value)
+            self._untake(step_id, key, value, counted, nbytes)
+            self.confirmations.refuse(*waiting)
             await _abort(context, as_error(exc, f"sending {key.name!r} to {key.dst}"))
         except (asyncio.CancelledError, GeneratorExit):
-            # the requester went away: a value taken for it goes back to the table
-            if value is None and arrived.done() and not arrived.cancelled() and not arrived.exception():
+            # the requester went away: a value taken for it and not written whole goes
+            # back to the table (one written whole awaits the receiver's word)
+            if not counted and arrived.done() and not arrived.cancelled() and not arrived.exception():
                 value = arrived.result()
             if value is not None:
-                self._count_sent(-counted, nbytes)
-                table.requeue(step_id, key, value)
-            elif waiter is not None:
+                self._untake(step_id, key, value, counted, nbytes)
+            elif not counted and waiter is not None:
                 waiter.cancel()
             raise
         finally:
             self._stop_waiting(waiting)
+            self.confirmations.end(*waiting)
 
     def _stop_waiting(self, waiting: tuple[str, int]) -> None:
         """The call ``waiting`` (receiver, request id) no longer waits (idempotent)."""
@@ -199,6 +215,17 @@ class Servicer:
                 self._waiting_of[waiting[0]] = left
             else:
                 del self._waiting_of[waiting[0]]
+
+    def _untake(self, step_id: int, key, value, counted: int, nbytes: int) -> None:
+        """A tensor taken for a call, not written whole (None: none), goes back to the
+        table, uncounted if it was ``counted``."""
+        if value is not None:
+            self._count_sent(-counted, nbytes)
+            self.rt.table.requeue(step_id, key, value)
+
+    def _give_back(self, step_id: int, key, value, nbytes: int) -> None:
+        """A tensor written whole, that its receiver did not take, goes back to the table."""
+        self._untake(step_id, key, value, 1, nbytes)
 
     def _count_sent(self, sign: int, nbytes: int) -> int:
         """Count a tensor as sent (``sign`` 1) or as back (-1; 0 counts nothing); returns
@@ -218,6 +245,16 @@ class Servicer:
             if withdraw is not None:
                 withdraw()
         return pb.CancelRecvTensorResponse()
+
+    async def confirm_received(self, request: pb.ConfirmReceivedRequest,
+                               context) -> pb.ConfirmReceivedResponse:
+        # a caller confirms only its own calls (on an open server, whoever claims them)
+        callers = self.identity.callers(context)
+        if callers is None:
+            callers = self.confirmations.receivers_of(request.request_id)
+        for caller in callers:
+            self.confirmations.confirm(caller, request.request_id)
+        return pb.ConfirmReceivedResponse()
 
     async def release_shared_tensor(self, request: pb.ReleaseSharedTensorRequest,
                                     context) -> pb.ReleaseSharedTensorResponse:
@@ -263,6 +300,9 @@ class Servicer:
             "CancelRecvTensor": grpc.unary_unary_rpc_method_handler(
                 self.cancel_recv_tensor, request_deserializer=pb.CancelRecvTensorRequest.FromString,
                 response_serializer=pb.CancelRecvTensorResponse.SerializeToString),
+            "ConfirmReceived": grpc.unary_unary_rpc_method_handler(
+                self.confirm_received, request_deserializer=pb.ConfirmReceivedRequest.FromString,
+                response_serializer=pb.ConfirmReceivedResponse.SerializeToString),
             "ReleaseSharedTensor": grpc.unary_unary_rpc_method_handler(
                 self.release_shared_tensor,
                 request_deserializer=pb.ReleaseSharedTensorRequest.FromString,

@@ -120,16 +120,30 @@ class HoldPublicationResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class RecvTensorRequest(_message.Message):
-    __slots__ = ("step_id", "rendezvous_key", "request_id", "received")
+    __slots__ = ("step_id", "rendezvous_key", "request_id", "received", "retry_of", "receiver_incarnation")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]
     RENDEZVOUS_KEY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_OF_FIELD_NUMBER: _ClassVar[int]
+    RECEIVER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     step_id: int
     rendezvous_key: str
     request_id: int
     received: bool
-    def __init__(self, step_id: _Optional[int] = ..., rendezvous_key: _Optional[str] = ..., request_id: _Optional[int] = ..., received: _Optional[bool] = ...) -> None: ...
+    retry_of: _containers.RepeatedScalarFieldContainer[int]
+    receiver_incarnation: int
+    def __init__(self, step_id: _Optional[int] = ..., rendezvous_key: _Optional[str] = ..., request_id: _Optional[int] = ..., received: _Optional[bool] = ..., retry_of: _Optional[_Iterable[int]] = ..., receiver_incarnation: _Optional[int] = ...) -> None: ...
+
+class ConfirmReceivedRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    def __init__(self, request_id: _Optional[int] = ...) -> None: ...
+
+class ConfirmReceivedResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class CancelRecvTensorRequest(_message.Message):
     __slots__ = ("request_id",)
