@@ -130,6 +130,21 @@ def test_blocks_of_this_task_to_itself(pair, step):
     handle.wait(60)
 
 
+def test_blocks_of_this_task_s_own_are_in_their_rows_before_the_send_is_done(pair, step):
+    """A thread waits for the send's handle and overwrites the blocks the moment it is
+    done: the rows recv_blocks filled hold the blocks as they were sent (each was copied
+    into its row before its send counted as delivered)."""
+    sent = paged(32, (1 << 18,), "uint8", 3)
+    want = sent.copy()
+    handle = pair.worker.send_blocks("overwritten", sent, pair.WORKER, step)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        overwrite = pool.submit(lambda: (handle.wait(60), sent.fill(0xA5)))
+        out = np.zeros_like(sent)
+        assert pair.worker.recv_blocks("overwritten", pair.WORKER, out, step, timeout=60) == {}
+        overwrite.result(60)
+    assert same(out, want)
+
+
 def test_a_block_kept_after_its_recv_refused_it_is_delivered_once(pair, step):
     """A block of this task's own that a recv took, refused and kept counts as delivered
     once, when a recv keeps it: the batch's handle waits for every block."""

@@ -1,5 +1,6 @@
 #include "protocol/local_recv.h"
 
+#include <cstring>
 #include <utility>
 
 namespace tensorverbs {
@@ -20,6 +21,13 @@ void LocalRecv::on_value(Status status, TensorValue value) {
     caller.swap(caller_);
   }
   if (caller) {
+    if (status.ok() && destination_ && destination_->data && destination_->fits(value.meta)) {
+      if (value.size()) std::memcpy(destination_->data, value.data, value.size());
+      value.data = destination_->data;
+      value.keepalive = destination_->keepalive;
+      value.region = nullptr;  // (the sender's bytes' registration)
+      value.borrowed = true;
+    }
     // this task received its own tensor; the ticket goes with its delivery (a value its
     // recv gives back, kept for another, is not delivered twice: one part of a batch's ticket)
     if (std::shared_ptr<SendTicket> ticket = std::exchange(value.ticket, nullptr)) ticket->deliver();

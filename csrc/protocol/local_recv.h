@@ -3,17 +3,23 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "protocol/local_table.h"
 #include "protocol/pending_recv.h"
+#include "protocol/tensor_landing.h"
 
 namespace tensorverbs {
 
 class LocalRecv : public PendingRecv, public std::enable_shared_from_this<LocalRecv> {
  public:
-  LocalRecv(LocalTable& table, StepKey key, std::string what, std::shared_ptr<RecvCallback> caller)
-      : table_(table), key_(std::move(key)), what_(std::move(what)), caller_(std::move(caller)) {}
+  // A tensor that fits `destination` is copied there before its send counts as delivered:
+  // the sender may reuse its bytes once it does.
+  LocalRecv(LocalTable& table, StepKey key, std::string what, std::shared_ptr<RecvCallback> caller,
+            std::optional<RecvDestination> destination = std::nullopt)
+      : table_(table), key_(std::move(key)), what_(std::move(what)), caller_(std::move(caller)),
+        destination_(std::move(destination)) {}
 
   // Asks the table; the caller is answered now if the tensor (or the step's abort) is there.
   void start();
@@ -35,6 +41,7 @@ class LocalRecv : public PendingRecv, public std::enable_shared_from_this<LocalR
   std::mutex mu_;
   std::shared_ptr<RecvCallback> caller_;
   LocalTable::Waiter waiter_;
+  const std::optional<RecvDestination> destination_;
 };
 
 }  // namespace tensorverbs

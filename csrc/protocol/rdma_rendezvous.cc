@@ -286,7 +286,7 @@ std::shared_ptr<PendingRecv> RdmaRendezvous::recv(std::int64_t step, std::int32_
                            std::to_string(step);
   std::shared_ptr<PendingRecv> recv;
   if (src == task()) {
-    auto local = std::make_shared<LocalRecv>(table_, key, what, caller);
+    auto local = std::make_shared<LocalRecv>(table_, key, what, caller, std::move(destination));
     (void)recvs_.track(local);  // no tensor of this task's own comes late
     add_deadline(timeout, local);
     local->start();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "protocol/rdma_rendezvous.h"
+#include "protocol/send_completion.h"
 #include "rendezvous_pair.h"
 
 namespace tensorverbs {
@@ -16,6 +17,25 @@ namespace {
 using namespace rendezvous_testing;
 
 class LandingPair : public RendezvousPair {};
+
+TEST_P(LandingPair, ATasksOwnTensorIsInTheDestinationBeforeItsSendIsDone) {
+  // the sender may reuse its bytes once its send is done: they were copied by then
+  TensorValue sent = floats(1000, 0.5f);
+  const TensorValue want = sent;  // (the sender's bytes)
+  auto ledger = std::make_shared<SendLedger>();
+  sent.ticket = ledger->open("'own'");
+  std::shared_ptr<SendCompletion> completion = sent.ticket->completion();
+  const RecvDestination destination = zeros(1000, {1000});
+  ASSERT_TRUE(worker_->send(4, kWorker, "own", std::move(sent)).ok());
+  auto waiting = std::make_shared<Waiting>();
+  worker_->recv(4, kWorker, "own", 60, waiting, destination);
+  RecvResult got = waiting->get();
+  ASSERT_TRUE(got.status.ok()) << got.status.message();
+  ASSERT_TRUE(completion->wait(60));
+  EXPECT_EQ(got.value.data, destination.data);
+  EXPECT_TRUE(got.value.borrowed);
+  EXPECT_TRUE(same(got.value, want));
+}
 
 TEST_P(LandingPair, ATensorThatFitsLandsInTheDestination) {
   // inline, through the pool below kRegisterFrom, registered from it on (over TCP)
