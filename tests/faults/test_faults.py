@@ -10,7 +10,7 @@ import pytest
 
 import tensorverbs as tv
 from tensorverbs.local_cluster import pattern, same
-from tensorverbs.rpc.options import LIVENESS_SECONDS as LIVENESS
+from tensorverbs.rpc.options import KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS, LIVENESS_SECONDS as LIVENESS
 
 from nft import unavailable_reason
 from two_hosts import Hosts, wait_until
@@ -100,3 +100,34 @@ def test_a_partition_fails_pending_recvs_then_the_same_processes_reconnect(hosts
     time.sleep(max(0.0, cut + LIVENESS + 1 - time.monotonic()))  # the partition outlasts liveness
     hosts.faults.heal()
     hosts.train(3)
+
+
+def test_a_partition_while_tensors_stream_delivers_each_exactly_once(hosts_healed: Hosts) -> None:
+    """The link is cut while 200 tensors stream to the worker, for longer than the keepalive
+    takes to break the connections (so that tensors that arrived whole lose their
+    confirmation with them), then healed: each tensor reaches the worker once: a recv that
+    failed gets it when asked again, the ps's flush sees every send delivered, and none
+    comes a second time."""
+    hosts = hosts_healed
+    hosts.train(1)
+    step, count = next(hosts.steps), 200
+    hosts.ps.call("run", "training:send_many", step, count, NBYTES)
+    futures = [hosts.worker.recv_async(f"t{i}", source=PS, step_id=step, timeout=PENDING_TIMEOUT)
+               for i in range(count)]
+    wait_until(lambda: any(f.done() for f in futures), SLACK, "a first tensor's arrival")
+    hosts.faults.cut()
+    try:  # a fault of a set length: past the keepalive's ping and its timeout
+        time.sleep((KEEPALIVE_MS + KEEPALIVE_TIMEOUT_MS) / 1000 + 1)
+    finally:
+        hosts.faults.heal()
+    failed = []
+    for i, fut in enumerate(futures):
+        try:
+            assert same(fut.result(timeout=PENDING_TIMEOUT + SLACK), pattern(NBYTES, i)), f"t{i}"
+        except tv.UnavailableError:
+            failed.append(i)
+    for i in failed:
+        assert same(hosts.worker.recv(f"t{i}", PS, step, timeout=PENDING_TIMEOUT), pattern(NBYTES, i)), f"t{i}"
+    hosts.ps.call("flush", PENDING_TIMEOUT)
+    again = hosts.worker.recv_many([(f"t{i}", PS, step) for i in range(count)], timeout=1, return_exceptions=True)
+    assert [i for i, r in enumerate(again) if not isinstance(r, tv.DeadlineExceededError)] == []

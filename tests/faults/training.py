@@ -40,3 +40,10 @@ def worker_step(server, step: int, timeout: float) -> None:
         _check(f"weight w{i}", step, fut.result(), nbytes, _seed(1, step, i))
     for i, nbytes in enumerate(SIZES):
         server.send(f"g{i}", pattern(nbytes, _seed(2, step, i)), to=PS, step_id=step)
+
+
+def send_many(server, step: int, count: int, nbytes: int) -> int:
+    """Send ``t0``.. ``t<count-1>`` to the worker, tensor i being ``pattern(nbytes, i)``."""
+    for i in range(count):
+        server.send(f"t{i}", pattern(nbytes, i), to=WORKER, step_id=step)
+    return count

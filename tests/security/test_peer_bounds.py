@@ -240,3 +240,13 @@ def test_a_second_recv_tensor_call_under_a_request_id_in_use_is_refused(worker):
     with pytest.raises(grpc.RpcError) as cancelled:
         list(first)
     assert cancelled.value.code() == grpc.StatusCode.CANCELLED, cancelled.value.details()
+
+
+def test_a_settle_call_of_too_many_calls_is_refused(worker):
+    _, channel = worker
+    settle = channel.unary_unary(method("SettleRecvTensors"),
+                                 request_serializer=pb.SettleRecvTensorsRequest.SerializeToString)
+    with pytest.raises(grpc.RpcError) as refused:
+        settle(pb.SettleRecvTensorsRequest(taken=range(service.MAX_SETTLED), dropped=[1]), timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert f"at most {service.MAX_SETTLED}" in refused.value.details()

@@ -130,10 +130,11 @@ def _read_and_hold(address: str, credential: str, certs, request: bytes, conn) -
     threading.Event().wait()
 
 
-def test_a_task_cannot_confirm_a_tensor_sent_to_another(job, intruder, step):
-    """Worker 0 (raw calls, in a process of its own) has a tensor written whole to it and
-    does not confirm it in its call. Worker 1's ConfirmReceived of that call changes
-    nothing; worker 0's own confirms it: once its call ends, the tensor is delivered."""
+def test_a_task_cannot_settle_a_tensor_sent_to_another(job, intruder, step):
+    """Worker 0 (raw calls, in a process of its own) has a tensor on its way to it and does
+    not confirm it in its call: the ps holds it. Worker 1's word on that call (taken or
+    dropped) changes nothing; worker 0's own settles it: once its call ends, the tensor
+    is delivered, not back in the table."""
     if job.protocol != "grpc":
         pytest.skip("only the grpc protocol's RecvTensor calls confirm tensors")
     job.ps.send_pattern("t", WORKER, step, NBYTES, seed=7)
@@ -148,12 +149,12 @@ def test_a_task_cannot_confirm_a_tensor_sent_to_another(job, intruder, step):
     try:
         assert ours.poll(60) and ours.recv() == "read"
         deadline = time.monotonic() + 30
-        while job.ps.stats()["tensors_unconfirmed"] < 1:  # (it fits the flow-control window)
-            assert time.monotonic() < deadline, "the ps never wrote the tensor whole"
+        while job.ps.stats()["tensors_unconfirmed"] < 1:
+            assert time.monotonic() < deadline, "the ps never held the tensor"
             time.sleep(0.01)  # (a condition, polled)
-        assert intruder.call("ConfirmReceived", pb.ConfirmReceivedRequest(request_id=11)) is None
-        assert job.ps.stats()["tensors_unconfirmed"] == 1
-        assert owner.call("ConfirmReceived", pb.ConfirmReceivedRequest(request_id=11)) is None
+        assert intruder.call("SettleRecvTensors", pb.SettleRecvTensorsRequest(taken=[11], dropped=[11])) is None
+        assert job.ps.stats()["tensors_unconfirmed"] == 1 and job.ps.pending() == (0, 0)
+        assert owner.call("SettleRecvTensors", pb.SettleRecvTensorsRequest(taken=[11])) is None
         assert job.ps.stats()["tensors_unconfirmed"] == 0
     finally:
         owner.close()

@@ -108,11 +108,11 @@ class LocalTable:
     def requeue(self, step_id: int, key: RendezvousKey, value: Value) -> None:
         """Give back a value a recv took but could not deliver (its requester went away):
         it is matched again before any later send of the same key. Dropped if the step
-        was aborted meanwhile."""
+        was aborted meanwhile (its send fails with the abort's error)."""
         try:
             self._offer(step_id, key, value, first=True)
-        except TensorverbsError:
-            pass
+        except TensorverbsError as error:
+            _fail_sends({key.matching: collections.deque([value])}, error)
 
     def _offer(self, step_id: int, key: RendezvousKey, value: Value, first: bool) -> None:
         match = key.matching

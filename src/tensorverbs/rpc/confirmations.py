@@ -1,13 +1,15 @@
-"""The sender's side of a RecvTensor call (the "grpc" protocol) from its start until its
-receiver confirms the tensor, and of a tensor whose confirmation the connection lost.
+"""The sender's side of a RecvTensor call (the "grpc" protocol): the calls in progress,
+and the tensors held for their receivers' word.
 
-A tensor written whole may have reached its receiver, or not: once the call's connection
-broke, only the receiver knows (a receiver that ends the call itself without confirming,
-or dies, gets the tensor given back: see :meth:`Confirmations.refuse`). Such a tensor is held apart, neither delivered nor given
-back to the table, until the receiver tells: ConfirmReceived (it arrived), a call made
-again that names this one (it did not), or a call from another incarnation of the
-receiver (the process that may have taken it is gone). Giving it back at once would
-deliver it twice; delivering it would lose it. All methods run on the task's event loop.
+From its first byte on its way, a tensor may reach its receiver or not, and once the
+call's connection broke only the receiver knows which. So the sender holds it, neither
+delivered nor back in its table, until the receiver tells: taken (the confirmation in
+the call, or SettleRecvTensors), dropped (SettleRecvTensors, or a call made again that
+names the call in ``retry_of``), or a call from another incarnation of the receiver (the
+process that may have read it is gone). How the call ended decides nothing: gRPC ends
+a handler the same way whether its receiver went away on purpose or its connection
+broke. Giving the tensor back on a guess would deliver it twice; delivering it would
+lose it. All methods run on the task's event loop.
 """
 from __future__ import annotations
 
@@ -25,14 +27,13 @@ GiveBack = Callable[[int, RendezvousKey, Value, int], None]
 class _Call:
     """A RecvTensor call in progress."""
 
-    incarnation: int       # of its receiver
-    abandoned: bool = False  # a call made again named it: its tensor goes back when written
-    confirmed: bool = False  # ConfirmReceived came before the call wrote its tensor whole
+    incarnation: int        # of its receiver
+    dropped: bool = False   # its receiver's word came first: it ended without its tensor
 
 
 @dataclasses.dataclass
-class _Written:
-    """A tensor written whole, not confirmed."""
+class _Held:
+    """A tensor on its way, or arrived, awaiting its receiver's word."""
 
     step_id: int
     key: RendezvousKey
@@ -42,80 +43,95 @@ class _Written:
 
 
 class Confirmations:
-    """The calls in progress, and the tensors written whole awaiting their receiver's word,
-    per receiver (a task name) and request id (the receiver's choice)."""
+    """The calls in progress and the tensors held, per receiver (a task name) and request
+    id (the receiver's choice)."""
 
     def __init__(self, give_back: GiveBack) -> None:
         self._give_back = give_back
         self._calls: dict[tuple[str, int], _Call] = {}
-        self._written: dict[str, dict[int, _Written]] = {}
+        self._held: dict[str, dict[int, _Held]] = {}
+        # the latest incarnation of each receiver with calls in progress or tensors held,
+        # and how many calls it has in progress
+        self._incarnation: dict[str, int] = {}
+        self._calls_of: dict[str, int] = {}
 
     def __len__(self) -> int:
         """How many tensors await their receiver's word."""
-        return sum(len(of) for of in self._written.values())
+        return sum(len(of) for of in self._held.values())
 
-    def running(self, receiver: str, request_id: int) -> bool:
-        """Whether ``receiver``'s call ``request_id`` is in progress."""
-        return (receiver, request_id) in self._calls
+    def in_use(self, receiver: str, request_id: int) -> bool:
+        """Whether ``receiver``'s request id names a call in progress or a tensor held."""
+        return (receiver, request_id) in self._calls or request_id in self._held.get(receiver, {})
 
     def begin(self, receiver: str, request_id: int, incarnation: int, retry_of: Iterable[int]) -> None:
-        """A call starts. Its receiver's tensors held for another incarnation go back, and so
-        do those of the calls it is made again for (``retry_of``), now or once written."""
-        held = self._written.get(receiver, {})
-        for earlier_id in [i for i, w in held.items() if w.incarnation != incarnation]:
-            self._back(receiver, earlier_id)
-        for earlier_id in retry_of:
-            earlier = self._calls.get((receiver, earlier_id))
-            if earlier is not None:
-                earlier.abandoned = True
-            self._back(receiver, earlier_id)
+        """A call starts. What is held for another incarnation of its receiver goes back,
+        and so does what is held for the calls it is made again for (``retry_of``)."""
         self._calls[(receiver, request_id)] = _Call(incarnation)
+        self._calls_of[receiver] = self._calls_of.get(receiver, 0) + 1
+        if self._incarnation.get(receiver) != incarnation:
+            self._incarnation[receiver] = incarnation
+            held = self._held.get(receiver, {})
+            for earlier_id in [i for i, h in held.items() if h.incarnation != incarnation]:
+                self._back(receiver, earlier_id)
+        for earlier_id in retry_of:
+            if earlier_id != request_id:
+                self.drop(receiver, earlier_id)
 
-    def written(self, receiver: str, request_id: int, step_id: int, key: RendezvousKey, value: Value,
-                nbytes: int) -> None:
-        """The call wrote ``value`` whole: held until its receiver confirms it."""
+    def hold(self, receiver: str, request_id: int, step_id: int, key: RendezvousKey, value: Value,
+             nbytes: int) -> bool:
+        """The call is about to write ``value``: held from now on. False (and not held)
+        when its receiver has dropped the call, or restarted since it made it."""
         call = self._calls[(receiver, request_id)]
-        if call.confirmed:
-            value.delivered()
-        elif call.abandoned:
-            self._give_back(step_id, key, value, nbytes)
-        else:
-            self._written.setdefault(receiver, {})[request_id] = _Written(step_id, key, value, nbytes,
-                                                                           call.incarnation)
+        if call.dropped or self._incarnation.get(receiver) != call.incarnation:
+            return False
+        self._held.setdefault(receiver, {})[request_id] = _Held(step_id, key, value, nbytes, call.incarnation)
+        return True
 
     def end(self, receiver: str, request_id: int) -> None:
-        """The call ended (however): a tensor it wrote whole stays held."""
-        self._calls.pop((receiver, request_id), None)
+        """The call ended (however): what it holds stays held."""
+        if self._calls.pop((receiver, request_id), None) is None:
+            return
+        left = self._calls_of[receiver] - 1
+        if left:
+            self._calls_of[receiver] = left
+        else:
+            del self._calls_of[receiver]
+            self._forget(receiver)
 
     def confirm(self, receiver: str, request_id: int) -> None:
-        """The receiver has the call's tensor (idempotent; an unknown call is ignored)."""
-        written = self._pop(receiver, request_id)
-        if written is not None:
-            written.value.delivered()
-            return
+        """The receiver took the call's tensor (idempotent; an unknown call is ignored)."""
+        held = self._pop(receiver, request_id)
+        if held is not None:
+            held.value.delivered()
+
+    def drop(self, receiver: str, request_id: int) -> None:
+        """The call ended without its tensor: what it holds goes back (idempotent)."""
         call = self._calls.get((receiver, request_id))
         if call is not None:
-            call.confirmed = True
-
-    def refuse(self, receiver: str, request_id: int) -> None:
-        """The receiver ended the call without confirming its tensor: it goes back."""
+            call.dropped = True
         self._back(receiver, request_id)
 
     def receivers_of(self, request_id: int) -> set[str]:
         """The receivers with a call ``request_id`` (for a server that takes the caller's word)."""
         return ({receiver for receiver, i in self._calls if i == request_id}
-                | {receiver for receiver, of in self._written.items() if request_id in of})
+                | {receiver for receiver, of in self._held.items() if request_id in of})
 
     def _back(self, receiver: str, request_id: int) -> None:
-        written = self._pop(receiver, request_id)
-        if written is not None:
-            self._give_back(written.step_id, written.key, written.value, written.nbytes)
+        held = self._pop(receiver, request_id)
+        if held is not None:
+            self._give_back(held.step_id, held.key, held.value, held.nbytes)
 
-    def _pop(self, receiver: str, request_id: int) -> _Written | None:
-        of = self._written.get(receiver)
+    def _pop(self, receiver: str, request_id: int) -> _Held | None:
+        of = self._held.get(receiver)
         if of is None:
             return None
-        written = of.pop(request_id, None)
+        held = of.pop(request_id, None)
         if not of:
-            del self._written[receiver]
-        return written
+            del self._held[receiver]
+            self._forget(receiver)
+        return held
+
+    def _forget(self, receiver: str) -> None:
+        """Forget ``receiver``'s incarnation once it has no call and nothing held."""
+        if receiver not in self._calls_of and receiver not in self._held:
+            self._incarnation.pop(receiver, None)

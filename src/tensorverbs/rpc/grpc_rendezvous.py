@@ -2,11 +2,12 @@
 
 A call whose connection broke (an outage) is made again once the sender answers as the
 same incarnation within the reconnect window (:meth:`Peers.answers_again`), after
-withdrawing the first request: the sender keeps a tensor until its receiver confirms it,
-so the tensor comes with the new call, which names the broken ones. A tensor that
-arrived whole on a call that then broke is confirmed again once the sender answers
-(ConfirmReceived): the sender neither keeps it nor serves it twice. A sender that does
-not answer again is gone: the recv fails with UnavailableError naming it.
+withdrawing the first request: the sender holds a tensor until its receiver's word on
+the call, so the tensor comes with the new call, which names the broken ones. A call
+that did not end as the sender's answer to it leaves this task owing the sender its word
+on it (:mod:`.receipts`): taken, if its tensor arrived whole, else dropped; so the
+sender neither keeps a tensor nor serves it twice. A sender that does not answer again
+is gone: the recv fails with UnavailableError naming it.
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from ..rendezvous.recv_call import PendingRecv, RecvCall
 from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from . import tensorverbs_pb2 as pb
 from .errors import connection_broke, from_rpc_error
-from .options import RECONNECT_SECONDS
+from .options import SERVICE_ERROR
 from .peers import protocol_mismatch
+from .receipts import Receipts
 from .tensor_stream import read_tensor
 
 if TYPE_CHECKING:
@@ -84,7 +86,12 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
 
     def __init__(self, runtime: "TaskRuntime", options: ProtocolOptions) -> None:
         super().__init__(runtime, options)
-        self._confirming: set[asyncio.Task] = set()  # (held: the loop keeps tasks weakly)
+        self.receipts = Receipts(runtime.peers)
+        self._ending: set[asyncio.Task] = set()  # (held: the loop keeps tasks weakly)
+
+    def stop(self) -> None:
+        super().stop()
+        self.rt.loop.submit(self.receipts.close())  # (before the channels close, on the same loop)
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
         op = _GrpcRecv(self, call.key)
@@ -143,33 +150,34 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
             request_id=op.request_id, retry_of=op.retry_of, receiver_incarnation=self.rt.incarnation)
         rpc = self.rt.peers.peer(call.key.src).recv_tensor()
         op.requested = True
-        await rpc.write(request)
-        value, nbytes = await read_tensor(rpc, self.options.rdma_config.max_tensor_bytes,
-                                          lambda: setattr(op, "streaming", True), call.out)
+        try:
+            await rpc.write(request)
+            value, nbytes = await read_tensor(rpc, self.options.rdma_config.max_tensor_bytes,
+                                              lambda: setattr(op, "streaming", True), call.out)
+        except BaseException:
+            self._ended(rpc, call.key.src, incarnation, op.request_id, taken=False)
+            raise
         try:
             await rpc.write(pb.RecvTensorRequest(received=True))  # the sender may forget it
             await rpc.done_writing()
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            pass  # the call broke: confirmed again below
-        confirming = asyncio.ensure_future(self._confirm(rpc, call.key.src, incarnation, op.request_id))
-        self._confirming.add(confirming)
-        confirming.add_done_callback(self._confirming.discard)
+            pass  # the call broke: the word is owed (below)
+        self._ended(rpc, call.key.src, incarnation, op.request_id, taken=True)
         return value, nbytes
 
-    async def _confirm(self, rpc, sender, incarnation: int, request_id: int) -> None:
-        """Once the call of a tensor that arrived whole ended: if it ended otherwise than
-        OK, the sender may not have read the confirmation; confirm it again once the sender
-        answers (ConfirmReceived), while it stays the same incarnation."""
-        if await rpc.code() == grpc.StatusCode.OK:
-            return
-        peers = self.rt.peers
-        for _ in range(MAX_RECONNECTS + 1):
-            if await peers.answers_again(sender, incarnation) is not None:
-                return  # it is gone, and the tensor with it
-            try:
-                await peers.peer(sender).confirm_received(pb.ConfirmReceivedRequest(request_id=request_id),
-                                                          timeout=RECONNECT_SECONDS)
-                return
-            except grpc.aio.AioRpcError as exc:
-                if not connection_broke(exc):
-                    return
+    def _ended(self, rpc, sender, incarnation: int, request_id: int, taken: bool) -> None:
+        """Once the call ``request_id`` is over (ended here if it is not ``taken``): unless
+        it ended as the sender's answer to it, owe the sender the word on it."""
+        if not taken:
+            rpc.cancel()
+        ending = asyncio.ensure_future(self._owe(rpc, sender, incarnation, request_id, taken))
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
+
+    async def _owe(self, rpc, sender, incarnation: int, request_id: int, taken: bool) -> None:
+        code = await rpc.code()
+        if taken and code == grpc.StatusCode.OK:
+            return  # the sender read the confirmation
+        if not taken and tuple(SERVICE_ERROR) in [tuple(item) for item in (await rpc.trailing_metadata() or ())]:
+            return  # the sender ended it: it holds nothing for it
+        self.receipts.owe(sender, incarnation, request_id, taken)

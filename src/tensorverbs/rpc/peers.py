@@ -89,10 +89,10 @@ class Peer:
             method("CancelRecvTensor"),
             request_serializer=pb.CancelRecvTensorRequest.SerializeToString,
             response_deserializer=pb.CancelRecvTensorResponse.FromString), token, caller)
-        self.confirm_received = authorize(self.channel.unary_unary(
-            method("ConfirmReceived"),
-            request_serializer=pb.ConfirmReceivedRequest.SerializeToString,
-            response_deserializer=pb.ConfirmReceivedResponse.FromString), token, caller)
+        self.settle_recv_tensors = authorize(self.channel.unary_unary(
+            method("SettleRecvTensors"),
+            request_serializer=pb.SettleRecvTensorsRequest.SerializeToString,
+            response_deserializer=pb.SettleRecvTensorsResponse.FromString), token, caller)
         self.release_shared_tensor = authorize(self.channel.unary_unary(
             method("ReleaseSharedTensor"),
             request_serializer=pb.ReleaseSharedTensorRequest.SerializeToString,

@@ -1,11 +1,11 @@
-"""The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor, ConfirmReceived,
+"""The gRPC server of a task: GetStatus, GetRemoteAddress, RecvTensor, SettleRecvTensors,
 ReleaseSharedTensor, GetRemoteAccess, GetHeldTensors and grpc.health.v1 (its watches
 capped, :mod:`.health`).
 
 RecvTensor is the sender side of the "grpc" data path: it matches the request against
 the local table (waiting if the tensor is not sent yet) and streams the tensor back; one
-receiver may have at most MAX_WAITING_CALLS calls waiting here. A tensor written whole
-is the receiver's once it confirms it (:mod:`.confirmations`).
+receiver may have at most MAX_WAITING_CALLS calls waiting here. A tensor on its way is
+held until its receiver's word on the call (:mod:`.confirmations`).
 GetRemoteAddress is answered by the verbs protocol when the task runs "grpc+verbs";
 GetRemoteAccess by the task's one-sided buffers (:mod:`tensorverbs.one_sided`); the gRPC
 layer knows nothing of verbs beyond those messages. With a job token, a call without it
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 MAX_WAITING_CALLS = 65536
 #: the most earlier calls a RecvTensor call may be made again for (retry_of)
 MAX_RETRY_OF = 16
+#: the most calls one SettleRecvTensors settles (taken and dropped together)
+MAX_SETTLED = 2048
 #: answers GetRemoteAddress, on the event loop
 SetupHandler = Callable[[pb.GetRemoteAddressRequest], Awaitable[pb.GetRemoteAddressResponse]]
 #: answers GetRemoteAccess, on the event loop
@@ -144,7 +146,7 @@ class Servicer:
         if error is None and len(request.retry_of) > MAX_RETRY_OF:
             error = InvalidArgumentError(f"a RecvTensor call made again for {len(request.retry_of)} earlier "
                                          f"calls: at most {MAX_RETRY_OF}")
-        if error is None and self.confirmations.running(*waiting):
+        if error is None and self.confirmations.in_use(*waiting):
             error = InvalidArgumentError(f"{receiver} has a RecvTensor call {request.request_id} at "
                                          f"{self.rt.task} already")
         if error is not None:
@@ -169,7 +171,7 @@ class Servicer:
 
         self._waiting[waiting] = withdraw
         self._waiting_of[receiver] = self._waiting_of.get(receiver, 0) + 1
-        value, counted, nbytes = None, 0, 0
+        value, counted, nbytes, held = None, 0, 0, False
         try:
             try:
                 value = await arrived
@@ -177,25 +179,25 @@ class Servicer:
                 self._stop_waiting(waiting)
             nbytes, messages = tensor_messages(value)
             counted = self._count_sent(1, nbytes)  # before the receiver can see it
+            if not self.confirmations.hold(receiver, request.request_id, step_id, key, value, nbytes):
+                raise CancelledError(f"{receiver} ended its call for {key.name!r}, or restarted")
+            held, value = True, None  # from its first byte on, the receiver's word decides
             async for message in messages:
                 yield message
-            # written whole: the receiver's from now on, once it confirms
-            self.confirmations.written(receiver, request.request_id, step_id, key, value, nbytes)
-            value = None
             confirmed = await calls.__anext__()
             if not confirmed.received:
                 raise InternalError(f"the receiver of {key.name!r} sent a second request")
             self.confirmations.confirm(*waiting)
-        except StopAsyncIteration:  # the receiver closed the call without confirming
+        except StopAsyncIteration:  # the call ended: its tensor is held for the receiver's word
+            pass
+        except Exception as exc:  # the call ends with the error: a tensor taken goes back
             self._untake(step_id, key, value, counted, nbytes)
-            self.confirmations.refuse(*waiting)
-        except Exception as exc:  # the call ends with the error; a tensor taken goes back
-            self._untake(step_id, key, value, counted, nbytes)
-            self.confirmations.refuse(*waiting)
+            if held:  # (the receiver learns that it does not have it from the error)
+                self.confirmations.drop(*waiting)
             await _abort(context, as_error(exc, f"sending {key.name!r} to {key.dst}"))
         except (asyncio.CancelledError, GeneratorExit):
-            # the requester went away: a value taken for it and not written whole goes
-            # back to the table (one written whole awaits the receiver's word)
+            # the requester went away: a value taken for it and not on its way goes back to
+            # the table (one on its way is held for the receiver's word)
             if not counted and arrived.done() and not arrived.cancelled() and not arrived.exception():
                 value = arrived.result()
             if value is not None:
@@ -224,7 +226,7 @@ class Servicer:
             self.rt.table.requeue(step_id, key, value)
 
     def _give_back(self, step_id: int, key, value, nbytes: int) -> None:
-        """A tensor written whole, that its receiver did not take, goes back to the table."""
+        """A tensor held for its receiver, which did not take it, goes back to the table."""
         self._untake(step_id, key, value, 1, nbytes)
 
     def _count_sent(self, sign: int, nbytes: int) -> int:
@@ -246,15 +248,18 @@ class Servicer:
                 withdraw()
         return pb.CancelRecvTensorResponse()
 
-    async def confirm_received(self, request: pb.ConfirmReceivedRequest,
-                               context) -> pb.ConfirmReceivedResponse:
-        # a caller confirms only its own calls (on an open server, whoever claims them)
+    async def settle_recv_tensors(self, request: pb.SettleRecvTensorsRequest,
+                                  context) -> pb.SettleRecvTensorsResponse:
+        if len(request.taken) + len(request.dropped) > MAX_SETTLED:
+            await _abort(context, InvalidArgumentError(
+                f"SettleRecvTensors of {len(request.taken) + len(request.dropped)} calls: at most {MAX_SETTLED}"))
+        # a caller settles only its own calls (on an open server, whoever claims them)
         callers = self.identity.callers(context)
-        if callers is None:
-            callers = self.confirmations.receivers_of(request.request_id)
-        for caller in callers:
-            self.confirmations.confirm(caller, request.request_id)
-        return pb.ConfirmReceivedResponse()
+        for ids, settle in ((request.taken, self.confirmations.confirm), (request.dropped, self.confirmations.drop)):
+            for request_id in ids:
+                for caller in callers if callers is not None else self.confirmations.receivers_of(request_id):
+                    settle(caller, request_id)
+        return pb.SettleRecvTensorsResponse()
 
     async def release_shared_tensor(self, request: pb.ReleaseSharedTensorRequest,
                                     context) -> pb.ReleaseSharedTensorResponse:
@@ -300,9 +305,9 @@ class Servicer:
             "CancelRecvTensor": grpc.unary_unary_rpc_method_handler(
                 self.cancel_recv_tensor, request_deserializer=pb.CancelRecvTensorRequest.FromString,
                 response_serializer=pb.CancelRecvTensorResponse.SerializeToString),
-            "ConfirmReceived": grpc.unary_unary_rpc_method_handler(
-                self.confirm_received, request_deserializer=pb.ConfirmReceivedRequest.FromString,
-                response_serializer=pb.ConfirmReceivedResponse.SerializeToString),
+            "SettleRecvTensors": grpc.unary_unary_rpc_method_handler(
+                self.settle_recv_tensors, request_deserializer=pb.SettleRecvTensorsRequest.FromString,
+                response_serializer=pb.SettleRecvTensorsResponse.SerializeToString),
             "ReleaseSharedTensor": grpc.unary_unary_rpc_method_handler(
                 self.release_shared_tensor,
                 request_deserializer=pb.ReleaseSharedTensorRequest.FromString,

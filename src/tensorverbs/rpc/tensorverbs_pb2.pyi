@@ -135,13 +135,15 @@ class RecvTensorRequest(_message.Message):
     receiver_incarnation: int
     def __init__(self, step_id: _Optional[int] = ..., rendezvous_key: _Optional[str] = ..., request_id: _Optional[int] = ..., received: _Optional[bool] = ..., retry_of: _Optional[_Iterable[int]] = ..., receiver_incarnation: _Optional[int] = ...) -> None: ...
 
-class ConfirmReceivedRequest(_message.Message):
-    __slots__ = ("request_id",)
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    request_id: int
-    def __init__(self, request_id: _Optional[int] = ...) -> None: ...
+class SettleRecvTensorsRequest(_message.Message):
+    __slots__ = ("taken", "dropped")
+    TAKEN_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    taken: _containers.RepeatedScalarFieldContainer[int]
+    dropped: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, taken: _Optional[_Iterable[int]] = ..., dropped: _Optional[_Iterable[int]] = ...) -> None: ...
 
-class ConfirmReceivedResponse(_message.Message):
+class SettleRecvTensorsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
