@@ -160,8 +160,8 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
         try:
             await rpc.write(pb.RecvTensorRequest(received=True))  # the sender may forget it
             await rpc.done_writing()
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            pass  # the call broke: the word is owed (below)
+        except Exception:  # (AioRpcError, InvalidStateError, gRPC's ExecuteBatchError: however the
+            pass           # call broke, the tensor is this task's; the word is owed, below)
         self._ended(rpc, call.key.src, incarnation, op.request_id, taken=True)
         return value, nbytes
 
