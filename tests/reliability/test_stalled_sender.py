@@ -71,6 +71,8 @@ def test_a_stalled_sender_delivers_each_tensor_once(past):
         assert ps.stats()["tensors_sent"] == COUNT
         again = server.recv_many([(f"t{i}", PS, 5) for i in range(COUNT)], timeout=1, return_exceptions=True)
         assert all(isinstance(result, tv.DeadlineExceededError) for result in again)
+        # and the receiver, its words settled, makes no more calls to settle them
+        _wait_for(lambda: server._rendezvous.receipts.idle(), "the receiver's words settling")
     finally:
         server.stop()
         ps.stop()
@@ -78,7 +80,7 @@ def test_a_stalled_sender_delivers_each_tensor_once(past):
 
 def test_a_receiver_restarted_during_the_stall_gets_every_tensor_it_did_not_confirm():
     """The receiver is killed while its sender is stalled (its connection broken, tensors
-    written whole to it unconfirmed); the restarted receiver, another incarnation, gets
+    on their way to it held there); the restarted receiver, another incarnation, gets
     every tensor the first did not confirm: the sender's flush sees each delivered."""
     with Cluster({"ps": 1, "worker": 1}, "grpc") as cluster:
         ps, worker = cluster[PS], cluster[WORKER]

@@ -97,3 +97,27 @@ def test_a_call_of_the_receivers_next_incarnation_takes_back_what_its_last_one_l
     assert ps.stats()["tensors_unconfirmed"] == 0 and ps.pending() == (0, 0)
     ps.flush(timeout=10)
     assert ps.stats()["tensors_sent"] == 1
+
+
+def test_a_held_tensor_given_back_after_its_step_was_cleaned_up_fails_its_send(ps):
+    handle = ps.send("t", pattern(NBYTES, 5), to=WORKER, step_id=7)
+    _read_first_and_end(ps, "t", 7, request_id=26)
+    ps.cleanup_step(7)
+    _settle(ps, dropped=[26])
+    with pytest.raises(tv.AbortedError, match="step 7 was cleaned up"):
+        handle.wait(60)
+    assert ps.pending() == (0, 0)
+    ps.flush(timeout=10)
+
+
+def test_a_late_call_of_a_receivers_earlier_incarnation_is_refused_and_takes_nothing_back(ps):
+    ps.send("t", pattern(NBYTES, 6), to=WORKER, step_id=8)
+    _read_first_and_end(ps, "t", 8, request_id=27, incarnation=5)
+    _read_first_and_end(ps, "t", 8, request_id=28, incarnation=6)  # the next incarnation takes it
+    with pytest.raises(grpc.RpcError) as refused:
+        _read_first_and_end(ps, "t", 8, request_id=29, incarnation=5)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value.details()
+    assert "came late" in refused.value.details()
+    assert ps.stats()["tensors_unconfirmed"] == 1 and ps.pending() == (0, 0)  # still held for incarnation 6
+    _settle(ps, taken=[28])
+    ps.flush(timeout=10)

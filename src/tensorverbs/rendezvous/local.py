@@ -30,6 +30,8 @@ class Value:
     is_dead: bool = False
     #: the send's completion ticket (``_core.SendTicket``): told when the receiver has it
     ticket: Any = None
+    #: when the table took it (its count of sends): a cleanup of its step after that drops it
+    sent: int = 0
 
     def delivered(self) -> None:
         """The receiver has the tensor: the send is complete (once: the ticket goes with it,
@@ -38,6 +40,14 @@ class Value:
         ticket, self.ticket = self.ticket, None
         if ticket is not None:
             ticket.deliver()
+
+
+#: how many steps' cleanups the table remembers (for the values given back after one)
+CLEANUPS_KEPT = 4096
+
+
+def _cleaned_up(step_id: int) -> AbortedError:
+    return AbortedError(f"step {step_id} was cleaned up before its receiver took it")
 
 
 def _fail_sends(items: dict[Hashable, collections.deque[Value]], error: TensorverbsError) -> None:
@@ -89,6 +99,10 @@ class LocalTable:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._steps: dict[int, _Step] = {}
+        self._sends = 0  # values offered so far
+        # step -> the count of sends at its last cleanup (the latest CLEANUPS_KEPT): a value
+        # sent before, given back after, is dropped with the step
+        self._cleaned: collections.OrderedDict[int, int] = collections.OrderedDict()
 
     def _step(self, step_id: int) -> _Step:
         step = self._steps.get(step_id)
@@ -107,8 +121,13 @@ class LocalTable:
 
     def requeue(self, step_id: int, key: RendezvousKey, value: Value) -> None:
         """Give back a value a recv took but could not deliver (its requester went away):
-        it is matched again before any later send of the same key. Dropped if the step
-        was aborted meanwhile (its send fails with the abort's error)."""
+        it is matched again before any later send of the same key. Dropped if its step
+        was aborted or cleaned up meanwhile (its send fails with the step's error)."""
+        with self._lock:
+            cleaned = value.sent <= self._cleaned.get(step_id, 0)
+        if cleaned:
+            _fail_sends({key.matching: collections.deque([value])}, _cleaned_up(step_id))
+            return
         try:
             self._offer(step_id, key, value, first=True)
         except TensorverbsError as error:
@@ -117,6 +136,9 @@ class LocalTable:
     def _offer(self, step_id: int, key: RendezvousKey, value: Value, first: bool) -> None:
         match = key.matching
         with self._lock:
+            if not first:  # (a value given back keeps its count)
+                self._sends += 1
+                value.sent = self._sends
             step = self._step(step_id)
             if step.aborted is not None:
                 raise type(step.aborted)(step.aborted.message)
@@ -180,9 +202,12 @@ class LocalTable:
         """Forget the step; its waiting recvs fail with AbortedError."""
         with self._lock:
             step = self._steps.pop(step_id, None)
+            self._cleaned[step_id] = self._sends
+            self._cleaned.move_to_end(step_id)
+            if len(self._cleaned) > CLEANUPS_KEPT:
+                self._cleaned.popitem(last=False)
         if step is not None:
-            _fail_sends(step.items, AbortedError(
-                f"step {step_id} was cleaned up before its receiver took it"))
+            _fail_sends(step.items, _cleaned_up(step_id))
             for queue in step.waiters.values():
                 for waiter in queue:
                     waiter.callback(AbortedError(f"step {step_id} was cleaned up"), None)

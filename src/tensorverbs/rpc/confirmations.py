@@ -13,12 +13,15 @@ lose it. All methods run on the task's event loop.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Callable, Iterable
 
 from ..rendezvous.key import RendezvousKey
 from ..rendezvous.local import Value
 
+#: how many of a receiver's earlier incarnations are remembered (their late calls refused)
+RETIRED_KEPT = 8
 #: gives a tensor back to the table: (step id, key, value, payload bytes)
 GiveBack = Callable[[int, RendezvousKey, Value, int], None]
 
@@ -54,6 +57,7 @@ class Confirmations:
         # and how many calls it has in progress
         self._incarnation: dict[str, int] = {}
         self._calls_of: dict[str, int] = {}
+        self._retired: dict[str, list[int]] = {}  # its incarnations before (the latest RETIRED_KEPT)
 
     def __len__(self) -> int:
         """How many tensors await their receiver's word."""
@@ -63,12 +67,19 @@ class Confirmations:
         """Whether ``receiver``'s request id names a call in progress or a tensor held."""
         return (receiver, request_id) in self._calls or request_id in self._held.get(receiver, {})
 
-    def begin(self, receiver: str, request_id: int, incarnation: int, retry_of: Iterable[int]) -> None:
+    def begin(self, receiver: str, request_id: int, incarnation: int, retry_of: Iterable[int]) -> bool:
         """A call starts. What is held for another incarnation of its receiver goes back,
-        and so does what is held for the calls it is made again for (``retry_of``)."""
+        and so does what is held for the calls it is made again for (``retry_of``). False
+        (the call is not begun) for a call of an incarnation that a later one replaced."""
+        if incarnation in self._retired.get(receiver, ()):
+            return False
         self._calls[(receiver, request_id)] = _Call(incarnation)
         self._calls_of[receiver] = self._calls_of.get(receiver, 0) + 1
-        if self._incarnation.get(receiver) != incarnation:
+        current = self._incarnation.get(receiver)
+        if current != incarnation:
+            if current is not None:
+                retired = self._retired.setdefault(receiver, [])
+                retired[:] = [*retired, current][-RETIRED_KEPT:]
             self._incarnation[receiver] = incarnation
             held = self._held.get(receiver, {})
             for earlier_id in [i for i, h in held.items() if h.incarnation != incarnation]:
@@ -76,6 +87,7 @@ class Confirmations:
         for earlier_id in retry_of:
             if earlier_id != request_id:
                 self.drop(receiver, earlier_id)
+        return True
 
     def hold(self, receiver: str, request_id: int, step_id: int, key: RendezvousKey, value: Value,
              nbytes: int) -> bool:
@@ -111,10 +123,17 @@ class Confirmations:
             call.dropped = True
         self._back(receiver, request_id)
 
-    def receivers_of(self, request_id: int) -> set[str]:
-        """The receivers with a call ``request_id`` (for a server that takes the caller's word)."""
-        return ({receiver for receiver, i in self._calls if i == request_id}
-                | {receiver for receiver, of in self._held.items() if request_id in of})
+    def receivers_of(self, request_ids: Iterable[int]) -> dict[int, set[str]]:
+        """The receivers with a call of each of ``request_ids`` (for a server that takes the
+        caller's word), in one pass over the calls and tensors held."""
+        wanted, found = set(request_ids), collections.defaultdict(set)
+        for receiver, request_id in self._calls:
+            if request_id in wanted:
+                found[request_id].add(receiver)
+        for receiver, of in self._held.items():
+            for request_id in wanted.intersection(of) if len(wanted) < len(of) else (i for i in of if i in wanted):
+                found[request_id].add(receiver)
+        return found
 
     def _back(self, receiver: str, request_id: int) -> None:
         held = self._pop(receiver, request_id)
@@ -135,3 +154,4 @@ class Confirmations:
         """Forget ``receiver``'s incarnation once it has no call and nothing held."""
         if receiver not in self._calls_of and receiver not in self._held:
             self._incarnation.pop(receiver, None)
+            self._retired.pop(receiver, None)

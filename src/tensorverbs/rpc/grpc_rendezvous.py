@@ -28,7 +28,7 @@ from . import tensorverbs_pb2 as pb
 from .errors import connection_broke, from_rpc_error
 from .options import SERVICE_ERROR
 from .peers import protocol_mismatch
-from .receipts import Receipts
+from .receipts import LAST_SECONDS, Receipts
 from .tensor_stream import read_tensor
 
 if TYPE_CHECKING:
@@ -91,7 +91,10 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
 
     def stop(self) -> None:
         super().stop()
-        self.rt.loop.submit(self.receipts.close())  # (before the channels close, on the same loop)
+        try:  # (before the channels close)
+            self.rt.loop.submit(self.receipts.close()).result(timeout=2 * LAST_SECONDS)
+        except concurrent.futures.TimeoutError:
+            pass
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
         op = _GrpcRecv(self, call.key)
@@ -162,7 +165,8 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
             await rpc.done_writing()
         except Exception:  # (AioRpcError, InvalidStateError, gRPC's ExecuteBatchError: however the
             pass           # call broke, the tensor is this task's; the word is owed, below)
-        self._ended(rpc, call.key.src, incarnation, op.request_id, taken=True)
+        finally:
+            self._ended(rpc, call.key.src, incarnation, op.request_id, taken=True)
         return value, nbytes
 
     def _ended(self, rpc, sender, incarnation: int, request_id: int, taken: bool) -> None:

@@ -4,10 +4,11 @@ it. Taken: the tensor arrived whole and is this task's. Dropped: the call ended 
 it (its connection broke before the last byte, its recv gave up, it was cancelled).
 
 The word usually goes in the call itself (the confirmation). When the call did not end
-as the sender's answer to it, the word is owed, and goes in SettleRecvTensors calls made
-again until the sender answers, however long it stalls, for as long as it is the same
-incarnation (at most SETTLE_SECONDS without an answer). All methods run on the task's
-event loop.
+as the sender's answer to it, the word is owed to that incarnation of the sender, and
+goes in SettleRecvTensors calls, made again (once the sender answers again, after a pause)
+until one is answered, for as long as the sender does not restart, refuse the words for
+good (an invalid call, a refused proof), or stay without an answer for SETTLE_SECONDS. At stop, the words owed get one last call of
+at most LAST_SECONDS. All methods run on the task's event loop.
 """
 from __future__ import annotations
 
@@ -18,29 +19,49 @@ import grpc
 
 from ..cluster import TaskName
 from . import tensorverbs_pb2 as pb
-from .errors import connection_broke
 from .options import RECONNECT_SECONDS
 from .peers import Peers
 
-#: how long the word for a sender that does not answer is kept: then the tensors it holds
-#: for this task stay held there (its flush() waits for them; its stop() names them)
+#: how long the words for a sender that does not answer are kept: then the tensors it
+#: holds for this task stay held there (its flush() waits for them; its stop() names them)
 SETTLE_SECONDS = 600.0
-#: the most calls a sender is owed the word on; beyond, the oldest words are forgotten
+#: the pause before a word refused for a reason that may pass is sent again
+PAUSE_SECONDS = 1.0
+#: how long stop() gives the words owed to reach their senders
+LAST_SECONDS = 0.5
+#: the most words owed to one incarnation of a sender; beyond, words "taken" are forgotten
+#: first (their senders keep those tensors held), then the oldest
 MAX_OWED = 1 << 16
-#: the most calls one SettleRecvTensors settles
+#: the most words one SettleRecvTensors carries
 PER_CALL = 1024
+#: codes of a SettleRecvTensors the sender will refuse again, whenever it is made
+_FOR_GOOD = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
+             grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED)
+
+#: an incarnation of a sender
+Sender = tuple[TaskName, int]
 
 
 @dataclasses.dataclass
 class _Owed:
     """The words owed to one incarnation of a sender (dicts as ordered sets)."""
 
-    incarnation: int
     taken: dict[int, None] = dataclasses.field(default_factory=dict)
     dropped: dict[int, None] = dataclasses.field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.taken) + len(self.dropped)
+
+    def next_call(self) -> pb.SettleRecvTensorsRequest:
+        """The words of the next SettleRecvTensors."""
+        taken = list(self.taken)[:PER_CALL]
+        return pb.SettleRecvTensorsRequest(taken=taken, dropped=list(self.dropped)[:PER_CALL - len(taken)])
+
+    def settled(self, call: pb.SettleRecvTensorsRequest) -> None:
+        for request_id in call.taken:
+            self.taken.pop(request_id, None)
+        for request_id in call.dropped:
+            self.dropped.pop(request_id, None)
 
 
 class Receipts:
@@ -48,66 +69,59 @@ class Receipts:
 
     def __init__(self, peers: Peers) -> None:
         self._peers = peers
-        self._owed: dict[TaskName, _Owed] = {}
-        self._settling: dict[TaskName, asyncio.Task] = {}
+        self._owed: dict[Sender, _Owed] = {}
+        self._settling: dict[Sender, asyncio.Task] = {}
         self._closed = False
 
     def owe(self, sender: TaskName, incarnation: int, request_id: int, taken: bool) -> None:
         """Owe ``sender`` (as ``incarnation``) the word on call ``request_id``."""
         if self._closed:
             return
-        owed = self._owed.get(sender)
-        if owed is None or owed.incarnation != incarnation:
-            owed = self._owed[sender] = _Owed(incarnation)
+        key = (sender, incarnation)
+        owed = self._owed.setdefault(key, _Owed())
         (owed.taken if taken else owed.dropped)[request_id] = None
         while len(owed) > MAX_OWED:
-            oldest = owed.taken if owed.taken else owed.dropped
-            del oldest[next(iter(oldest))]
-        if sender not in self._settling:
-            self._settling[sender] = asyncio.ensure_future(self._settle(sender))
+            forgotten = owed.taken if owed.taken else owed.dropped
+            del forgotten[next(iter(forgotten))]
+        if key not in self._settling:
+            self._settling[key] = asyncio.ensure_future(self._settle(key))
 
-    def owed(self) -> int:
-        """How many words this task owes."""
-        return sum(len(owed) for owed in self._owed.values())
+    def idle(self) -> bool:
+        """Whether this task owes no word and makes no SettleRecvTensors."""
+        return not self._owed and not self._settling
 
     async def close(self) -> None:
-        """Owe nothing more; stop settling."""
+        """One last call of at most LAST_SECONDS for the words owed; owe nothing more."""
         self._closed = True
-        settling = list(self._settling.values())
+        owed, settling = dict(self._owed), list(self._settling.values())
         for task in settling:
             task.cancel()
         await asyncio.gather(*settling, return_exceptions=True)
         self._owed.clear()
+        await asyncio.gather(*(self._peers.peer(sender).settle_recv_tensors(words.next_call(), timeout=LAST_SECONDS)
+                               for (sender, _), words in owed.items()), return_exceptions=True)
 
-    async def _settle(self, sender: TaskName) -> None:
+    async def _settle(self, key: Sender) -> None:
+        sender, incarnation = key
         loop = asyncio.get_running_loop()
         given_up = loop.time() + SETTLE_SECONDS
+        owed = self._owed[key]
         try:
-            while (owed := self._owed.get(sender)) is not None and len(owed):
-                taken, dropped = list(owed.taken)[:PER_CALL], list(owed.dropped)[:PER_CALL - min(PER_CALL, len(owed.taken))]
+            while len(owed) and loop.time() < given_up:
+                call = owed.next_call()
                 try:
-                    await self._peers.peer(sender).settle_recv_tensors(
-                        pb.SettleRecvTensorsRequest(taken=taken, dropped=dropped), timeout=RECONNECT_SECONDS)
+                    await self._peers.peer(sender).settle_recv_tensors(call, timeout=RECONNECT_SECONDS)
                 except grpc.aio.AioRpcError as exc:
-                    if not (connection_broke(exc) or exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED):
-                        break  # it refused: nothing to do but forget
-                    why = await self._peers.answers_again(sender, owed.incarnation)
-                    if why is not None and ("restarted" in why or "refused the connection" in why):
+                    if exc.code() in _FOR_GOOD:
+                        break  # it will not take the words
+                    why = await self._peers.answers_again(sender, incarnation)
+                    if why is not None and "restarted" in why:
                         break  # the tensors are gone with it
-                    if loop.time() > given_up:
-                        break
+                    await asyncio.sleep(PAUSE_SECONDS)  # (it refuses connections, or took the words ill)
                     continue
-                for request_id in taken:
-                    owed.taken.pop(request_id, None)
-                for request_id in dropped:
-                    owed.dropped.pop(request_id, None)
+                owed.settled(call)
                 given_up = loop.time() + SETTLE_SECONDS
-            else:
-                return
-            if self._owed.get(sender) is owed:
-                del self._owed[sender]
         finally:
-            if self._settling.get(sender) is asyncio.current_task():
-                del self._settling[sender]
-                if not self._closed and sender in self._owed:  # (owed to its next incarnation meanwhile)
-                    self._settling[sender] = asyncio.ensure_future(self._settle(sender))
+            del self._settling[key]
+            if self._owed.get(key) is owed:
+                del self._owed[key]  # settled, or given up

@@ -155,7 +155,10 @@ class Servicer:
         arrived: asyncio.Future = loop.create_future()
         table, step_id = self.rt.table, request.step_id
         # (tensors held for this receiver that it lacks go back first, for this call to find)
-        self.confirmations.begin(receiver, request.request_id, request.receiver_incarnation, request.retry_of)
+        if not self.confirmations.begin(receiver, request.request_id, request.receiver_incarnation,
+                                        request.retry_of):
+            await _abort(context, UnavailableError(f"{receiver} restarted: a call of its incarnation "
+                                                   f"{request.receiver_incarnation:016x} came late"))
 
         def deliver(err, value) -> None:  # on the loop; the requester may be gone already
             if not arrived.done():
@@ -219,7 +222,7 @@ class Servicer:
                 del self._waiting_of[waiting[0]]
 
     def _untake(self, step_id: int, key, value, counted: int, nbytes: int) -> None:
-        """A tensor taken for a call, not written whole (None: none), goes back to the
+        """A tensor taken for a call, not held (None: none), goes back to the
         table, uncounted if it was ``counted``."""
         if value is not None:
             self._count_sent(-counted, nbytes)
@@ -255,9 +258,11 @@ class Servicer:
                 f"SettleRecvTensors of {len(request.taken) + len(request.dropped)} calls: at most {MAX_SETTLED}"))
         # a caller settles only its own calls (on an open server, whoever claims them)
         callers = self.identity.callers(context)
+        claimed = (self.confirmations.receivers_of([*request.taken, *request.dropped]) if callers is None
+                   else None)
         for ids, settle in ((request.taken, self.confirmations.confirm), (request.dropped, self.confirmations.drop)):
             for request_id in ids:
-                for caller in callers if callers is not None else self.confirmations.receivers_of(request_id):
+                for caller in callers if claimed is None else claimed.get(request_id, ()):
                     settle(caller, request_id)
         return pb.SettleRecvTensorsResponse()
 
