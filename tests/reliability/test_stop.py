@@ -117,3 +117,21 @@ def test_stop_in_the_middle_of_traffic(variant):
             time.sleep(0.05)  # (a condition, polled)
         assert threading.active_count() <= threads, sorted(t.name for t in threading.enumerate())
         assert len(os.listdir("/proc/self/fd")) <= fds, _descriptors()
+
+
+def test_a_receiver_stopped_the_moment_its_recvs_returned_leaves_nothing_held(variant):
+    """The worker stops as soon as its recvs returned, their confirmations maybe still on
+    their way (grpc): the ps sees every tensor delivered, none held for a word that never
+    comes."""
+    protocol, env = VARIANTS[variant]
+    for _ in range(3):
+        with Cluster({"ps": 1, "worker": 1}, variant, skip=(WORKER,)) as cluster:
+            server = tv.Server(cluster.spec, "worker", 0, protocol, config=RdmaConfig.from_env(env))
+            try:
+                cluster[PS].call("run", "exchanges:send_many", WORKER, 3, 200, 4096)
+                got = server.recv_many([(f"t{i}", PS, 3) for i in range(200)], timeout=60)
+                assert all(np.array_equal(out, pattern(4096, i)) for i, out in enumerate(got))
+            finally:
+                server.stop()
+            cluster[PS].call("flush", 60)
+            assert cluster[PS].call("stats").get("tensors_unconfirmed", 0) == 0

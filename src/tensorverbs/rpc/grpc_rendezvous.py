@@ -92,9 +92,16 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
     def stop(self) -> None:
         super().stop()
         try:  # (before the channels close)
-            self.rt.loop.submit(self.receipts.close()).result(timeout=2 * LAST_SECONDS)
+            self.rt.loop.submit(self._last_words()).result(timeout=3 * LAST_SECONDS)
         except concurrent.futures.TimeoutError:
             pass
+
+    async def _last_words(self) -> None:
+        """The calls ending as this task stops (a confirmation on its way) end first, for
+        LAST_SECONDS at most: each then owes its word, or not; then the words owed leave."""
+        if self._ending:
+            await asyncio.wait(list(self._ending), timeout=LAST_SECONDS)
+        await self.receipts.close()
 
     def recv_from_remote(self, call: RecvCall) -> PendingRecv:
         op = _GrpcRecv(self, call.key)
