@@ -131,7 +131,7 @@ class Confirmations:
             if request_id in wanted:
                 found[request_id].add(receiver)
         for receiver, of in self._held.items():
-            for request_id in wanted.intersection(of) if len(wanted) < len(of) else (i for i in of if i in wanted):
+            for request_id in wanted & of.keys():
                 found[request_id].add(receiver)
         return found
 

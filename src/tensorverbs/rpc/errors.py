@@ -37,12 +37,18 @@ def to_status(error: TensorverbsError) -> tuple[grpc.StatusCode, str]:
 _CORE_FAILED = "Internal error from Core"
 
 
+def from_service(trailing_metadata) -> bool:
+    """Whether a call's ``trailing_metadata`` says the peer's service ended it (its status
+    is the service's error, not gRPC's own)."""
+    return tuple(SERVICE_ERROR) in [tuple(item) for item in (trailing_metadata or ())]
+
+
 def connection_broke(exc: grpc.aio.AioRpcError) -> bool:
     """Whether a call failed because its connection broke (UNAVAILABLE from gRPC itself,
     or its core's failure of a call on a connection going away; neither from the peer's
     service nor a failed TLS handshake): the peer may be reached again."""
     details = exc.details() or ""
-    if tuple(SERVICE_ERROR) in [tuple(item) for item in (exc.trailing_metadata() or ())]:
+    if from_service(exc.trailing_metadata()):
         return False
     if exc.code() == grpc.StatusCode.INTERNAL:
         return details == _CORE_FAILED

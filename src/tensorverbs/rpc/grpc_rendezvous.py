@@ -25,8 +25,7 @@ from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall
 from ..rendezvous.remote import ProtocolOptions, RemoteRendezvous
 from . import tensorverbs_pb2 as pb
-from .errors import connection_broke, from_rpc_error
-from .options import SERVICE_ERROR
+from .errors import connection_broke, from_rpc_error, from_service
 from .peers import protocol_mismatch
 from .receipts import LAST_SECONDS, Receipts
 from .tensor_stream import read_tensor
@@ -189,6 +188,6 @@ class GrpcRemoteRendezvous(RemoteRendezvous):
         code = await rpc.code()
         if taken and code == grpc.StatusCode.OK:
             return  # the sender read the confirmation
-        if not taken and tuple(SERVICE_ERROR) in [tuple(item) for item in (await rpc.trailing_metadata() or ())]:
+        if not taken and from_service(await rpc.trailing_metadata()):
             return  # the sender ended it: it holds nothing for it
         self.receipts.owe(sender, incarnation, request_id, taken)
