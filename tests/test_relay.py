@@ -14,12 +14,15 @@ import pytest
 import tensorverbs as tv
 from receivers import TRAINER, receiver_names, trainer_and_receivers
 from tensorverbs.local_cluster import cluster_spec, pattern, same
+from tensorverbs.rendezvous.relay_plan import part_count
 from variants import VARIANTS
 
 WAIT = 60.0
 RECEIVERS = receiver_names(4)
 #: an inline tensor, one staged into the pool, one large enough to be registered
 SIZES = [16, 64 << 10, 2 << 20]
+#: tensors relayed in parts (2 and 5), of odd sizes
+LARGE = [(8 << 20) + 4097, (20 << 20) + 3]
 
 
 # -- in a receiver's process (TaskProcess.run) ------------------------------------------------
@@ -87,6 +90,11 @@ def recv_then_exit(server: tv.Server, name: str, step: int) -> None:
     os._exit(0)
 
 
+def exit_now(server: tv.Server) -> None:
+    """End the process at once, unstopped."""
+    os._exit(0)
+
+
 # -- in the trainer's (this) process --------------------------------------------------------
 @pytest.fixture(scope="module", params=list(VARIANTS))
 def variant(request) -> str:
@@ -107,24 +115,58 @@ def _recv_everywhere(receivers, names, sizes, step, how="recv") -> list[list[boo
     return [receiver.result(WAIT * 2) for receiver in receivers]
 
 
-@pytest.mark.parametrize("how, fanout", [("recv", True), ("out", True), ("recv_async", True), ("recv_many", True),
-                                         ("recv", 2)])
-def test_every_receiver_gets_every_tensor_and_the_sender_sends_each_once(job, step, fanout, how):
+@pytest.mark.parametrize("sizes, how, fanout", [
+    (SIZES, "recv", True), (SIZES, "out", True), (SIZES, "recv_async", True), (SIZES, "recv_many", True),
+    (SIZES, "recv", 2), (LARGE, "recv", True), (LARGE, "out", True), (LARGE, "recv_many", 2)])
+def test_every_receiver_gets_every_tensor_and_the_sender_sends_each_once(job, step, sizes, fanout, how):
+    """A large tensor goes in parts, each passed on as it lands: the relay's last receiver
+    takes each part as a tensor of its own."""
     trainer, receivers = job
-    names = [f"w{i}" for i in range(len(SIZES))]
-    before = trainer.stats()["bytes_sent"]
+    names = [f"w{i}" for i in range(len(sizes))]
+    before, received = trainer.stats()["bytes_sent"], receivers[-1].stats()["tensors_received"]
     handles = [trainer.send(name, pattern(nbytes, step + i), to=RECEIVERS, step_id=step, relay=fanout)
-               for i, (name, nbytes) in enumerate(zip(names, SIZES))]
-    assert _recv_everywhere(receivers, names, SIZES, step, how) == [[True] * len(SIZES)] * len(RECEIVERS)
+               for i, (name, nbytes) in enumerate(zip(names, sizes))]
+    assert _recv_everywhere(receivers, names, sizes, step, how) == [[True] * len(sizes)] * len(RECEIVERS)
     for handle in handles:
         handle.wait(timeout=WAIT)
     sent = trainer.stats()["bytes_sent"] - before
     children = 1 if fanout is True else fanout  # of the trainer, in the relay's tree
     # each byte once to each of its children, and a few hundred bytes of descriptors
-    assert children * sum(SIZES) <= sent < children * sum(SIZES) + 4096, sent
+    assert children * sum(sizes) <= sent < children * sum(sizes) + 4096, sent
+    # each descriptor, and each tensor whole or each of its parts
+    parts = sum(part_count(nbytes) for nbytes in sizes)
+    assert receivers[-1].stats()["tensors_received"] - received == len(sizes) + parts
     for receiver in receivers:
         receiver.flush(timeout=WAIT)  # each child took what its parent passed on
     trainer.flush(timeout=WAIT)
+
+
+def test_a_child_whose_parent_exited_gets_the_parts_it_passes_on_from_the_sender(variant, step):
+    """The chain's second receiver ends before it asked: the third fetches the tensor from
+    the sender whole and passes its parts on to the fourth."""
+    chain = RECEIVERS[:4]
+    with trainer_and_receivers(variant, len(chain)) as (trainer, receivers):
+        handle = trainer.send("w0", pattern(LARGE[1], step), to=chain, step_id=step, relay=True)
+        receivers[1].post("run", f"{__name__}:exit_now")
+        with pytest.raises(tv.UnavailableError):
+            receivers[1].result(WAIT)
+        for i in (0, 2, 3):
+            assert receivers[i].run(f"{__name__}:recv_all", ["w0"], LARGE[1:], step, "out") == [True]
+        error = handle.exception(timeout=WAIT)
+        assert isinstance(error, tv.UnavailableError), error
+        assert chain[1] in str(error) and all(chain[i] not in str(error) for i in (0, 2, 3)), error
+
+
+def test_a_recv_of_a_large_relayed_tensor_that_timed_out_gets_it_when_asked_again(job, step):
+    """The second receiver's parent has not received yet: its recv into ``out`` times out;
+    asked again (into another ``out``), it gets the tensor whole."""
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(LARGE[0], step), to=RECEIVERS[:2], step_id=step, relay=True)
+    out = np.empty(LARGE[0], np.uint8)
+    assert receivers[1].run(f"{__name__}:recv_error", "w0", step, 0.3, out=out) == "DeadlineExceededError"
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], LARGE[:1], step, "out") == [True]
+    assert receivers[1].run(f"{__name__}:recv_all", ["w0"], LARGE[:1], step, "out") == [True]
+    handle.wait(timeout=WAIT)
 
 
 def test_receivers_that_asked_before_and_do_not_look_still_pass_the_tensors_on(job, step):

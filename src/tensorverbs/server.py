@@ -263,8 +263,9 @@ class Server(BlockCalls, OneSidedCalls):
         ``relay`` (a broadcast of a host tensor): each receiver passes the tensor on to the
         next, in the order of ``to`` (True: a chain; a number k: a tree of k children per
         receiver, at most 16), so this task's link carries its bytes once whatever the
-        number of receivers; receivers recv it as any tensor. A receiver whose parent in
-        the relay is gone gets it from this task. Each receiver passes on the tensor its
+        number of receivers (a tensor of 8 MiB or more in parts, each passed on as it
+        lands); receivers recv it as any tensor. A receiver whose parent in the relay is
+        gone gets it from this task. Each receiver passes on the tensor its
         recv returned: it must not modify it until its children have it (``flush``).
 
         ``value`` is a numpy array (or anything ``numpy.asarray`` takes: a list or tuple

@@ -82,11 +82,12 @@ def test_nixl_reads_reach_every_receiver(tmp_path):
 
 
 @pytest.mark.skipif(not GLOO, reason=f"gloo: {GLOO_ABOUT}")
-def test_gloo_broadcast_reaches_every_receiver(tmp_path):
+@pytest.mark.parametrize("total, tensors", [("4MiB", "11"), ("16MiB", "1")])  # (one: relayed in parts)
+def test_gloo_broadcast_reaches_every_receiver(tmp_path, total, tensors):
     """gloo's broadcast as a way of its own (bytes checked in the receivers), compared with
     the relay in each row."""
     out = tmp_path / "sync.json"
-    assert sync.main(["--total", "4MiB", "--tensors", "11", "--receivers", "1", "3", "--rounds", "1",
+    assert sync.main(["--total", total, "--tensors", tensors, "--receivers", "1", "3", "--rounds", "1",
                       "--ways", "relay", "--json", str(out)]) == 0
     for row in json.loads(out.read_text())["results"]:
         assert "error" not in row, row["error"]
@@ -113,3 +114,8 @@ def test_shapes_are_a_transformers_layers():
     assert len(shapes) % sync.PER_LAYER == 0 and abs(len(shapes) - 300) <= sync.PER_LAYER
     total = sum(4 * (s[0] * (s[1] if len(s) > 1 else 1)) for s in shapes)
     assert 0.8 * (1 << 30) <= total <= 1.2 * (1 << 30)
+
+
+def test_fewer_tensors_than_a_layer_are_equal_flat_ones():
+    assert sync.layer_shapes(64 << 20, 1) == [(16 << 20,)]
+    assert sync.layer_shapes(64 << 20, 4) == [(4 << 20,)] * 4

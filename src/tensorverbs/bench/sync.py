@@ -68,7 +68,10 @@ PER_LAYER = 11
 
 def layer_shapes(total: int, tensors: int) -> list[tuple[int, ...]]:
     """About ``tensors`` float32 shapes of transformer layers adding up to about
-    ``total`` bytes (the hidden size a multiple of 64)."""
+    ``total`` bytes (the hidden size a multiple of 64); fewer than a layer's: ``tensors``
+    equal flat ones (a large tensor's relay in parts)."""
+    if tensors < PER_LAYER:
+        return [(max(1, total // 4 // tensors),)] * tensors
     layers = max(1, round(tensors / PER_LAYER))
     hidden = max(64, round(math.sqrt(total / 4 / layers / 12) / 64) * 64)
     h = hidden
@@ -297,7 +300,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--receivers", type=int, nargs="+", default=[1, 2, 4], help="receiver counts (default 1 2 4)")
     p.add_argument("--protocols", nargs="+", choices=("grpc", "grpc+verbs"), default=["grpc+verbs"])
     p.add_argument("--total", default="1GiB", help="bytes of parameters (default 1GiB)")
-    p.add_argument("--tensors", type=int, default=300, help="about this many tensors (default 300)")
+    p.add_argument("--tensors", type=int, default=300, help="about this many tensors (default 300; under 11: that many equal tensors)")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds of each way (default 3)")
     p.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS),
                    help="the ways to run (default: all; reads adds NIXL's where it is installed)")

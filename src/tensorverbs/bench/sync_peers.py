@@ -168,7 +168,7 @@ class SyncReceiver(_SyncTask):
     def _checked(self, end: float) -> float:
         """``end``, once the first, middle and last weights hold the parameters' values
         (then zeroed, so that the next round must read them again)."""
-        for i in (0, len(self.weights) // 2, len(self.weights) - 1):
+        for i in sorted({0, len(self.weights) // 2, len(self.weights) - 1}):  # (each once: zeroed)
             if not np.array_equal(self.weights[i], value(self.shapes[i], i)):
                 raise AssertionError(f"{self.server.task}: wrong bytes read in tensor p{i}")
             self.weights[i][...] = 0

@@ -9,7 +9,8 @@ from its parent into the recv's own result (``out=``, a device, as any recv), of
 that result to its children under the data name, confirms to the sender and settles
 the recv. Everything moves as ordinary passive sends and recvs of the protocol the task
 runs, so a parent that has not got the tensor yet simply holds its child's request:
-the relay is pipelined at tensor granularity.
+the relay is pipelined at tensor granularity, and within a large tensor at the
+granularity of its parts (:mod:`.relay_parts`).
 
 Failures: a receiver whose parent is gone (UnavailableError) tells the sender, which
 offers it the tensor directly; the sender's handle completes for each receiver as its

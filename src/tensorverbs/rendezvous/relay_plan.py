@@ -5,16 +5,20 @@ names of the relay's own tensors.
 A relay broadcast sends each receiver this descriptor, as DT_VARIANT bytes under the
 tensor's own key, instead of the tensor. The receiver fetches the tensor from its parent
 (the sender, or a receiver before it) under the relay's data name, offers it to its
-children under that name, and confirms to the sender under an ack name. The bytes come
-from a peer, so :meth:`RelayDescriptor.decode` checks every field and length before
-anything is taken from them; malformed input raises DataLossError.
+children under that name, and confirms to the sender under an ack name. A large tensor
+goes in parts (:func:`part_ranges`), each under a name of its own (:func:`part_name`), so that a
+receiver passes on a part while it fetches the next. The bytes come from a peer, so
+:meth:`RelayDescriptor.decode` checks every field and length before anything is taken from
+them; malformed input raises DataLossError.
 
-Layout (little-endian): magic ``TVRL``, version u8, dtype i32, rank u8, rank dims i64,
-the relay's tag, its parent and each child (u8 count, then u16 length + UTF-8 each).
+Layout (little-endian): magic ``TVRL``, version u8, dtype i32, rank u8, parts u16, rank
+dims i64, the relay's tag, its parent and each child (u8 count, then u16 length + UTF-8
+each).
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -25,28 +29,36 @@ from ..byte_reader import ByteReader
 from ..cluster import MAX_TASK_NAME, TaskName
 from ..errors import DataLossError
 from ..ipc.descriptor import RELAY_MAGIC as MAGIC
-from ..tensor import VARIANT_DTYPE
+from ..tensor import VARIANT_DTYPE, numpy_dtype
 
-VERSION = 1
+VERSION = 2
 #: the most children a receiver passes a tensor on to
 MAX_FANOUT = 16
+#: a tensor of at least twice this many bytes is relayed in parts of at least this many
+PART_BYTES = 4 << 20
+#: the most parts a tensor is relayed in (larger parts beyond PART_BYTES * MAX_PARTS)
+MAX_PARTS = 64
+#: where parts start and end (but the last's end): a multiple of this many bytes
+PART_ALIGN = 4096
 #: tensor names that start so are a relay's own (the data, its confirmations)
 PREFIX = ".tv-relay:"
 _MAX_TEXT = max(MAX_TASK_NAME, 128)
 
-_HEAD = struct.Struct("<4sBiB")
+_HEAD = struct.Struct("<4sBiBH")
 
 
 @dataclass(frozen=True)
 class RelayDescriptor:
-    """One receiver's part of a relay broadcast: the tensor's dtype and shape, the relay's
-    ``tag`` (what its names start with), the task to fetch from and those to pass it on to."""
+    """One receiver's share of a relay broadcast: the tensor's dtype and shape, the relay's
+    ``tag`` (what its names start with), the task to fetch from and those to pass it on to,
+    and the number of parts the tensor goes in (1: whole, under :attr:`data`)."""
 
     tag: str
     dtype: int
     shape: tuple[int, ...]
     parent: str
     children: tuple[str, ...] = ()
+    parts: int = 1
 
     @property
     def data(self) -> str:
@@ -61,31 +73,38 @@ class RelayDescriptor:
         return -(1 << 62) - (digest & ((1 << 61) - 1))
 
     @property
+    def nbytes(self) -> int:
+        """The tensor's size in bytes."""
+        return _nbytes(self.dtype, self.shape)
+
+    @property
     def direct(self) -> str:
         """The name the sender offers it under to a receiver whose parent is gone."""
         return direct_name(self.tag)
 
     def encode(self) -> np.ndarray:
         """The descriptor as DT_VARIANT bytes: a 1-D array of :data:`VARIANT_DTYPE`."""
-        parts = [_HEAD.pack(MAGIC, VERSION, self.dtype, len(self.shape)),
-                 struct.pack(f"<{len(self.shape)}q", *self.shape), _texts([self.tag]),
-                 _texts([self.parent]), _texts(self.children)]
-        return np.frombuffer(b"".join(parts), VARIANT_DTYPE)
+        fields = [_HEAD.pack(MAGIC, VERSION, self.dtype, len(self.shape), self.parts),
+                  struct.pack(f"<{len(self.shape)}q", *self.shape), _texts([self.tag]),
+                  _texts([self.parent]), _texts(self.children)]
+        return np.frombuffer(b"".join(fields), VARIANT_DTYPE)
 
     @classmethod
     def decode(cls, data: Any) -> "RelayDescriptor":
         """Parse DT_VARIANT bytes from a peer; DataLossError if they are not a descriptor."""
         reader = ByteReader(bytes(memoryview(data).cast("B")), "relay descriptor")
-        magic, version, dtype, rank = reader.take(_HEAD)
+        magic, version, dtype, rank, count = reader.take(_HEAD)
         if magic != MAGIC or version != VERSION:
             raise DataLossError(f"not a relay descriptor (magic {magic!r}, version {version})")
         shape = reader.shape(dtype, rank)
+        if not 1 <= count <= MAX_PARTS or (count > 1 and _nbytes(dtype, shape) < count * PART_ALIGN):
+            raise DataLossError(f"relay descriptor of {count} parts for {_nbytes(dtype, shape)} bytes")
         tags, parents = _read_texts(reader, 1), _read_texts(reader, 1)
         children = _read_texts(reader, MAX_FANOUT)
         reader.end()
         if len(tags) != 1 or not tags[0].startswith(PREFIX) or len(parents) != 1:
             raise DataLossError("relay descriptor without its tag or parent")
-        return cls(tags[0], dtype, tuple(shape), parents[0], tuple(children))
+        return cls(tags[0], dtype, tuple(shape), parents[0], tuple(children), count)
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,27 @@ def data_name(tag: str) -> str:
 def direct_name(tag: str) -> str:
     """The name a relay's sender offers its tensor under to a receiver whose parent is gone."""
     return tag + ":direct"
+
+
+def part_name(tag: str, part: int) -> str:
+    """The name part ``part`` of a relay's tensor goes by from parent to child."""
+    return f"{tag}:part{part}"
+
+
+def part_count(nbytes: int) -> int:
+    """The number of parts a tensor of ``nbytes`` is relayed in (1: whole)."""
+    return 1 if nbytes < 2 * PART_BYTES else min(MAX_PARTS, nbytes // PART_BYTES)
+
+
+def part_ranges(nbytes: int, count: int) -> list[tuple[int, int]]:
+    """The byte ranges (start, end) of ``count`` parts of a tensor of ``nbytes``: about
+    equal, each starting at a multiple of 4 KiB."""
+    starts = [(i * nbytes // count) // PART_ALIGN * PART_ALIGN for i in range(count)] + [nbytes]
+    return [(starts[i], starts[i + 1]) for i in range(count)]
+
+
+def _nbytes(dtype: int, shape: tuple[int, ...]) -> int:
+    return numpy_dtype(dtype).itemsize * math.prod(shape)
 
 
 def ack_name(tag: str, attempt: int) -> str:

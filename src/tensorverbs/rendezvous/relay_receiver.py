@@ -2,29 +2,33 @@
 relay's descriptor follows it. It fetches the tensor from its parent (once the parent
 answers; from the sender if the parent is gone) into the recv's own result, offers that to
 its children at a step of the relay's own (which the receiver cleaning its step up does
-not drop), confirms to the sender, and settles the recv. A recv that ends before its
-tensor came leaves the descriptor here for the next recv of the key; a tensor that came
-for a recv given up is kept for the next."""
+not drop), confirms to the sender, and settles the recv. A large tensor comes in parts
+(:mod:`.relay_parts`), each offered to the children as it lands. A recv that ends before
+its tensor came leaves the descriptor (and the parts landed) here for the next recv of the
+key; a tensor that came for a recv given up is kept for the next."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..cluster import TaskName, parse_task
-from ..devices import device_of, host_array
+from ..devices import HOST, device_of, host_array
 from ..errors import TensorverbsError, UnavailableError, as_error
+from ..out import Out
 from ..tensor import prepare
 from .completion import Sends
 from .key import RendezvousKey
 from .recv_call import RecvCall, settle
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
-from .relay_plan import RelayDescriptor, Relayed, ack_name
+from .relay_parts import Landing, PartFetch
+from .relay_plan import RelayDescriptor, Relayed, ack_name, part_name, part_ranges
 
 if TYPE_CHECKING:
     from .. import _core
@@ -45,23 +49,33 @@ PASS_ON_SECONDS = 60.0
 @dataclass
 class _Following:
     """A receiver's relay of one (origin, name, step): what to fetch, whether from the
-    sender directly by now, and a tensor that came for a recv nobody waited for."""
+    sender directly by now, a tensor that came for a recv nobody waited for, the parts
+    landed of one that comes in parts, and what was passed on of it."""
 
     descriptor: RelayDescriptor
     origin: TaskName
     direct: bool = False
     kept: Any = None
+    landing: Landing | None = None
+    passed: "_PassedOn | None" = None
 
 
 @dataclass
 class _PassedOn:
-    """What a receiver passed on at a relay's own step (``step``), for the recv of ``at``:
-    the completions of its children's sends, and when ``at`` was cleaned up."""
+    """What a receiver passes on at a relay's own step (``step``), for the recv of ``at``:
+    the parts offered, the completions of its children's sends (``offers`` in all once
+    every part is offered), and when ``at`` was cleaned up."""
 
     step: int
     at: int
-    completions: list["_core.SendCompletion"]
+    offers: int
+    parts: set[int] = field(default_factory=set)
+    completions: list["_core.SendCompletion"] = field(default_factory=list)
     cleaned: float | None = None
+
+    def taken(self) -> bool:
+        """Whether every part was offered and each child took it (or failed to)."""
+        return len(self.completions) == self.offers and all(c.outcome() is not None for c in self.completions)
 
 
 class RelayReceiver(RelayOffers):
@@ -81,7 +95,7 @@ class RelayReceiver(RelayOffers):
         self._passed: list[_PassedOn] = []
         #: step -> the recvs of it fetching a relayed tensor, and their fetches (None while
         #: the parent is reached)
-        self._fetching: dict[int, dict[RecvCall, concurrent.futures.Future | None]] = {}
+        self._fetching: dict[int, dict[RecvCall, concurrent.futures.Future | PartFetch | None]] = {}
 
     def followed(self) -> bool:
         """Whether a relay came for a recv whose tensor was not taken yet."""
@@ -148,25 +162,83 @@ class RelayReceiver(RelayOffers):
     def _start(self, call: RecvCall, state: _Following) -> None:
         descriptor = state.descriptor
         source = state.origin if state.direct else parse_task(descriptor.parent)
-        name = descriptor.direct if state.direct else descriptor.data
         # the sender offers at the recv's step, a receiver at the relay's own
         step = call.step_id if source == state.origin else descriptor.step
-        key = RendezvousKey(source, 0, self._task, name)
+        if descriptor.parts > 1 and not state.direct:
+            self._start_parts(call, state, source, step)
+            return
+        key = RendezvousKey(source, 0, self._task, descriptor.direct if state.direct else descriptor.data)
         try:
             fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
         except TensorverbsError as exc:
             self._fetch_ended(call)
             settle(call.future, exc)
             return
+        if self._fetches(call, fut):
+            fut.add_done_callback(lambda f: self._fetched(call, state, f))
+
+    def _start_parts(self, call: RecvCall, state: _Following, source: TaskName, step: int) -> None:
+        """Fetch the parts of ``call``'s tensor not landed yet from ``source`` at ``step``,
+        passing each on as it lands."""
+        if state.landing is None:
+            state.landing = Landing.of(state.descriptor, call.out)
+        landing, tag = state.landing, state.descriptor.tag
+
+        def fetch(part: int) -> concurrent.futures.Future:
+            key = RendezvousKey(source, 0, self._task, part_name(tag, part))
+            return self._rendezvous.recv_async(key, step, call.time_left(), HOST, Out(landing.part(part)))
+
+        def landed(part: int) -> None:
+            if state.descriptor.children:
+                self._offer_on(call.step_id, state, part_name(tag, part), landing.part(part), part)
+
+        fetch_parts = PartFetch(landing, fetch, landed, functools.partial(self._parts_ended, call, state))
+        if self._fetches(call, fetch_parts):
+            fetch_parts.start()
+
+    def _fetches(self, call: RecvCall, fetch: concurrent.futures.Future | PartFetch) -> bool:
+        """Note ``fetch`` as ``call``'s; False (the fetch cancelled) if its step ended meanwhile."""
         with self._lock:
             fetching = self._fetching.get(call.step_id, {})
-            ended = call not in fetching  # its step ended meanwhile
+            ended = call not in fetching
             if not ended:
-                fetching[call] = fut
+                fetching[call] = fetch
         if ended:
-            fut.cancel()
+            fetch.cancel()
+        return not ended
+
+    def _parts_ended(self, call: RecvCall, state: _Following, fetch: PartFetch) -> None:
+        """Each fetch of ``call``'s parts ended: settle it with the whole tensor, fetch the
+        rest from the sender if the parent is gone, or fail it (what landed kept)."""
+        error = fetch.error()
+        if error is None:
+            self._fetch_ended(call)
+            self._confirm(call.step_id, state, HAVE_IT)
+            self._lanes.run(str(state.origin), self._landed, call, state, fetch.landing)
+        elif not self._parent_failed(call, state, error):
+            self._fetch_ended(call)
+            fetch.landing.detach()
+            settle(call.future, as_error(error, f"{call.what}: fetching the relayed tensor from "
+                                                f"{state.descriptor.parent}"))
+
+    def _landed(self, call: RecvCall, state: _Following, landing: Landing) -> None:
+        """Settle ``call`` with its tensor, every part landed (on its peer's lane: it may
+        be copied to a device)."""
+        try:
+            result = landing.result(call)
+        except Exception as exc:
+            landing.detach()
+            settle(call.future, as_error(exc, f"{call.what}: making the received tensor"))
             return
-        fut.add_done_callback(lambda f: self._fetched(call, state, f))
+        self._deliver(call, state, result)
+
+    def _parent_failed(self, call: RecvCall, state: _Following, error: BaseException | None) -> bool:
+        """Fetch ``call``'s tensor from the sender if ``error`` says the relay's parent is
+        gone; whether it did."""
+        if isinstance(error, UnavailableError) and not state.direct and state.descriptor.parent != str(state.origin):
+            self._parent_gone(call, state, error)  # (fetching still: from the sender now)
+            return True
+        return False
 
     def _fetch_ended(self, call: RecvCall) -> None:
         with self._lock:
@@ -181,46 +253,67 @@ class RelayReceiver(RelayOffers):
         if fut.cancelled():  # its step ended: drop_step failed the recv
             return
         error = fut.exception()
-        origin, descriptor = state.origin, state.descriptor
-        if isinstance(error, UnavailableError) and not state.direct and descriptor.parent != str(origin):
-            self._parent_gone(call, state, error)  # (fetching still: from the sender now)
+        if self._parent_failed(call, state, error):
             return
         self._fetch_ended(call)
         if error is None:
             result = fut.result()
             try:
-                self._pass_on(call.step_id, descriptor, result)
+                self._pass_on(call.step_id, state, result)
             finally:
                 self._confirm(call.step_id, state, HAVE_IT)
-            self._taken(call, state)
-            try:
-                call.future.returnable(self._keep, call.key.name, call.step_id, state, result)
-                if settle(call.future, None, result):
-                    return
-            except ReferenceError:  # a parked recv's future, dropped
-                pass
-            self._keep(call.key.name, call.step_id, state, result)
+            self._deliver(call, state, result)
             return
         settle(call.future, as_error(error, f"{call.what}: fetching the relayed tensor from "
-                                            f"{origin if state.direct else descriptor.parent}"))
+                                            f"{state.origin if state.direct else state.descriptor.parent}"))
 
-    def _pass_on(self, at: int, descriptor: RelayDescriptor, result: Any) -> None:
-        """Offer ``result``, received at step ``at``, to ``descriptor``'s children under
-        the relay's data name at its own step: kept until they take it, or PASS_ON_SECONDS
-        after ``at`` is cleaned up."""
+    def _deliver(self, call: RecvCall, state: _Following, result: Any) -> None:
+        """Settle ``call`` with ``result``, its whole tensor (kept for the next recv of it
+        if ``call`` was given up)."""
+        self._taken(call, state)
+        try:
+            call.future.returnable(self._keep, call.key.name, call.step_id, state, result)
+            if settle(call.future, None, result):
+                return
+        except ReferenceError:  # a parked recv's future, dropped
+            pass
+        self._keep(call.key.name, call.step_id, state, result)
+
+    def _pass_on(self, at: int, state: _Following, result: Any) -> None:
+        """Offer ``result``, received at step ``at`` (or its parts not offered yet), to the
+        relay's children at its own step."""
+        descriptor = state.descriptor
         if not descriptor.children:
             return
         array = prepare(host_array(result, device_of(result))[0])
-        completions = []
+        if descriptor.parts == 1:
+            self._offer_on(at, state, descriptor.data, array)
+            return
+        flat = array.reshape(-1).view(np.uint8)
+        for part, (start, end) in enumerate(part_ranges(descriptor.nbytes, descriptor.parts)):
+            self._offer_on(at, state, part_name(descriptor.tag, part), flat[start:end], part)
+
+    def _offer_on(self, at: int, state: _Following, name: str, array: Any, part: int = 0) -> None:
+        """Offer ``array``, part ``part`` of the tensor received at step ``at`` (offered
+        once), as ``name`` to each of the relay's children at its own step: kept until they
+        take it, or PASS_ON_SECONDS after ``at`` is cleaned up."""
+        descriptor = state.descriptor
+        with self._lock:
+            passed = state.passed
+            if passed is None:
+                passed = state.passed = _PassedOn(descriptor.step, at, descriptor.parts * len(descriptor.children))
+                self._passed.append(passed)
+            if part in passed.parts:
+                return
+            passed.parts.add(part)
         for child in descriptor.children:
             ticket = self._sends.open(f"a relayed tensor to {child} at step {at}")
-            completions.append(ticket.completion)
+            with self._lock:
+                passed.completions.append(ticket.completion)
             try:
-                self.offer(descriptor.step, parse_task(child), descriptor.data, array, ticket=ticket)
+                self.offer(descriptor.step, parse_task(child), name, array, ticket=ticket)
             except TensorverbsError as exc:
                 log.warning("passing a relayed tensor on to %s failed: %s", child, exc)
-        with self._lock:
-            self._passed.append(_PassedOn(descriptor.step, at, completions))
         self._sweep()
 
     def _confirm(self, step: int, state: _Following, what: int) -> None:
@@ -269,9 +362,8 @@ class RelayReceiver(RelayOffers):
         now, done, kept = time.monotonic(), list[_PassedOn](), list[_PassedOn]()
         with self._lock:
             for passed in self._passed:
-                taken = all(completion.outcome() is not None for completion in passed.completions)
                 late = passed.cleaned is not None and now - passed.cleaned >= PASS_ON_SECONDS
-                (done if taken or late else kept).append(passed)
+                (done if late or passed.taken() else kept).append(passed)
             self._passed = kept
         for passed in done:
             self._rendezvous.cleanup_step(passed.step)

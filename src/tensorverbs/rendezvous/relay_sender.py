@@ -1,6 +1,7 @@
 """The sending side of a relay broadcast (:class:`RelaySender`): the sender offers each
 receiver a :class:`~.relay_plan.RelayDescriptor` under the tensor's own key, and the
-tensor itself to the receivers at the top of the relay's tree under the relay's data name;
+tensor itself (a large one in parts) to the receivers at the top of the relay's tree under
+the relay's data name (each part's name);
 each receiver's send completes as it confirms, or as it takes the tensor from the sender.
 A receiver whose parent is gone asks for the tensor, which the sender then offers it
 directly."""
@@ -20,7 +21,8 @@ from ..tensor import dtype_enum
 from .completion import SendHandle, Sends, describe_send
 from .key import RendezvousKey
 from .relay_offers import NEED_IT, RelayOffers, Transport
-from .relay_plan import PREFIX, RelayDescriptor, ack_name, data_name, direct_name, tree
+from .relay_plan import (PREFIX, RelayDescriptor, ack_name, data_name, direct_name, part_count, part_name,
+                         part_ranges, tree)
 
 if TYPE_CHECKING:
     from .. import _core
@@ -61,16 +63,23 @@ class RelaySender(RelayOffers):
         sent = _Sent(tag, name, step, array, receivers,
                      [self._sends.open(describe_send(name, task, step)) for task in receivers])
         dtype, shape = dtype_enum(array.dtype), tuple(array.shape)
+        count = 1 if array.dtype.kind == "O" else part_count(array.nbytes)
         plan = tree(len(receivers), fanout)
         try:
             for i, (parent, children) in enumerate(plan):
                 descriptor = RelayDescriptor(tag, dtype, shape,
                                              str(self._task if parent < 0 else receivers[parent]),
-                                             tuple(str(receivers[c]) for c in children))
+                                             tuple(str(receivers[c]) for c in children), count)
                 self.offer(step, receivers[i], name, descriptor.encode(), f"{name!r} (its relay)")
-            for i, (parent, _) in enumerate(plan):  # delivered, as any send, once they take it
-                if parent < 0:
+            for i, (parent, _) in enumerate(plan):
+                if parent >= 0:
+                    continue
+                if count == 1:  # delivered, as any send, once they take it
                     self.offer(step, receivers[i], data_name(tag), array, ticket=sent.tickets[i])
+                    continue
+                flat = array.reshape(-1).view(np.uint8)  # (settled by the receiver's confirmation)
+                for part, (start, end) in enumerate(part_ranges(array.nbytes, count)):
+                    self.offer(step, receivers[i], part_name(tag, part), flat[start:end])
         except TensorverbsError as exc:  # the step was aborted or cleaned up
             for ticket in sent.tickets:
                 ticket.fail(int(exc.code), exc.message)

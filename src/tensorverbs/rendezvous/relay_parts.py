@@ -1,0 +1,147 @@
+"""A relayed tensor that comes in parts: each part is fetched from the relay's parent into
+its place in one :class:`Landing` (the recv's ``out``, or an array of the library's) and
+passed on as it lands (:class:`PartFetch`: the fetches of one recv, a few at a time in
+order). The landing outlives
+a recv that ended before every part came, so the next recv of the tensor fetches only the
+parts still missing."""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import functools
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from ..devices import HOST
+from ..errors import TensorverbsError, UnavailableError
+from ..tensor import numpy_dtype
+from .relay_plan import RelayDescriptor, part_ranges
+
+if TYPE_CHECKING:
+    from ..out import Out
+    from .recv_call import RecvCall
+
+#: the parts a receiver fetches at a time
+WINDOW = 2
+
+
+@dataclass(eq=False)
+class Landing:
+    """Where the parts of a relayed tensor land: ``array`` (``own``: the library's, else a
+    recv's ``out``), the parts' byte ranges in it, and the parts landed."""
+
+    array: np.ndarray
+    ranges: list[tuple[int, int]]
+    own: bool
+    landed: set[int] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, descriptor: RelayDescriptor, out: "Out | None") -> "Landing":
+        """The landing of ``descriptor``'s tensor for a recv into ``out`` (which fits it)."""
+        ranges = part_ranges(descriptor.nbytes, descriptor.parts)
+        if out is not None:
+            return cls(out.landing, ranges, False)
+        return cls(np.empty(descriptor.shape, numpy_dtype(descriptor.dtype)), ranges, True)
+
+    def part(self, part: int) -> np.ndarray:
+        """The bytes of part ``part``: a view of the landing."""
+        start, end = self.ranges[part]
+        return self.array.reshape(-1).view(np.uint8)[start:end]
+
+    def missing(self) -> list[int]:
+        """The parts not landed yet, in order."""
+        return [part for part in range(len(self.ranges)) if part not in self.landed]
+
+    def detach(self) -> None:
+        """Keep what landed in an array of the library's: the recv whose ``out`` this is
+        ended, and its caller may use ``out`` again."""
+        if not self.own:
+            self.array, self.own = self.array.copy(), True
+
+    def result(self, call: "RecvCall") -> Any:
+        """What ``call`` returns of the whole tensor: its ``out`` (filled), the landing, or
+        a copy on its device."""
+        if call.out is not None:
+            return call.out.fill(self.array, False)
+        return self.array if call.device is HOST else call.device.from_host(self.array)
+
+
+class PartFetch:
+    """The fetches of the parts a recv's :class:`Landing` is missing, in order, ``window``
+    at a time (so that the first parts land first and are passed on while the later ones
+    come, rather than all of them sharing the link until the end): ``fetch(part)`` starts
+    one; ``landed(part)`` is told of each part that landed and ``ended(self)`` once the last
+    fetch ended. The first part that fails stops the fetches not started."""
+
+    def __init__(self, landing: Landing, fetch: Callable[[int], concurrent.futures.Future],
+                 landed: Callable[[int], None], ended: Callable[["PartFetch"], None], window: int = WINDOW) -> None:
+        self.landing = landing
+        self._fetch, self._landed, self._ended, self._window = fetch, landed, ended, window
+        self._queue = collections.deque(landing.missing())
+        self._futures: dict[int, concurrent.futures.Future] = {}
+        self._errors: list[BaseException] = []
+        self._running = 0
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the first ``window`` fetches (``ended`` at once if no part is missing)."""
+        with self._lock:
+            first = [self._queue.popleft() for _ in range(min(self._window, len(self._queue)))]
+            self._running = len(first)
+        if not first:
+            self._ended(self)
+        for part in first:
+            self._start(part)
+
+    def _start(self, part: int) -> None:
+        try:
+            fut = self._fetch(part)
+        except TensorverbsError as exc:
+            self._done(part, None, exc)
+            return
+        with self._lock:
+            self._futures[part] = fut
+            cancelled = self._cancelled
+        if cancelled:
+            fut.cancel()
+        fut.add_done_callback(functools.partial(self._done, part))
+
+    def _done(self, part: int, fut: concurrent.futures.Future | None, error: BaseException | None = None) -> None:
+        if fut is not None:
+            if fut.cancelled():  # (cancel: whoever cancelled settles the recv)
+                return
+            error = fut.exception()
+        if error is None:
+            self.landing.landed.add(part)
+            self._landed(part)
+        with self._lock:
+            self._running -= 1
+            if error is not None:
+                self._errors.append(error)
+                self._queue.clear()
+            following = self._queue.popleft() if self._queue else None
+            self._running += following is not None
+            last = self._running == 0
+        if following is not None:
+            self._start(following)
+        elif last:
+            self._ended(self)
+
+    def error(self) -> BaseException | None:
+        """Why a part did not land, once every fetch ended (a parent gone first); None if
+        each did."""
+        gone = [error for error in self._errors if isinstance(error, UnavailableError)]
+        return (gone or self._errors or [None])[0]
+
+    def cancel(self) -> None:
+        """Stop: cancel the fetches running, start no more."""
+        with self._lock:
+            self._cancelled = True
+            self._queue.clear()
+            futures = list(self._futures.values())
+        for fut in futures:
+            fut.cancel()
