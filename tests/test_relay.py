@@ -14,7 +14,9 @@ import pytest
 import tensorverbs as tv
 from receivers import TRAINER, receiver_names, trainer_and_receivers
 from tensorverbs.local_cluster import cluster_spec, pattern, same
-from tensorverbs.rendezvous.relay_plan import part_count
+from tensorverbs.cluster import parse_task
+from tensorverbs.rendezvous.relay_plan import PREFIX, RelayDescriptor, part_count
+from tensorverbs.tensor import dtype_enum
 from variants import VARIANTS
 
 WAIT = 60.0
@@ -88,6 +90,28 @@ def recv_then_exit(server: tv.Server, name: str, step: int) -> None:
     """Receive ``name`` (passing it on), then end the process at once, unstopped."""
     server.recv(name, TRAINER, step, WAIT)
     os._exit(0)
+
+
+_outs: list = []
+
+
+def ask_into_then_cancel(server: tv.Server, name: str, nbytes: int, step: int) -> bool:
+    """Start a recv of ``name`` into an ``out`` (kept), and cancel it once its relay is followed."""
+    _outs[:] = [np.zeros(nbytes, np.uint8)]
+    fut = server.recv_async(name, TRAINER, step, WAIT, out=_outs[0])
+    deadline = time.monotonic() + WAIT
+    while not any(at[1:] == (name, step) for at in server._rt.relays._receiver._following):
+        assert time.monotonic() < deadline, "no relay followed"
+        time.sleep(0.005)
+    return fut.cancel()
+
+
+def recv_into_another(server: tv.Server, name: str, nbytes: int, step: int) -> tuple[bool, bool, bool]:
+    """Receive ``name`` into a new ``out``: (whether it returned that out, whether it holds
+    the pattern, whether the cancelled recv's out was left alone)."""
+    out = np.zeros(nbytes, np.uint8)
+    got = server.recv(name, TRAINER, step, WAIT, out=out)
+    return got is out, same(out, pattern(nbytes, step)), not _outs[0].any()
 
 
 def exit_now(server: tv.Server) -> None:
@@ -167,6 +191,37 @@ def test_a_recv_of_a_large_relayed_tensor_that_timed_out_gets_it_when_asked_agai
     assert receivers[0].run(f"{__name__}:recv_all", ["w0"], LARGE[:1], step, "out") == [True]
     assert receivers[1].run(f"{__name__}:recv_all", ["w0"], LARGE[:1], step, "out") == [True]
     handle.wait(timeout=WAIT)
+
+
+@pytest.mark.parametrize("nbytes", [SIZES[2], LARGE[0]])  # (whole, in parts)
+def test_a_cancelled_relayed_recv_leaves_its_out_alone_and_the_next_recv_fills_its_own(job, step, nbytes):
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    assert receivers[1].run(f"{__name__}:ask_into_then_cancel", "w0", nbytes, step)
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    assert receivers[1].run(f"{__name__}:recv_into_another", "w0", nbytes, step) == (True, True, True)
+    handle.wait(timeout=WAIT)
+
+
+@pytest.mark.parametrize("nbytes", [SIZES[1], LARGE[0]])  # (whole, in parts)
+def test_a_relayed_recv_asked_again_into_an_out_of_another_dtype_is_refused(job, step, nbytes):
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    assert receivers[1].run(f"{__name__}:recv_error", "w0", step, 0.3) == "DeadlineExceededError"
+    wrong = np.empty(nbytes, np.int8)
+    assert receivers[1].run(f"{__name__}:recv_error", "w0", step, WAIT, out=wrong) == "InvalidArgumentError"
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    assert receivers[1].run(f"{__name__}:recv_all", ["w0"], [nbytes], step, "out") == [True]
+    handle.wait(timeout=WAIT)
+
+
+def test_a_relay_descriptor_of_a_tensor_no_memory_holds_fails_the_recv(job, step):
+    """A peer's descriptor of a tensor of 2**60 bytes in parts: the recv fails at once."""
+    trainer, receivers = job
+    forged = RelayDescriptor(f"{PREFIX}ff:1", dtype_enum(np.dtype(np.uint8)), (1 << 60,), TRAINER, (), 2)
+    trainer._rt.relays._sender.offer(step, parse_task(RECEIVERS[0]), "w0", forged.encode(), "a forged relay")
+    assert receivers[0].run(f"{__name__}:recv_error", "w0", step, 10.0) == "ResourceExhaustedError"
+    trainer.cleanup_step(step)
 
 
 def test_receivers_that_asked_before_and_do_not_look_still_pass_the_tensors_on(job, step):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import functools
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -16,13 +17,15 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..devices import HOST
-from ..errors import TensorverbsError, UnavailableError
+from ..errors import InternalError, UnavailableError, as_error
 from ..tensor import numpy_dtype
 from .relay_plan import RelayDescriptor, part_ranges
 
 if TYPE_CHECKING:
     from ..out import Out
     from .recv_call import RecvCall
+
+log = logging.getLogger(__name__)
 
 #: the parts a receiver fetches at a time
 WINDOW = 2
@@ -50,6 +53,10 @@ class Landing:
         """The bytes of part ``part``: a view of the landing."""
         start, end = self.ranges[part]
         return self.array.reshape(-1).view(np.uint8)[start:end]
+
+    def complete(self) -> bool:
+        """Whether every part landed."""
+        return len(self.landed) == len(self.ranges)
 
     def missing(self) -> list[int]:
         """The parts not landed yet, in order."""
@@ -100,8 +107,8 @@ class PartFetch:
     def _start(self, part: int) -> None:
         try:
             fut = self._fetch(part)
-        except TensorverbsError as exc:
-            self._done(part, None, exc)
+        except Exception as exc:  # (TensorverbsError: the step ended, the peer is gone; or no memory)
+            self._done(part, None, as_error(exc, f"fetching part {part} of a relayed tensor"))
             return
         with self._lock:
             self._futures[part] = fut
@@ -115,9 +122,16 @@ class PartFetch:
             if fut.cancelled():  # (cancel: whoever cancelled settles the recv)
                 return
             error = fut.exception()
+        with self._lock:
+            if self._cancelled:  # a fetch that ended as it was cancelled: nothing more
+                return
+            if error is None:
+                self.landing.landed.add(part)
         if error is None:
-            self.landing.landed.add(part)
-            self._landed(part)
+            try:
+                self._landed(part)
+            except Exception:  # (passing it on failed: its children fetch from the sender)
+                log.exception("passing part %d of a relayed tensor on failed", part)
         with self._lock:
             self._running -= 1
             if error is not None:
@@ -135,7 +149,10 @@ class PartFetch:
         """Why a part did not land, once every fetch ended (a parent gone first); None if
         each did."""
         gone = [error for error in self._errors if isinstance(error, UnavailableError)]
-        return (gone or self._errors or [None])[0]
+        if gone or self._errors:
+            return (gone or self._errors)[0]
+        missing = self.landing.missing()
+        return InternalError(f"parts {missing} of a relayed tensor did not land") if missing else None
 
     def cancel(self) -> None:
         """Stop: cancel the fetches running, start no more."""

@@ -58,6 +58,8 @@ class _Following:
     kept: Any = None
     landing: Landing | None = None
     passed: "_PassedOn | None" = None
+    #: its step was cleaned up or aborted (what it passes on from now is kept a while only)
+    dropped: bool = False
 
 
 @dataclass
@@ -117,11 +119,18 @@ class RelayReceiver(RelayOffers):
                 state = self._following.setdefault((relayed.origin, call.key.name, call.step_id), state)
         else:
             state = relayed
+        descriptor = state.descriptor
+        if call.out is not None and not call.out.fits(descriptor.dtype, descriptor.shape):  # (asked again)
+            settle(call.future, call.out.refusal(call.what, descriptor.dtype, descriptor.shape))
+            return
         if state.kept is not None:  # came for a recv given up
             self._taken(call, state)
             call.future.returnable(self._keep, call.key.name, call.step_id, state, state.kept)
             if not settle(call.future, None, state.kept):
                 self._keep(call.key.name, call.step_id, state, state.kept)
+            return
+        if state.landing is not None and state.landing.complete():  # every part came, for a recv given up
+            self._lanes.run(str(state.origin), self._landed, call, state, state.landing)
             return
         with self._lock:  # (the fetch may be at the relay's own step: drop_step ends it)
             self._fetching.setdefault(call.step_id, {})[call] = None
@@ -160,6 +169,13 @@ class RelayReceiver(RelayOffers):
         self._start(call, state)
 
     def _start(self, call: RecvCall, state: _Following) -> None:
+        try:
+            self._start_fetch(call, state)
+        except Exception as exc:  # (the step ended, the peer is gone; no memory for the landing)
+            self._fetch_ended(call)
+            settle(call.future, as_error(exc, f"{call.what}: fetching the relayed tensor"))
+
+    def _start_fetch(self, call: RecvCall, state: _Following) -> None:
         descriptor = state.descriptor
         source = state.origin if state.direct else parse_task(descriptor.parent)
         # the sender offers at the recv's step, a receiver at the relay's own
@@ -168,13 +184,8 @@ class RelayReceiver(RelayOffers):
             self._start_parts(call, state, source, step)
             return
         key = RendezvousKey(source, 0, self._task, descriptor.direct if state.direct else descriptor.data)
-        try:
-            fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
-        except TensorverbsError as exc:
-            self._fetch_ended(call)
-            settle(call.future, exc)
-            return
-        if self._fetches(call, fut):
+        fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
+        if self._fetches(call, state, fut):
             fut.add_done_callback(lambda f: self._fetched(call, state, f))
 
     def _start_parts(self, call: RecvCall, state: _Following, source: TaskName, step: int) -> None:
@@ -193,11 +204,12 @@ class RelayReceiver(RelayOffers):
                 self._offer_on(call.step_id, state, part_name(tag, part), landing.part(part), part)
 
         fetch_parts = PartFetch(landing, fetch, landed, functools.partial(self._parts_ended, call, state))
-        if self._fetches(call, fetch_parts):
+        if self._fetches(call, state, fetch_parts):
             fetch_parts.start()
 
-    def _fetches(self, call: RecvCall, fetch: concurrent.futures.Future | PartFetch) -> bool:
-        """Note ``fetch`` as ``call``'s; False (the fetch cancelled) if its step ended meanwhile."""
+    def _fetches(self, call: RecvCall, state: _Following, fetch: concurrent.futures.Future | PartFetch) -> bool:
+        """Note ``fetch`` as ``call``'s, cancelled if ``call`` is; False (the fetch cancelled)
+        if its step ended meanwhile."""
         with self._lock:
             fetching = self._fetching.get(call.step_id, {})
             ended = call not in fetching
@@ -205,7 +217,20 @@ class RelayReceiver(RelayOffers):
                 fetching[call] = fetch
         if ended:
             fetch.cancel()
+        else:
+            call.future.add_done_callback(functools.partial(self._call_ended, call, state, fetch))
         return not ended
+
+    def _call_ended(self, call: RecvCall, state: _Following, fetch: concurrent.futures.Future | PartFetch,
+                    fut: concurrent.futures.Future) -> None:
+        """``call`` ended; if cancelled, its fetch stops (a part or tensor on its way goes to
+        the next recv of it) and what landed in its ``out`` is kept apart for the next recv."""
+        if not fut.cancelled():
+            return
+        fetch.cancel()
+        self._fetch_ended(call)
+        if state.landing is not None:
+            state.landing.detach()
 
     def _parts_ended(self, call: RecvCall, state: _Following, fetch: PartFetch) -> None:
         """Each fetch of ``call``'s parts ended: settle it with the whole tensor, fetch the
@@ -301,7 +326,8 @@ class RelayReceiver(RelayOffers):
         with self._lock:
             passed = state.passed
             if passed is None:
-                passed = state.passed = _PassedOn(descriptor.step, at, descriptor.parts * len(descriptor.children))
+                passed = state.passed = _PassedOn(descriptor.step, at, descriptor.parts * len(descriptor.children),
+                                                  cleaned=time.monotonic() if state.dropped else None)
                 self._passed.append(passed)
             if part in passed.parts:
                 return
@@ -326,10 +352,15 @@ class RelayReceiver(RelayOffers):
 
     def _keep(self, name: str, step: int, state: _Following, result: Any) -> None:
         """Keep ``result``, the tensor of ``state``, for the next recv of ``name`` at ``step``
-        (its recv was given up, or gave it back)."""
-        state.kept = result
+        (its recv was given up, or gave it back): the landing of one whose parts all came (a
+        copy if it was the recv's ``out``: the next recv fills its own), else ``result``."""
+        if state.landing is not None and state.landing.complete():
+            state.landing.detach()
+        else:
+            state.kept = result
         with self._lock:
-            self._following[(state.origin, name, step)] = state
+            if not state.dropped:
+                self._following[(state.origin, name, step)] = state
 
     def _taken(self, call: RecvCall, state: _Following) -> None:
         with self._lock:
@@ -345,7 +376,7 @@ class RelayReceiver(RelayOffers):
         recvs fetching a relayed tensor fail; what was passed on stays a while."""
         with self._lock:
             for at in [at for at in self._following if at[2] == step]:
-                del self._following[at]
+                self._following.pop(at).dropped = True
             fetching = self._fetching.pop(step, {})
             for passed in self._passed:
                 if passed.at == step and passed.cleaned is None:
