@@ -144,10 +144,12 @@ def _recv_everywhere(receivers, names, sizes, step, how="recv") -> list[list[boo
     (SIZES, "recv", 2), (LARGE, "recv", True), (LARGE, "out", True), (LARGE, "recv_many", 2)])
 def test_every_receiver_gets_every_tensor_and_the_sender_sends_each_once(job, step, sizes, fanout, how):
     """A large tensor goes in parts, each passed on as it lands: the relay's last receiver
-    takes each part as a tensor of its own."""
+    takes each part as a tensor of its own; a receiver passing on what landed in memory of
+    its own registers nothing."""
     trainer, receivers = job
     names = [f"w{i}" for i in range(len(sizes))]
     before, received = trainer.stats()["bytes_sent"], receivers[-1].stats()["tensors_received"]
+    registered = receivers[0].stats().get("source_registrations", 0)
     handles = [trainer.send(name, pattern(nbytes, step + i), to=RECEIVERS, step_id=step, relay=fanout)
                for i, (name, nbytes) in enumerate(zip(names, sizes))]
     assert _recv_everywhere(receivers, names, sizes, step, how) == [[True] * len(sizes)] * len(RECEIVERS)
@@ -160,6 +162,8 @@ def test_every_receiver_gets_every_tensor_and_the_sender_sends_each_once(job, st
     # each descriptor, and each tensor whole or each of its parts
     parts = sum(part_count(nbytes) for nbytes in sizes)
     assert receivers[-1].stats()["tensors_received"] - received == len(sizes) + parts
+    if how != "out":  # landed in the protocol's registered memory: passed on as it is
+        assert receivers[0].stats().get("source_registrations", 0) == registered
     for receiver in receivers:
         receiver.flush(timeout=WAIT)  # each child took what its parent passed on
     trainer.flush(timeout=WAIT)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import concurrent.futures
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from ..cluster import TaskName
 from ..devices import HOST, Device
 from ..errors import TensorverbsError
@@ -30,6 +32,8 @@ class Transport(Protocol):
                    out: Out | None = None) -> concurrent.futures.Future: ...
 
     def cleanup_step(self, step_id: int) -> None: ...
+
+    def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
 
 
 class RelayOffers:

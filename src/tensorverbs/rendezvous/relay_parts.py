@@ -42,12 +42,15 @@ class Landing:
     landed: set[int] = field(default_factory=set)
 
     @classmethod
-    def of(cls, descriptor: RelayDescriptor, out: "Out | None") -> "Landing":
-        """The landing of ``descriptor``'s tensor for a recv into ``out`` (which fits it)."""
+    def of(cls, descriptor: RelayDescriptor, out: "Out | None",
+           allocate: Callable[[tuple[int, ...], np.dtype], np.ndarray]) -> "Landing":
+        """The landing of ``descriptor``'s tensor for a recv into ``out`` (which fits it),
+        else of ``allocate``'s (the protocol's: registered memory, so that neither a part's
+        landing nor its passing on registers it)."""
         ranges = part_ranges(descriptor.nbytes, descriptor.parts)
         if out is not None:
             return cls(out.landing, ranges, False)
-        return cls(np.empty(descriptor.shape, numpy_dtype(descriptor.dtype)), ranges, True)
+        return cls(allocate(descriptor.shape, numpy_dtype(descriptor.dtype)), ranges, True)
 
     def part(self, part: int) -> np.ndarray:
         """The bytes of part ``part``: a view of the landing."""

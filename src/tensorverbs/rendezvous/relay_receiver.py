@@ -192,7 +192,7 @@ class RelayReceiver(RelayOffers):
         """Fetch the parts of ``call``'s tensor not landed yet from ``source`` at ``step``,
         passing each on as it lands."""
         if state.landing is None:
-            state.landing = Landing.of(state.descriptor, call.out)
+            state.landing = Landing.of(state.descriptor, call.out, self._rendezvous.allocate)
         landing, tag = state.landing, state.descriptor.tag
 
         def fetch(part: int) -> concurrent.futures.Future:
