@@ -169,6 +169,9 @@ def test_every_receiver_gets_every_tensor_and_the_sender_sends_each_once(job, st
     trainer.flush(timeout=WAIT)
 
 
+# (not over ibverbs: the path is the same on every provider, and in the soft-RoCE lane's
+# emulated guest this test alone took over a minute)
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "ibverbs"])
 def test_a_child_whose_parent_exited_gets_the_parts_it_passes_on_from_the_sender(variant, step):
     """The chain's second receiver ends before it asked: the third fetches the tensor from
     the sender whole and passes its parts on to the fourth."""
