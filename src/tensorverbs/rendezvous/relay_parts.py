@@ -1,9 +1,8 @@
 """A relayed tensor that comes in parts: each part is fetched from the relay's parent into
 its place in one :class:`Landing` (the recv's ``out``, or an array of the library's) and
 passed on as it lands (:class:`PartFetch`: the fetches of one recv, a few at a time in
-order). The landing outlives
-a recv that ended before every part came, so the next recv of the tensor fetches only the
-parts still missing."""
+order). The landing outlives a recv that ended before every part came, so the next recv
+of the tensor fetches only the parts still missing."""
 from __future__ import annotations
 
 import collections

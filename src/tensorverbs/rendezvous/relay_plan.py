@@ -149,6 +149,12 @@ def part_ranges(nbytes: int, count: int) -> list[tuple[int, int]]:
     return [(starts[i], starts[i + 1]) for i in range(count)]
 
 
+def part_views(array: np.ndarray, count: int) -> list[np.ndarray]:
+    """The bytes of each of ``count`` parts of ``array`` (C-contiguous): views, in order."""
+    flat = array.reshape(-1).view(np.uint8)
+    return [flat[start:end] for start, end in part_ranges(array.nbytes, count)]
+
+
 def _nbytes(dtype: int, shape: tuple[int, ...]) -> int:
     return numpy_dtype(dtype).itemsize * math.prod(shape)
 

@@ -28,7 +28,7 @@ from .key import RendezvousKey
 from .recv_call import RecvCall, settle
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
 from .relay_parts import Landing, PartFetch
-from .relay_plan import RelayDescriptor, Relayed, ack_name, part_name, part_ranges
+from .relay_plan import RelayDescriptor, Relayed, ack_name, part_name, part_views
 
 if TYPE_CHECKING:
     from .. import _core
@@ -314,9 +314,8 @@ class RelayReceiver(RelayOffers):
         if descriptor.parts == 1:
             self._offer_on(at, state, descriptor.data, array)
             return
-        flat = array.reshape(-1).view(np.uint8)
-        for part, (start, end) in enumerate(part_ranges(descriptor.nbytes, descriptor.parts)):
-            self._offer_on(at, state, part_name(descriptor.tag, part), flat[start:end], part)
+        for part, view in enumerate(part_views(array, descriptor.parts)):
+            self._offer_on(at, state, part_name(descriptor.tag, part), view, part)
 
     def _offer_on(self, at: int, state: _Following, name: str, array: Any, part: int = 0) -> None:
         """Offer ``array``, part ``part`` of the tensor received at step ``at`` (offered

@@ -22,7 +22,7 @@ from .completion import SendHandle, Sends, describe_send
 from .key import RendezvousKey
 from .relay_offers import NEED_IT, RelayOffers, Transport
 from .relay_plan import (PREFIX, RelayDescriptor, ack_name, data_name, direct_name, part_count, part_name,
-                         part_ranges, tree)
+                         part_views, tree)
 
 if TYPE_CHECKING:
     from .. import _core
@@ -65,6 +65,7 @@ class RelaySender(RelayOffers):
         dtype, shape = dtype_enum(array.dtype), tuple(array.shape)
         count = 1 if array.dtype.kind == "O" else part_count(array.nbytes)
         plan = tree(len(receivers), fanout)
+        parts = part_views(array, count) if count > 1 else []  # (settled by the receivers' confirmations)
         try:
             for i, (parent, children) in enumerate(plan):
                 descriptor = RelayDescriptor(tag, dtype, shape,
@@ -77,9 +78,8 @@ class RelaySender(RelayOffers):
                 if count == 1:  # delivered, as any send, once they take it
                     self.offer(step, receivers[i], data_name(tag), array, ticket=sent.tickets[i])
                     continue
-                flat = array.reshape(-1).view(np.uint8)  # (settled by the receiver's confirmation)
-                for part, (start, end) in enumerate(part_ranges(array.nbytes, count)):
-                    self.offer(step, receivers[i], part_name(tag, part), flat[start:end])
+                for part, view in enumerate(parts):
+                    self.offer(step, receivers[i], part_name(tag, part), view)
         except TensorverbsError as exc:  # the step was aborted or cleaned up
             for ticket in sent.tickets:
                 ticket.fail(int(exc.code), exc.message)
