@@ -322,6 +322,71 @@ def test_a_relay_at_a_cleaned_up_step_fails_naming_the_receivers_that_did_not_co
     receivers[0].cleanup_step(step)  # (what it passed on, nobody takes)
 
 
+def _sent(tasks) -> list[int]:
+    return [task.stats()["bytes_sent"] for task in tasks]
+
+
+@pytest.mark.parametrize("nbytes", [SIZES[2], LARGE[0]])  # (whole, in parts)
+def test_late_receivers_get_the_tensor_from_the_receivers_that_have_it_the_senders_link_idle(job, step, nbytes):
+    """Two tasks not among the relay's receivers recv it after the broadcast: each is served
+    by a receiver (the least used first), the trainer sending a descriptor only."""
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True, late=True)
+    assert _recv_everywhere(receivers[:2], ["w0"], [nbytes], step) == [[True]] * 2
+    handle.wait(timeout=WAIT)
+    before = _sent([trainer, *receivers[:2]])
+    for late in receivers[2:]:  # one after the other
+        assert late.run(f"{__name__}:recv_all", ["w0"], [nbytes], step, "out") == [True]
+    grew = [after - then for after, then in zip(_sent([trainer, *receivers[:2]]), before)]
+    assert grew[0] < 2 * 4096, grew  # descriptors
+    assert grew[1] >= nbytes and grew[2] >= nbytes, grew  # one late receiver each
+    for task in receivers:
+        task.cleanup_step(step)
+    trainer.cleanup_step(step)
+
+
+def test_a_late_receiver_that_asked_before_anyone_had_the_tensor_gets_it_from_the_sender(job, step):
+    trainer, receivers = job
+    nbytes = SIZES[2]
+    receivers[3].post("run", f"{__name__}:recv_all", ["w0"], [nbytes], step)
+    deadline = time.monotonic() + WAIT
+    while trainer.pending()[1] < 1:  # a condition, polled
+        assert time.monotonic() < deadline, "the late receiver's recv never reached the trainer"
+        time.sleep(0.005)
+    before = trainer.stats()["bytes_sent"]
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+    assert receivers[3].result(WAIT * 2) == [True]
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    handle.wait(timeout=WAIT)
+    assert trainer.stats()["bytes_sent"] - before >= 2 * nbytes  # to each, nobody had it
+    for task in (receivers[0], receivers[3], trainer):
+        task.cleanup_step(step)
+
+
+def test_a_late_receiver_is_served_by_the_sender_once_the_receivers_cleaned_the_step_up(job, step):
+    trainer, receivers = job
+    nbytes = LARGE[0]
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True, late=True)
+    assert _recv_everywhere(receivers[:2], ["w0"], [nbytes], step) == [[True]] * 2
+    handle.wait(timeout=WAIT)
+    for receiver in receivers[:2]:
+        receiver.cleanup_step(step)  # they keep it no more
+    before = trainer.stats()["bytes_sent"]
+    assert receivers[3].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    assert trainer.stats()["bytes_sent"] - before >= nbytes
+    trainer.cleanup_step(step)
+    receivers[3].cleanup_step(step)
+
+
+def test_late_needs_a_relay(step):
+    trainer = tv.Server(cluster_spec({"trainer": 1, "worker": len(RECEIVERS)}), "trainer", 0)
+    with pytest.raises(tv.InvalidArgumentError, match="relay=True, late=True"):
+        trainer.send("w", np.arange(4), to=RECEIVERS, step_id=step, late=True)
+    with pytest.raises(tv.InvalidArgumentError, match="True or False"):
+        trainer.send("w", np.arange(4), to=RECEIVERS, step_id=step, relay=True, late=1)
+    trainer.stop()
+
+
 @pytest.mark.parametrize("relay, what", [(0, "expected 1 or more"), (17, "at most 16"), ("yes", "integer")])
 def test_a_bad_relay_is_refused(step, relay, what):
     trainer = tv.Server(cluster_spec({"trainer": 1, "worker": len(RECEIVERS)}), "trainer", 0)

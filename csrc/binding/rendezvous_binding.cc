@@ -126,6 +126,18 @@ class Rendezvous {
     return rv_->next_lost(timeout);
   }
 
+  // (step, src, dst, name) of the next recv of a watched name that waits
+  std::optional<std::tuple<std::int64_t, std::int32_t, std::int32_t, std::string>> next_unmatched(
+      double timeout) {
+    std::optional<StepKey> recv;
+    {
+      GilReleased release;
+      recv = rv_->table().unmatched().next(timeout);
+    }
+    if (!recv) return std::nullopt;
+    return std::make_tuple(recv->step, recv->key.src, recv->key.dst, std::move(recv->key.name));
+  }
+
   void send(std::int64_t step, std::int32_t dst, std::string name, std::int32_t dtype,
             TensorShape shape, bool is_dead, nb::handle data,
             std::shared_ptr<SendTicket> ticket) {
@@ -352,6 +364,19 @@ void bind_rendezvous(nb::module_& m) {
       .def("end_lost", [](Rendezvous& r) { r.rv_->end_lost(); },
            "next_lost() returns None from now on (its follower ends before the interpreter "
            "finalizes).")
+      .def("watch", [](Rendezvous& r, std::int64_t step, const std::string& name) {
+             r.rv_->table().watch(step, name);
+           }, "step"_a, "name"_a,
+           "Note each recv of `name` at `step` that waits for a send of this task, now or "
+           "later, for next_unmatched(), until unwatch().")
+      .def("unwatch", [](Rendezvous& r, std::int64_t step, const std::string& name) {
+             r.rv_->table().unwatch(step, name);
+           }, "step"_a, "name"_a, "Stop noting the recvs of `name` at `step`.")
+      .def("next_unmatched", &Rendezvous::next_unmatched, "timeout"_a,
+           "(step, src, dst, name) of the next recv of a watched name that waits (up to "
+           "`timeout` s, the GIL released; < 0: for ever); None on timeout or once stopped.")
+      .def("end_unmatched", [](Rendezvous& r) { r.rv_->table().unmatched().end(); },
+           "next_unmatched() returns None from now on.")
       .def("ready", [](const Rendezvous& r, std::int32_t peer) { return r.rv_->ready(peer); },
            "peer"_a, "Whether the channel to `peer` is connected and working.")
       .def("send", &Rendezvous::send, "step"_a, "dst"_a, "name"_a, "dtype"_a, "shape"_a,

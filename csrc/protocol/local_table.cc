@@ -101,6 +101,7 @@ LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
       if (!value) {
         const std::uint64_t id = next_id_++;
         state.waiters[match].push_back(Pending{id, std::move(callback)});
+        if (!watched_.empty() && watched_.count({step, key.name}) != 0) unmatched_.note(match);
         return Waiter{match, id};
       }
       prune(step, state);
@@ -108,6 +109,22 @@ LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
   }
   callback(std::move(error), value ? std::move(*value) : TensorValue{});
   return Waiter{match, 0};
+}
+
+void LocalTable::watch(std::int64_t step, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!watched_.emplace(step, name).second) return;
+  const Step* state = steps_.find(step);
+  if (state == nullptr) return;
+  for (const auto& [key, queue] : state->waiters) {  // those waiting already
+    if (key.key.name != name) continue;
+    for (std::size_t i = 0; i < queue.size(); ++i) unmatched_.note(key);
+  }
+}
+
+void LocalTable::unwatch(std::int64_t step, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watched_.erase({step, name});
 }
 
 bool LocalTable::withdraw(const Waiter& waiter) {

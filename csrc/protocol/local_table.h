@@ -8,6 +8,8 @@
 // step cleaned up stays so (CleanedSteps) until it is used again: a value of it given back
 // meanwhile is dropped, its send failed. A step's state is dropped as soon as it holds
 // nothing (no value, no recv, no abort).
+// A recv of a watched name that waits (a relay broadcast's late receiver) is noted in
+// unmatched() for the control plane.
 // Callbacks run outside the lock, in the thread that completed the match. Thread-safe.
 #pragma once
 
@@ -17,6 +19,8 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -26,6 +30,7 @@
 #include "protocol/cleaned_steps.h"
 #include "protocol/rendezvous_key.h"
 #include "protocol/tensor_value.h"
+#include "protocol/unmatched_recvs.h"
 
 namespace tensorverbs {
 
@@ -59,6 +64,12 @@ class LocalTable {
   bool drops_late(std::int64_t step) const;
   // Forgets the step; its waiting recvs fail with Aborted.
   void cleanup_step(std::int64_t step);
+
+  // Notes in unmatched() each recv of `name` at `step` that waits, now or later, whatever
+  // its source and destination, until unwatch().
+  void watch(std::int64_t step, const std::string& name);
+  void unwatch(std::int64_t step, const std::string& name);
+  UnmatchedRecvs& unmatched() { return unmatched_; }
 
   // (values waiting for a recv, recvs waiting for a value)
   std::pair<std::size_t, std::size_t> pending() const;
@@ -105,6 +116,8 @@ class LocalTable {
   RecyclingMap<std::int64_t, Step, std::hash<std::int64_t>, ClearKeeping> steps_{kSpareSteps};
   CleanedSteps cleaned_;
   std::uint64_t next_id_ = 1;
+  std::set<std::pair<std::int64_t, std::string>> watched_;  // (step, name)
+  UnmatchedRecvs unmatched_;
 };
 
 }  // namespace tensorverbs

@@ -450,6 +450,7 @@ void RdmaRendezvous::stop() {
     channels.swap(channels_);
     held.swap(held_);  // tracked: stopping the recvs ends them (kept alive until then)
   }
+  table_.unmatched().end();
   if (!adapter_) return;  // open() failed before it was running: nothing was made to stop
   lost_ready_.notify_all();
   // the ACKs of the messages taken last leave first: else their senders take the tensors as

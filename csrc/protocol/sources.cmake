@@ -31,5 +31,6 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/tensor_meta.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_shape.cc"
   "${CMAKE_CURRENT_LIST_DIR}/tensor_source.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/unmatched_recvs.cc"
   "${CMAKE_CURRENT_LIST_DIR}/utf8.cc"
 )

@@ -159,6 +159,22 @@ class Rendezvous:
         next_lost() returns None from now on (its follower ends before the interpreter finalizes).
         """
 
+    def watch(self, step: int, name: str) -> None:
+        """
+        Note each recv of `name` at `step` that waits for a send of this task, now or later, for next_unmatched(), until unwatch().
+        """
+
+    def unwatch(self, step: int, name: str) -> None:
+        """Stop noting the recvs of `name` at `step`."""
+
+    def next_unmatched(self, timeout: float) -> tuple[int, int, int, str] | None:
+        """
+        (step, src, dst, name) of the next recv of a watched name that waits (up to `timeout` s, the GIL released; < 0: for ever); None on timeout or once stopped.
+        """
+
+    def end_unmatched(self) -> None:
+        """next_unmatched() returns None from now on."""
+
     def ready(self, peer: int) -> bool:
         """Whether the channel to `peer` is connected and working."""
 

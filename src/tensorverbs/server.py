@@ -256,7 +256,7 @@ class Server(BlockCalls, OneSidedCalls):
 
     @public
     def send(self, name: str, value: Any, to: str | Sequence[str], step_id: int = 0,
-             is_dead: bool = False, *, relay: bool | int = False) -> SendHandle:
+             is_dead: bool = False, *, relay: bool | int = False, late: bool = False) -> SendHandle:
         """Offer ``value`` as tensor ``name`` for task ``to`` at ``step_id``; ``to`` a list
         of tasks: for each of them (a broadcast), the tensor's bytes registered once for all.
 
@@ -267,6 +267,14 @@ class Server(BlockCalls, OneSidedCalls):
         lands); receivers recv it as any tensor. A receiver whose parent in the relay is
         gone gets it from this task. Each receiver passes on the tensor its
         recv returned: it must not modify it until its children have it (``flush``).
+
+        ``late`` (with ``relay``): a task not in ``to`` that recvs the tensor later (a late
+        joiner) gets it from a receiver that has it, this task's link idle (from this task
+        while none has it). Each receiver then keeps what its recv returned for them, and
+        this task the tensor it sent, unchanged, until they clean the step up
+        (``cleanup_step``); a later relayed recv into the same memory ends a receiver's,
+        and a later late relay of the same memory this task's. Tensors of the latest 4
+        steps are served so.
 
         ``value`` is a numpy array (or anything ``numpy.asarray`` takes: a list or tuple
         of numbers, or of strings, nested as numpy takes it, is one tensor), a torch tensor
@@ -284,7 +292,9 @@ class Server(BlockCalls, OneSidedCalls):
         """
         self._check_running()
         if relay is not False:
-            return self._sending.relay(name, value, to, step_id, is_dead, relay)
+            return self._sending.relay(name, value, to, step_id, is_dead, relay, late)
+        if late is not False:
+            raise InvalidArgumentError("late receivers are served by a relay: send(..., relay=True, late=True)")
         return self._sending.send(name, value, to, step_id, is_dead)
 
     @public

@@ -137,5 +137,42 @@ TEST(LocalTable, ManyThreadsLoseNothing) {
   EXPECT_EQ(table.steps(), 0u);
 }
 
+TEST(LocalTable, NotesTheRecvsOfAWatchedNameThatWaitWhetherTheyCameBeforeOrAfter) {
+  LocalTable table;
+  Got before, after, other_name, other_step, matched;
+  table.recv(3, RendezvousKey{0, 4, "w"}, before.callback());  // waits before the watch
+  table.watch(3, "w");
+  table.recv(3, RendezvousKey{0, 5, "w"}, after.callback());
+  table.recv(3, RendezvousKey{0, 5, "v"}, other_name.callback());
+  table.recv(4, RendezvousKey{0, 5, "w"}, other_step.callback());
+  ASSERT_TRUE(table.send(3, RendezvousKey{0, 6, "w"}, value_of(1)).ok());
+  table.recv(3, RendezvousKey{0, 6, "w"}, matched.callback());  // a send waited: not noted
+  EXPECT_EQ(*matched.tag, 1u);
+  const std::optional<StepKey> first = table.unmatched().next(0);
+  const std::optional<StepKey> second = table.unmatched().next(0);
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->key.dst, 4);
+  EXPECT_EQ(second->key.dst, 5);
+  EXPECT_EQ(second->step, 3);
+  EXPECT_EQ(second->key.name, "w");
+  EXPECT_FALSE(table.unmatched().next(0));
+  table.unwatch(3, "w");
+  table.recv(3, RendezvousKey{0, 7, "w"}, after.callback());
+  EXPECT_FALSE(table.unmatched().next(0));
+}
+
+TEST(LocalTable, UnmatchedRecvsWakeTheirFollowerWhenEnded) {
+  LocalTable table;
+  std::optional<StepKey> got = StepKey{};
+  std::thread follower([&] { got = table.unmatched().next(-1); });
+  table.unmatched().end();
+  follower.join();
+  EXPECT_FALSE(got);
+  table.watch(1, "w");
+  Got waiting;
+  table.recv(1, kKey, waiting.callback());
+  EXPECT_FALSE(table.unmatched().next(0));  // (nothing queued once ended)
+}
+
 }  // namespace
 }  // namespace tensorverbs

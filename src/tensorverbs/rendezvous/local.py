@@ -9,7 +9,9 @@ completion. A step's state is dropped as soon as it holds nothing (no tensor, no
 no abort), so a job that never calls ``cleanup_step`` keeps state only for tensors
 nobody received yet and for aborted steps (both counted by :meth:`pending` and
 :meth:`steps`). Callbacks run outside the lock, in the thread of whoever completed the
-match (the sender for a recv that waited, the receiver otherwise).
+match (the sender for a recv that waited, the receiver otherwise). A recv of a watched
+name that waits (:meth:`LocalTable.watch`: a relay broadcast's late receiver) is told to
+its watcher.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 from ..errors import AbortedError, TensorverbsError
+from ..cluster import TaskName
 from .key import RendezvousKey
 
 
@@ -103,6 +106,8 @@ class LocalTable:
         # step -> the count of sends at its last cleanup (the latest CLEANUPS_KEPT): a value
         # sent before, given back after, is dropped with the step
         self._cleaned: collections.OrderedDict[int, int] = collections.OrderedDict()
+        #: (step, name) -> told the destination of each recv of it that waits (:meth:`watch`)
+        self._watched: dict[tuple[int, str], Callable[[TaskName], None]] = {}
 
     def _step(self, step_id: int) -> _Step:
         step = self._steps.get(step_id)
@@ -162,10 +167,31 @@ class LocalTable:
                 if value is None:
                     waiter = Waiter(self, step_id, match, callback)
                     step.waiters.setdefault(match, collections.deque()).append(waiter)
-                    return waiter
-                self._prune(step_id, step)
+                    watcher = self._watched.get((step_id, key.name)) if self._watched else None
+                else:
+                    self._prune(step_id, step)
+        if value is None and error is None:
+            if watcher is not None:  # a recv of a watched name waits
+                watcher(key.dst)
+            return waiter
         callback(error, value)
         return None
+
+    def watch(self, step_id: int, name: str, watcher: Callable[[TaskName], None]) -> None:
+        """Call ``watcher(dst)`` for each recv of ``name`` at ``step_id`` that waits, now
+        or later, until :meth:`unwatch` (a relay broadcast's late receivers)."""
+        with self._lock:
+            self._watched[(step_id, name)] = watcher
+            step = self._steps.get(step_id)
+            matches: list[Any] = list(step.waiters) if step else []  # (src, dst, name, frame, iter)
+            waiting = [match[1] for match in matches if match[2] == name for _ in step.waiters[match]]
+        for dst in waiting:
+            watcher(dst)
+
+    def unwatch(self, step_id: int, name: str) -> None:
+        """Stop calling the watcher of ``name`` at ``step_id``."""
+        with self._lock:
+            self._watched.pop((step_id, name), None)
 
     def _withdraw(self, waiter: Waiter) -> bool:
         with self._lock:

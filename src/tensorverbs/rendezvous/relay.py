@@ -12,6 +12,10 @@ runs, so a parent that has not got the tensor yet simply holds its child's reque
 the relay is pipelined at tensor granularity, and within a large tensor at the
 granularity of its parts (:mod:`.relay_parts`).
 
+Late receivers (``late``): a task that asks for the tensor after the broadcast, not
+among its receivers, is served by a receiver that has it (a replica), so that the
+sender's link stays idle; by the sender while none has it.
+
 Failures: a receiver whose parent is gone (UnavailableError) tells the sender, which
 offers it the tensor directly; the sender's handle completes for each receiver as its
 confirmation comes and fails, naming it, for a receiver that died or never confirmed.
@@ -46,16 +50,21 @@ class Relays:
 
     def __init__(self, task: TaskName, incarnation: int, loop: "EventLoopThread", peers: "Peers",
                  lanes: "Lanes", sends: Sends, transport: Transport) -> None:
-        self._sender = RelaySender(task, incarnation, sends, transport)
+        self._sender = RelaySender(task, incarnation, sends, transport, loop, peers)
         self._receiver = RelayReceiver(task, incarnation, sends, transport, loop, peers, lanes)
         self.followed, self.following = self._receiver.followed, self._receiver.following
 
     def broadcast(self, name: str, array: np.ndarray, keys: Sequence[RendezvousKey], step: int,
-                  fanout: int) -> SendHandle:
+                  fanout: int, late: bool = False) -> SendHandle:
         """Offer ``array`` as ``name`` to each receiver of ``keys`` by relay, ``fanout``
-        children per receiver in their order; its handle completes per receiver as each
-        confirms."""
-        return self._sender.broadcast(name, array, keys, step, fanout)
+        children per receiver in their order (and to tasks that ask for it later if
+        ``late``); its handle completes per receiver as each confirms."""
+        return self._sender.broadcast(name, array, keys, step, fanout, late)
+
+    def serve(self, origin: str, tag: str, receiver: str) -> bool:
+        """ServeRelayed: offer ``receiver`` the tensor of ``origin``'s relay ``tag`` that
+        this task kept for late receivers; False if it does not keep it."""
+        return self._receiver.serve(origin, tag, receiver)
 
     def follow(self, call: RecvCall, relayed: Any) -> None:
         """Fetch the tensor of the relay that came for ``call`` (a

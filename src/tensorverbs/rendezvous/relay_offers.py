@@ -4,7 +4,7 @@ sends are offered (:class:`RelayOffers`)."""
 from __future__ import annotations
 
 import concurrent.futures
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -34,6 +34,10 @@ class Transport(Protocol):
     def cleanup_step(self, step_id: int) -> None: ...
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray: ...
+
+    def watch(self, step_id: int, name: str, watcher: Callable[[TaskName], None]) -> None: ...
+
+    def unwatch(self, step_id: int, name: str) -> None: ...
 
 
 class RelayOffers:

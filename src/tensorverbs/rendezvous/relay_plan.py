@@ -11,8 +11,8 @@ receiver passes on a part while it fetches the next. The bytes come from a peer,
 :meth:`RelayDescriptor.decode` checks every field and length before anything is taken from
 them; malformed input raises DataLossError.
 
-Layout (little-endian): magic ``TVRL``, version u8, dtype i32, rank u8, parts u16, rank
-dims i64, the relay's tag, its parent and each child (u8 count, then u16 length + UTF-8
+Layout (little-endian): magic ``TVRL``, version u8, dtype i32, rank u8, parts u16, flags
+u8 (1: late receivers are served, so the receiver keeps the tensor), rank dims i64, the relay's tag, its parent and each child (u8 count, then u16 length + UTF-8
 each).
 """
 from __future__ import annotations
@@ -31,7 +31,9 @@ from ..errors import DataLossError
 from ..ipc.descriptor import RELAY_MAGIC as MAGIC
 from ..tensor import VARIANT_DTYPE, numpy_dtype
 
-VERSION = 2
+VERSION = 3
+#: a flag of the descriptor: the relay serves late receivers (its receivers keep the tensor)
+LATE = 1
 #: the most children a receiver passes a tensor on to
 MAX_FANOUT = 16
 #: a tensor of at least twice this many bytes is relayed in parts of at least this many
@@ -44,14 +46,16 @@ PART_ALIGN = 4096
 PREFIX = ".tv-relay:"
 _MAX_TEXT = max(MAX_TASK_NAME, 128)
 
-_HEAD = struct.Struct("<4sBiBH")
+_HEAD = struct.Struct("<4sBiBHB")
 
 
 @dataclass(frozen=True)
 class RelayDescriptor:
     """One receiver's share of a relay broadcast: the tensor's dtype and shape, the relay's
     ``tag`` (what its names start with), the task to fetch from and those to pass it on to,
-    and the number of parts the tensor goes in (1: whole, under :attr:`data`)."""
+    the number of parts the tensor goes in (1: whole, under :attr:`data`), and whether
+    receivers that ask later are served (``late``: each receiver keeps what it got for them,
+    until it cleans the step up)."""
 
     tag: str
     dtype: int
@@ -59,6 +63,7 @@ class RelayDescriptor:
     parent: str
     children: tuple[str, ...] = ()
     parts: int = 1
+    late: bool = False
 
     @property
     def data(self) -> str:
@@ -84,7 +89,7 @@ class RelayDescriptor:
 
     def encode(self) -> np.ndarray:
         """The descriptor as DT_VARIANT bytes: a 1-D array of :data:`VARIANT_DTYPE`."""
-        fields = [_HEAD.pack(MAGIC, VERSION, self.dtype, len(self.shape), self.parts),
+        fields = [_HEAD.pack(MAGIC, VERSION, self.dtype, len(self.shape), self.parts, LATE if self.late else 0),
                   struct.pack(f"<{len(self.shape)}q", *self.shape), _texts([self.tag]),
                   _texts([self.parent]), _texts(self.children)]
         return np.frombuffer(b"".join(fields), VARIANT_DTYPE)
@@ -93,8 +98,8 @@ class RelayDescriptor:
     def decode(cls, data: Any) -> "RelayDescriptor":
         """Parse DT_VARIANT bytes from a peer; DataLossError if they are not a descriptor."""
         reader = ByteReader(bytes(memoryview(data).cast("B")), "relay descriptor")
-        magic, version, dtype, rank, count = reader.take(_HEAD)
-        if magic != MAGIC or version != VERSION:
+        magic, version, dtype, rank, count, flags = reader.take(_HEAD)
+        if magic != MAGIC or version != VERSION or flags & ~LATE:
             raise DataLossError(f"not a relay descriptor (magic {magic!r}, version {version})")
         shape = reader.shape(dtype, rank)
         if not 1 <= count <= MAX_PARTS or (count > 1 and _nbytes(dtype, shape) < count * PART_ALIGN):
@@ -104,7 +109,7 @@ class RelayDescriptor:
         reader.end()
         if len(tags) != 1 or not tags[0].startswith(PREFIX) or len(parents) != 1:
             raise DataLossError("relay descriptor without its tag or parent")
-        return cls(tags[0], dtype, tuple(shape), parents[0], tuple(children), count)
+        return cls(tags[0], dtype, tuple(shape), parents[0], tuple(children), count, bool(flags & LATE))
 
 
 @dataclass(frozen=True)

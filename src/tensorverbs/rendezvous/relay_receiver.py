@@ -5,10 +5,13 @@ its children at a step of the relay's own (which the receiver cleaning its step 
 not drop), confirms to the sender, and settles the recv. A large tensor comes in parts
 (:mod:`.relay_parts`), each offered to the children as it lands. A recv that ends before
 its tensor came leaves the descriptor (and the parts landed) here for the next recv of the
-key; a tensor that came for a recv given up is kept for the next."""
+key; a tensor that came for a recv given up is kept for the next. Of a relay that serves
+late receivers, each receiver keeps what it got (:mod:`.relay_replicas`) and offers it to
+a late receiver when the sender asks (:meth:`RelayReceiver.serve`)."""
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import logging
 import threading
@@ -29,6 +32,7 @@ from .recv_call import RecvCall, settle
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
 from .relay_parts import Landing, PartFetch
 from .relay_plan import RelayDescriptor, Relayed, ack_name, part_name, part_views
+from .relay_replicas import Replica, Replicas
 
 if TYPE_CHECKING:
     from .. import _core
@@ -98,6 +102,8 @@ class RelayReceiver(RelayOffers):
         #: step -> the recvs of it fetching a relayed tensor, and their fetches (None while
         #: the parent is reached)
         self._fetching: dict[int, dict[RecvCall, concurrent.futures.Future | PartFetch | None]] = {}
+        #: the tensors of relays that serve late receivers, kept for them
+        self.replicas = Replicas()
 
     def followed(self) -> bool:
         """Whether a relay came for a recv whose tensor was not taken yet."""
@@ -123,6 +129,8 @@ class RelayReceiver(RelayOffers):
         if call.out is not None and not call.out.fits(descriptor.dtype, descriptor.shape):  # (asked again)
             settle(call.future, call.out.refusal(call.what, descriptor.dtype, descriptor.shape))
             return
+        if call.out is not None and self.replicas:  # (what is kept there is overwritten)
+            self.replicas.drop_sharing(call.out.landing)
         if state.kept is not None:  # came for a recv given up
             self._taken(call, state)
             call.future.returnable(self._keep, call.key.name, call.step_id, state, state.kept)
@@ -294,8 +302,11 @@ class RelayReceiver(RelayOffers):
 
     def _deliver(self, call: RecvCall, state: _Following, result: Any) -> None:
         """Settle ``call`` with ``result``, its whole tensor (kept for the next recv of it
-        if ``call`` was given up)."""
+        if ``call`` was given up; and for late receivers if its relay serves them)."""
         self._taken(call, state)
+        if state.descriptor.late:
+            array = state.landing.array if state.landing is not None else host_array(result, device_of(result))[0]
+            self.replicas.keep(Replica(state.descriptor, state.origin, call.step_id, prepare(array)))
         try:
             call.future.returnable(self._keep, call.key.name, call.step_id, state, result)
             if settle(call.future, None, result):
@@ -341,6 +352,16 @@ class RelayReceiver(RelayOffers):
                 log.warning("passing a relayed tensor on to %s failed: %s", child, exc)
         self._sweep()
 
+    def serve(self, origin: str, tag: str, receiver: str) -> bool:
+        """Offer ``receiver`` the tensor of relay ``tag`` from ``origin`` that this task
+        kept, as it would to a child (ServeRelayed); False if it does not keep it."""
+        replica = self.replicas.get(tag, origin)
+        if replica is None:
+            return False
+        descriptor = dataclasses.replace(replica.descriptor, children=(str(parse_task(receiver)),))
+        self._pass_on(replica.at, _Following(descriptor, replica.origin), replica.array)
+        return True
+
     def _confirm(self, step: int, state: _Following, what: int) -> None:
         """Tell the relay's sender that this task has its tensor (or needs it directly)."""
         name = ack_name(state.descriptor.tag, 1 if state.direct and what == HAVE_IT else 0)
@@ -368,7 +389,7 @@ class RelayReceiver(RelayOffers):
 
     def holds(self) -> bool:
         """Whether this task follows a relay, or holds what it passed on."""
-        return bool(self._following or self._passed or self._fetching)
+        return bool(self._following or self._passed or self._fetching or self.replicas)
 
     def drop_step(self, step: int, error: TensorverbsError) -> None:
         """Forget the relays followed at ``step`` (cleaned up or aborted: ``error``): the
@@ -380,6 +401,7 @@ class RelayReceiver(RelayOffers):
             for passed in self._passed:
                 if passed.at == step and passed.cleaned is None:
                     passed.cleaned = time.monotonic()
+        self.replicas.drop_step(step)
         for call, fut in fetching.items():
             settle(call.future, error)
             if fut is not None:
@@ -395,5 +417,6 @@ class RelayReceiver(RelayOffers):
                 late = passed.cleaned is not None and now - passed.cleaned >= PASS_ON_SECONDS
                 (done if late or passed.taken() else kept).append(passed)
             self._passed = kept
-        for passed in done:
-            self._rendezvous.cleanup_step(passed.step)
+            steps = {passed.step for passed in done} - {passed.step for passed in kept}
+        for step in steps:  # (a late receiver's, or the children's, at the same step may wait)
+            self._rendezvous.cleanup_step(step)

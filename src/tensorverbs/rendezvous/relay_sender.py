@@ -4,11 +4,20 @@ tensor itself (a large one in parts) to the receivers at the top of the relay's 
 the relay's data name (each part's name);
 each receiver's send completes as it confirms, or as it takes the tensor from the sender.
 A receiver whose parent is gone asks for the tensor, which the sender then offers it
-directly."""
+directly.
+
+A relay that serves late receivers (``late``) watches the recvs of its name at its step
+that no send matches: a task not among its receivers that asks for it is offered a
+descriptor naming a receiver that confirmed it has the tensor (a replica, asked first to
+offer it: ServeRelayed; the least used first), or this task while none does. Its tensor
+stays here for them until the step is cleaned up, MAX_LATE_STEPS later steps serve late
+receivers, or a later relay sends the same memory (then only replicas serve it)."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import itertools
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
@@ -20,12 +29,21 @@ from ..errors import TensorverbsError, as_error
 from ..tensor import dtype_enum
 from .completion import SendHandle, Sends, describe_send
 from .key import RendezvousKey
-from .relay_offers import NEED_IT, RelayOffers, Transport
+from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
 from .relay_plan import (PREFIX, RelayDescriptor, ack_name, data_name, direct_name, part_count, part_name,
                          part_views, tree)
 
 if TYPE_CHECKING:
     from .. import _core
+    from ..rpc.loop import EventLoopThread
+    from ..rpc.peers import Peers
+
+log = logging.getLogger(__name__)
+
+#: the most steps whose relays serve late receivers at once (the oldest stop first)
+MAX_LATE_STEPS = 4
+#: how long the sender waits for a replica to answer ServeRelayed before it asks another
+ASK_SECONDS = 5.0
 
 
 @dataclass
@@ -41,45 +59,55 @@ class _Sent:
     tickets: list["_core.SendTicket"]
     #: each receiver's confirmation being received
     acks: dict[int, concurrent.futures.Future] = field(default_factory=dict)
+    dtype: int = 0
+    shape: tuple[int, ...] = ()
+    parts: int = 1
+    #: it serves late receivers: the tasks that confirmed they have it (the replicas), with
+    #: how many late receivers each served, the late receivers, and their confirmations
+    late: bool = False
+    have: dict[TaskName, int] = field(default_factory=dict)
+    joiners: set[TaskName] = field(default_factory=set)
+    late_acks: list[concurrent.futures.Future] = field(default_factory=list)
+
+    def descriptor(self, parent: TaskName, children: tuple[str, ...] = ()) -> RelayDescriptor:
+        """The descriptor of a receiver of it that fetches it from ``parent``."""
+        return RelayDescriptor(self.tag, self.dtype, self.shape, str(parent), children, self.parts, self.late)
 
 
 class RelaySender(RelayOffers):
     """The relay broadcasts one task sends."""
 
-    def __init__(self, task: TaskName, incarnation: int, sends: Sends, transport: Transport) -> None:
+    def __init__(self, task: TaskName, incarnation: int, sends: Sends, transport: Transport,
+                 loop: "EventLoopThread", peers: "Peers") -> None:
         super().__init__(task, incarnation, sends, transport)
+        self._loop, self._peers = loop, peers
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         #: step -> the relays this task sends at it whose receivers did not all confirm
         self._sent: dict[int, list[_Sent]] = {}
+        #: step -> the relays sent at it that serve late receivers (the oldest step first)
+        self._late: dict[int, list[_Sent]] = {}
 
     def broadcast(self, name: str, array: np.ndarray, keys: Sequence[RendezvousKey], step: int,
-                  fanout: int) -> SendHandle:
+                  fanout: int, late: bool = False) -> SendHandle:
         """Offer ``array`` as ``name`` to each receiver of ``keys`` by relay, ``fanout``
-        children per receiver in their order; its handle completes per receiver as each
-        confirms."""
+        children per receiver in their order (and to the tasks that ask for it later if
+        ``late``); its handle completes per receiver as each confirms."""
         tag = f"{PREFIX}{self._incarnation:x}:{next(self._ids)}"
         receivers = [key.dst for key in keys]
-        sent = _Sent(tag, name, step, array, receivers,
-                     [self._sends.open(describe_send(name, task, step)) for task in receivers])
-        dtype, shape = dtype_enum(array.dtype), tuple(array.shape)
         count = 1 if array.dtype.kind == "O" else part_count(array.nbytes)
+        sent = _Sent(tag, name, step, array, receivers,
+                     [self._sends.open(describe_send(name, task, step)) for task in receivers],
+                     dtype=dtype_enum(array.dtype), shape=tuple(array.shape), parts=count, late=late)
         plan = tree(len(receivers), fanout)
-        parts = part_views(array, count) if count > 1 else []  # (settled by the receivers' confirmations)
         try:
             for i, (parent, children) in enumerate(plan):
-                descriptor = RelayDescriptor(tag, dtype, shape,
-                                             str(self._task if parent < 0 else receivers[parent]),
-                                             tuple(str(receivers[c]) for c in children), count)
+                descriptor = sent.descriptor(self._task if parent < 0 else receivers[parent],
+                                             tuple(str(receivers[c]) for c in children))
                 self.offer(step, receivers[i], name, descriptor.encode(), f"{name!r} (its relay)")
             for i, (parent, _) in enumerate(plan):
-                if parent >= 0:
-                    continue
-                if count == 1:  # delivered, as any send, once they take it
-                    self.offer(step, receivers[i], data_name(tag), array, ticket=sent.tickets[i])
-                    continue
-                for part, view in enumerate(parts):
-                    self.offer(step, receivers[i], part_name(tag, part), view)
+                if parent < 0:
+                    self._offer_tensor(sent, receivers[i], sent.tickets[i])
         except TensorverbsError as exc:  # the step was aborted or cleaned up
             for ticket in sent.tickets:
                 ticket.fail(int(exc.code), exc.message)
@@ -88,7 +116,107 @@ class RelaySender(RelayOffers):
             self._sent.setdefault(step, []).append(sent)
         for i in range(len(receivers)):
             self._await_ack(sent, i, 0)
+        if late:
+            self._serve_late(sent)
         return SendHandle(*(ticket.completion for ticket in sent.tickets))
+
+    def _offer_tensor(self, sent: _Sent, dst: TaskName, ticket: "_core.SendTicket | None" = None) -> None:
+        """Offer ``sent``'s tensor to ``dst``, a receiver that fetches it from this task:
+        whole (delivered, as any send, once it takes it), or each of its parts (settled by
+        its confirmation)."""
+        if sent.parts == 1:
+            self.offer(sent.step, dst, data_name(sent.tag), sent.array, ticket=ticket)
+            return
+        for part, view in enumerate(part_views(sent.array, sent.parts)):
+            self.offer(sent.step, dst, part_name(sent.tag, part), view)
+
+    # -- late receivers --------------------------------------------------------------------------
+    def _serve_late(self, sent: _Sent) -> None:
+        """Serve the tasks that ask for ``sent`` at its step and are not its receivers."""
+        closed: list[_Sent] = []
+        with self._lock:
+            for at_step in self._late.values():  # the memory changed: not served from here
+                for old in at_step:
+                    if old.array is not None and np.may_share_memory(old.array, sent.array):
+                        old.array = None
+            self._late.setdefault(sent.step, []).append(sent)
+            while len(self._late) > MAX_LATE_STEPS:
+                closed += self._late.pop(next(iter(self._late)))
+        for old in closed:
+            self._close_late(old)
+        self._rendezvous.watch(sent.step, sent.name, functools.partial(self._asked_late, sent))
+
+    def _close_late(self, sent: _Sent) -> None:
+        """``sent`` serves late receivers no more."""
+        self._rendezvous.unwatch(sent.step, sent.name)
+        with self._lock:
+            sent.late, sent.array, acks = False, None, list(sent.late_acks)
+        for ack in acks:
+            ack.cancel()
+
+    def _asked_late(self, sent: _Sent, dst: TaskName) -> None:
+        """``dst``'s recv of ``sent``'s name at its step waits here (on a protocol's thread)."""
+        if dst == self._task or dst in sent.receivers:
+            return
+        with self._lock:
+            if not sent.late or dst in sent.joiners:
+                return
+            sent.joiners.add(dst)
+        self._loop.submit(self._serve(sent, dst))
+
+    async def _serve(self, sent: _Sent, dst: TaskName) -> None:
+        """Offer late receiver ``dst`` a descriptor naming a replica that offered it the
+        tensor, or this task (the tensor with it)."""
+        parent = self._task
+        with self._lock:
+            replicas = sorted(sent.have, key=lambda task: sent.have[task])  # the least used first
+        for replica in replicas:
+            try:
+                served = await self._peers.serve_relayed(replica, sent.tag, dst, ASK_SECONDS)
+            except Exception as exc:  # (gone, or too slow: the next)
+                log.info("%s did not serve %r to %s: %s", replica, sent.name, dst, exc)
+                continue
+            if served:
+                parent = replica
+                with self._lock:
+                    sent.have[replica] += 1
+                break
+        try:
+            if parent == self._task and sent.array is None:
+                log.warning("%r of step %d is asked for by %s, but no receiver keeps it any more and this "
+                            "task's tensor changed since: not served", sent.name, sent.step, dst)
+                return
+            self.offer(sent.step, dst, sent.name, sent.descriptor(parent).encode())
+            if parent == self._task:
+                self._offer_tensor(sent, dst)
+        except TensorverbsError as exc:  # (its step ended meanwhile)
+            log.info("serving %r to %s failed: %s", sent.name, dst, exc)
+            return
+        self._await_late_ack(sent, dst, 0)
+
+    def _await_late_ack(self, sent: _Sent, dst: TaskName, attempt: int) -> None:
+        """Receive late receiver ``dst``'s ``attempt``-th confirmation: a replica once it
+        has the tensor; sent it directly if its parent is gone."""
+        key = RendezvousKey(dst, 0, self._task, ack_name(sent.tag, attempt))
+        fut = self._rendezvous.recv_async(key, sent.step, None)
+        with self._lock:
+            sent.late_acks.append(fut)
+        fut.add_done_callback(functools.partial(self._late_acked, sent, dst, attempt))
+
+    def _late_acked(self, sent: _Sent, dst: TaskName, attempt: int, fut: concurrent.futures.Future) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        what = int(np.asarray(fut.result()).reshape(-1)[0])
+        with self._lock:
+            if what == HAVE_IT and sent.late:
+                sent.have.setdefault(dst, 0)
+            array = sent.array if what == NEED_IT and attempt == 0 else None
+        if array is not None:
+            try:
+                self.offer(sent.step, dst, direct_name(sent.tag), array)
+            except TensorverbsError:
+                return
+            self._await_late_ack(sent, dst, 1)
 
     def _await_ack(self, sent: _Sent, i: int, attempt: int) -> None:
         """Receive receiver ``i``'s ``attempt``-th confirmation."""
@@ -103,7 +231,11 @@ class RelaySender(RelayOffers):
         if fut.cancelled():  # its step ended (drop_step settled the ticket)
             return
         error = fut.exception()
-        if error is None and int(np.asarray(fut.result()).reshape(-1)[0]) == NEED_IT and attempt == 0:
+        what = int(np.asarray(fut.result()).reshape(-1)[0]) if error is None else None
+        if what == HAVE_IT and sent.late:
+            with self._lock:
+                sent.have.setdefault(receiver, 0)
+        if what == NEED_IT and attempt == 0:
             try:
                 self.offer(sent.step, receiver, direct_name(sent.tag), sent.array, ticket=ticket)
                 self._await_ack(sent, i, 1)
@@ -117,7 +249,8 @@ class RelaySender(RelayOffers):
             ticket.fail(int(error.code), f"{receiver} did not confirm the relayed tensor: {error.message}")
         if all(ticket.completion.outcome() is not None for ticket in sent.tickets):  # all settled
             with self._lock:
-                sent.array = None
+                if not sent.late:  # (else kept for late receivers)
+                    sent.array = None
                 at_step = self._sent.get(sent.step, [])
                 if sent in at_step:
                     at_step.remove(sent)
@@ -125,14 +258,16 @@ class RelaySender(RelayOffers):
                     self._sent.pop(sent.step, None)
 
     def holds(self) -> bool:
-        """Whether a relay this task sent waits for a receiver."""
-        return bool(self._sent)
+        """Whether a relay this task sent waits for a receiver, or serves late ones."""
+        return bool(self._sent or self._late)
 
     def drop_step(self, step: int, error: TensorverbsError) -> None:
         """The relays sent at ``step`` fail (``error``: it was cleaned up or aborted) for
         each receiver that did not confirm yet."""
         with self._lock:
-            sent = self._sent.pop(step, [])
+            sent, late = self._sent.pop(step, []), self._late.pop(step, [])
+        for relay in late:
+            self._close_late(relay)
         for relay in sent:
             for i, ticket in enumerate(relay.tickets):
                 ticket.fail(int(error.code), error.message)

@@ -106,6 +106,16 @@ class RemoteRendezvous(abc.ABC):
         """Offer ``value``, a tensor of this task (AbortedError if the step is aborted)."""
         self.rt.table.send(step_id, key, value)
 
+    def watch(self, step_id: int, name: str, watcher: Callable[[TaskName], None]) -> None:
+        """Tell ``watcher`` each task whose recv of ``name`` at ``step_id`` waits for a send
+        of this task, now or later, until :meth:`unwatch` (a relay broadcast's late
+        receivers); from a thread of the protocol's, which it must not block."""
+        self.rt.table.watch(step_id, name, watcher)
+
+    def unwatch(self, step_id: int, name: str) -> None:
+        """Stop telling the recvs of ``name`` at ``step_id``."""
+        self.rt.table.unwatch(step_id, name)
+
     def send_many(self, offers: Sequence[tuple[int, RendezvousKey, Value]]) -> tuple[int, TensorverbsError] | None:
         """Offer each ``(step_id, key, value)`` in order, as :meth:`send`: None once all are,
         else the index and error of the first that could not be (the later ones are not)."""

@@ -127,20 +127,27 @@ class Sending:
         return SendHandle(ticket.completion)
 
     def relay(self, name: str, value: Any, to: str | Sequence[str], step_id: int, is_dead: bool,
-              relay: bool | int) -> SendHandle:
-        """:meth:`send` by relay (``relay``: True, a chain, or children per receiver); a
-        send to one task, a dead tensor, a TensorList or one passed by handle is sent as
-        without it."""
+              relay: bool | int, late: bool = False) -> SendHandle:
+        """:meth:`send` by relay (``relay``: True, a chain, or children per receiver; served
+        to late receivers if ``late``); a send to one task, a dead tensor, a TensorList or
+        one passed by handle is sent as without it (unless ``late``)."""
         fanout = 1 if relay is True else check.integer(relay, "relay", 1)
         if fanout > MAX_FANOUT:
             raise InvalidArgumentError(f"relay is {fanout}: a receiver passes a tensor on to at most {MAX_FANOUT}")
+        if not isinstance(late, bool):
+            raise InvalidArgumentError(f"late is {late!r}: True or False")
+        if late and (is_dead is not False or isinstance(value, TensorList)):
+            raise InvalidArgumentError("late receivers are served a tensor of a relay: not a dead tensor nor a "
+                                       "TensorList")
+        if isinstance(to, (str, TaskName)) and late:
+            to = [to]
         if isinstance(to, (str, TaskName)) or is_dead is not False or isinstance(value, TensorList):
             return self.send(name, value, to, step_id, is_dead)
         keys, step = self._receivers(name, to), check.integer(step_id, "step_id")
         if any(key.dst == self._rt.task for key in keys):
             raise InvalidArgumentError(f"to lists {self._rt.task}, the sending task: a relay goes to other tasks")
         array = _prepared(host_array(value, device_of(value))[0])
-        handle = self._rt.relays.broadcast(name, array, keys, step, fanout)
+        handle = self._rt.relays.broadcast(name, array, keys, step, fanout, late)
         self._rt.counters.add("sends", len(keys))
         return handle
 

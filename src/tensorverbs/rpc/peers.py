@@ -104,6 +104,9 @@ class Peer:
         self.hold_publication = authorize(self.channel.unary_unary(
             method("HoldPublication"), request_serializer=pb.HoldPublicationRequest.SerializeToString,
             response_deserializer=pb.HoldPublicationResponse.FromString), token, caller)
+        self.serve_relayed = authorize(self.channel.unary_unary(
+            method("ServeRelayed"), request_serializer=pb.ServeRelayedRequest.SerializeToString,
+            response_deserializer=pb.ServeRelayedResponse.FromString), token, caller)
         self.get_held_tensors = authorize(self.channel.unary_unary(
             method("GetHeldTensors"), request_serializer=pb.GetHeldTensorsRequest.SerializeToString,
             response_deserializer=pb.GetHeldTensorsResponse.FromString), token, caller)
@@ -172,6 +175,18 @@ class Peers:
             await asyncio.wait_for(self.handshake(task), within)
         except asyncio.TimeoutError:
             raise UnavailableError(f"{self.peer(task)} did not answer within {within:g} s") from None
+
+    async def serve_relayed(self, task: TaskName, tag: str, receiver: TaskName, within: float) -> bool:
+        """Ask ``task``, a receiver of relay ``tag`` of this task's, to offer its tensor to
+        ``receiver`` (ServeRelayed): whether it did. A TensorverbsError if it did not
+        answer within ``within`` seconds or failed."""
+        request = pb.ServeRelayedRequest(host_name=self._caller, tag=tag, receiver=str(receiver))
+        peer = self.peer(task)
+        try:
+            reply = await peer.serve_relayed(request, timeout=within)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc, str(peer)) from None
+        return reply.served
 
     async def _get_status(self, peer: Peer) -> pb.GetStatusResponse:
         loop = asyncio.get_running_loop()

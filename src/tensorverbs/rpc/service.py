@@ -119,6 +119,16 @@ class Servicer:
             await _abort(context, as_error(exc, f"holding a publication for {request.host_name}"))
         return pb.HoldPublicationResponse()
 
+    async def serve_relayed(self, request: pb.ServeRelayedRequest, context) -> pb.ServeRelayedResponse:
+        refused = self.identity.refusal(context, request.host_name, "asks for a relayed tensor to be served")
+        if refused is not None:
+            await _abort(context, refused)
+        try:
+            served = self.rt.relays.serve(request.host_name, request.tag, request.receiver)
+        except Exception as exc:
+            await _abort(context, as_error(exc, f"serving a relayed tensor for {request.host_name}"))
+        return pb.ServeRelayedResponse(served=served)
+
     async def get_held_tensors(self, request: pb.GetHeldTensorsRequest, context) -> pb.GetHeldTensorsResponse:
         if self.held is None:
             return pb.GetHeldTensorsResponse()
@@ -323,6 +333,9 @@ class Servicer:
             "HoldPublication": grpc.unary_unary_rpc_method_handler(
                 self.hold_publication, request_deserializer=pb.HoldPublicationRequest.FromString,
                 response_serializer=pb.HoldPublicationResponse.SerializeToString),
+            "ServeRelayed": grpc.unary_unary_rpc_method_handler(
+                self.serve_relayed, request_deserializer=pb.ServeRelayedRequest.FromString,
+                response_serializer=pb.ServeRelayedResponse.SerializeToString),
             "GetRemoteAccess": grpc.unary_unary_rpc_method_handler(
                 self.get_remote_access,
                 request_deserializer=pb.GetRemoteAccessRequest.FromString,

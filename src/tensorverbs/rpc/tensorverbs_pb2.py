@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tensorverbs.rpc import tensor_pb2 as tensorverbs_dot_rpc_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!tensorverbs/rpc/tensorverbs.proto\x12\x0btensorverbs\x1a\x1ctensorverbs/rpc/tensor.proto\"\x12\n\x10GetStatusRequest\"H\n\x11GetStatusResponse\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x06\x12\x10\n\x08protocol\x18\x03 \x01(\t\"\x9b\x01\n\x07\x43hannel\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\x0b\n\x03lid\x18\x02 \x01(\r\x12\x0b\n\x03qpn\x18\x03 \x01(\r\x12\x0b\n\x03psn\x18\x04 \x01(\r\x12\x0b\n\x03snp\x18\x05 \x01(\x04\x12\x0b\n\x03iid\x18\x06 \x01(\x04\x12\x0b\n\x03mtu\x18\x07 \x01(\r\x12\x15\n\rprovider_info\x18\x08 \x01(\x0c\x12\x19\n\x11max_message_bytes\x18\t \x01(\x04\"A\n\x0cMemoryRegion\x12\x13\n\x0bremote_addr\x18\x01 \x01(\x04\x12\x0c\n\x04rkey\x18\x02 \x01(\r\x12\x0e\n\x06length\x18\x03 \x01(\x04\"\xa0\x01\n\x17GetRemoteAddressRequest\x12\x11\n\thost_name\x18\x01 \x01(\t\x12%\n\x07\x63hannel\x18\x02 \x01(\x0b\x32\x14.tensorverbs.Channel\x12%\n\x02mr\x18\x03 \x03(\x0b\x32\x19.tensorverbs.MemoryRegion\x12\x13\n\x0bincarnation\x18\x04 \x01(\x06\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\"\x90\x01\n\x18GetRemoteAddressResponse\x12\x11\n\thost_name\x18\x01 \x01(\t\x12%\n\x07\x63hannel\x18\x02 \x01(\x0b\x32\x14.tensorverbs.Channel\x12%\n\x02mr\x18\x03 \x03(\x0b\x32\x19.tensorverbs.MemoryRegion\x12\x13\n\x0bincarnation\x18\x04 \x01(\x06\"d\n\x16GetRemoteAccessRequest\x12\x11\n\thost_name\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x06\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x04 \x01(\x0c\"R\n\x17GetRemoteAccessResponse\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\x0c\"{\n\x16HoldPublicationRequest\x12\x11\n\thost_name\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x06\x12\x13\n\x0bheader_addr\x18\x03 \x01(\x04\x12\x13\n\x0bheader_rkey\x18\x04 \x01(\r\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\"\x19\n\x17HoldPublicationResponse\"\x92\x01\n\x11RecvTensorRequest\x12\x0f\n\x07step_id\x18\x01 \x01(\x03\x12\x16\n\x0erendezvous_key\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\x04\x12\x10\n\x08received\x18\x04 \x01(\x08\x12\x10\n\x08retry_of\x18\x05 \x03(\x04\x12\x1c\n\x14receiver_incarnation\x18\x06 \x01(\x06\":\n\x18SettleRecvTensorsRequest\x12\r\n\x05taken\x18\x01 \x03(\x04\x12\x0f\n\x07\x64ropped\x18\x02 \x03(\x04\"\x1b\n\x19SettleRecvTensorsResponse\"-\n\x17\x43\x61ncelRecvTensorRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\"\x1a\n\x18\x43\x61ncelRecvTensorResponse\"E\n\x1aReleaseSharedTensorRequest\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x12\n\nexport_ids\x18\x02 \x03(\x04\"\x1d\n\x1bReleaseSharedTensorResponse\",\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x99\x01\n\nTensorMeta\x12$\n\x05\x64type\x18\x01 \x01(\x0e\x32\x15.tensorverbs.DataType\x12,\n\x05shape\x18\x02 \x01(\x0b\x32\x1d.tensorverbs.TensorShapeProto\x12\x0f\n\x07is_dead\x18\x03 \x01(\x08\x12\x14\n\x0ctensor_bytes\x18\x04 \x01(\x04\x12\x10\n\x08is_proto\x18\x05 \x01(\x08\"J\n\x12RecvTensorResponse\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.tensorverbs.TensorMeta\x12\r\n\x05\x63hunk\x18\x02 \x01(\x0c\"H\n\x15GetHeldTensorsRequest\x12\x10\n\x08receiver\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07step_id\x18\x03 \x01(\x03\"6\n\x16GetHeldTensorsResponse\x12\r\n\x05steps\x18\x01 \x03(\x03\x12\r\n\x05names\x18\x02 \x03(\t2\xda\x06\n\x12TensorverbsService\x12J\n\tGetStatus\x12\x1d.tensorverbs.GetStatusRequest\x1a\x1e.tensorverbs.GetStatusResponse\x12_\n\x10GetRemoteAddress\x12$.tensorverbs.GetRemoteAddressRequest\x1a%.tensorverbs.GetRemoteAddressResponse\x12Q\n\nRecvTensor\x12\x1e.tensorverbs.RecvTensorRequest\x1a\x1f.tensorverbs.RecvTensorResponse(\x01\x30\x01\x12\x62\n\x11SettleRecvTensors\x12%.tensorverbs.SettleRecvTensorsRequest\x1a&.tensorverbs.SettleRecvTensorsResponse\x12_\n\x10\x43\x61ncelRecvTensor\x12$.tensorverbs.CancelRecvTensorRequest\x1a%.tensorverbs.CancelRecvTensorResponse\x12h\n\x13ReleaseSharedTensor\x12\'.tensorverbs.ReleaseSharedTensorRequest\x1a(.tensorverbs.ReleaseSharedTensorResponse\x12\\\n\x0fGetRemoteAccess\x12#.tensorverbs.GetRemoteAccessRequest\x1a$.tensorverbs.GetRemoteAccessResponse\x12Y\n\x0eGetHeldTensors\x12\".tensorverbs.GetHeldTensorsRequest\x1a#.tensorverbs.GetHeldTensorsResponse\x12\\\n\x0fHoldPublication\x12#.tensorverbs.HoldPublicationRequest\x1a$.tensorverbs.HoldPublicationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!tensorverbs/rpc/tensorverbs.proto\x12\x0btensorverbs\x1a\x1ctensorverbs/rpc/tensor.proto\"\x12\n\x10GetStatusRequest\"H\n\x11GetStatusResponse\x12\x0c\n\x04task\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x06\x12\x10\n\x08protocol\x18\x03 \x01(\t\"\x9b\x01\n\x07\x43hannel\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\x0b\n\x03lid\x18\x02 \x01(\r\x12\x0b\n\x03qpn\x18\x03 \x01(\r\x12\x0b\n\x03psn\x18\x04 \x01(\r\x12\x0b\n\x03snp\x18\x05 \x01(\x04\x12\x0b\n\x03iid\x18\x06 \x01(\x04\x12\x0b\n\x03mtu\x18\x07 \x01(\r\x12\x15\n\rprovider_info\x18\x08 \x01(\x0c\x12\x19\n\x11max_message_bytes\x18\t \x01(\x04\"A\n\x0cMemoryRegion\x12\x13\n\x0bremote_addr\x18\x01 \x01(\x04\x12\x0c\n\x04rkey\x18\x02 \x01(\r\x12\x0e\n\x06length\x18\x03 \x01(\x04\"\xa0\x01\n\x17GetRemoteAddressRequest\x12\x11\n\thost_name\x18\x01 \x01(\t\x12%\n\x07\x63hannel\x18\x02 \x01(\x0b\x32\x14.tensorverbs.Channel\x12%\n\x02mr\x18\x03 \x03(\x0b\x32\x19.tensorverbs.MemoryRegion\x12\x13\n\x0bincarnation\x18\x04 \x01(\x06\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\"\x90\x01\n\x18GetRemoteAddressResponse\x12\x11\n\thost_name\x18\x01 \x01(\t\x12%\n\x07\x63hannel\x18\x02 \x01(\x0b\x32\x14.tensorverbs.Channel\x12%\n\x02mr\x18\x03 \x03(\x0b\x32\x19.tensorverbs.MemoryRegion\x12\x13\n\x0bincarnation\x18\x04 \x01(\x06\"d\n\x16GetRemoteAccessRequest\x12\x11\n\thost_name\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x06\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x04 \x01(\x0c\"R\n\x17GetRemoteAccessResponse\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\x0c\"{\n\x16HoldPublicationRequest\x12\x11\n\thost_name\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x06\x12\x13\n\x0bheader_addr\x18\x03 \x01(\x04\x12\x13\n\x0bheader_rkey\x18\x04 \x01(\r\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\"\x19\n\x17HoldPublicationResponse\"G\n\x13ServeRelayedRequest\x12\x11\n\thost_name\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x10\n\x08receiver\x18\x03 \x01(\t\"&\n\x14ServeRelayedResponse\x12\x0e\n\x06served\x18\x01 \x01(\x08\"\x92\x01\n\x11RecvTensorRequest\x12\x0f\n\x07step_id\x18\x01 \x01(\x03\x12\x16\n\x0erendezvous_key\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\x04\x12\x10\n\x08received\x18\x04 \x01(\x08\x12\x10\n\x08retry_of\x18\x05 \x03(\x04\x12\x1c\n\x14receiver_incarnation\x18\x06 \x01(\x06\":\n\x18SettleRecvTensorsRequest\x12\r\n\x05taken\x18\x01 \x03(\x04\x12\x0f\n\x07\x64ropped\x18\x02 \x03(\x04\"\x1b\n\x19SettleRecvTensorsResponse\"-\n\x17\x43\x61ncelRecvTensorRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\"\x1a\n\x18\x43\x61ncelRecvTensorResponse\"E\n\x1aReleaseSharedTensorRequest\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x12\n\nexport_ids\x18\x02 \x03(\x04\"\x1d\n\x1bReleaseSharedTensorResponse\",\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x99\x01\n\nTensorMeta\x12$\n\x05\x64type\x18\x01 \x01(\x0e\x32\x15.tensorverbs.DataType\x12,\n\x05shape\x18\x02 \x01(\x0b\x32\x1d.tensorverbs.TensorShapeProto\x12\x0f\n\x07is_dead\x18\x03 \x01(\x08\x12\x14\n\x0ctensor_bytes\x18\x04 \x01(\x04\x12\x10\n\x08is_proto\x18\x05 \x01(\x08\"J\n\x12RecvTensorResponse\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.tensorverbs.TensorMeta\x12\r\n\x05\x63hunk\x18\x02 \x01(\x0c\"H\n\x15GetHeldTensorsRequest\x12\x10\n\x08receiver\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07step_id\x18\x03 \x01(\x03\"6\n\x16GetHeldTensorsResponse\x12\r\n\x05steps\x18\x01 \x03(\x03\x12\r\n\x05names\x18\x02 \x03(\t2\xaf\x07\n\x12TensorverbsService\x12J\n\tGetStatus\x12\x1d.tensorverbs.GetStatusRequest\x1a\x1e.tensorverbs.GetStatusResponse\x12_\n\x10GetRemoteAddress\x12$.tensorverbs.GetRemoteAddressRequest\x1a%.tensorverbs.GetRemoteAddressResponse\x12Q\n\nRecvTensor\x12\x1e.tensorverbs.RecvTensorRequest\x1a\x1f.tensorverbs.RecvTensorResponse(\x01\x30\x01\x12\x62\n\x11SettleRecvTensors\x12%.tensorverbs.SettleRecvTensorsRequest\x1a&.tensorverbs.SettleRecvTensorsResponse\x12_\n\x10\x43\x61ncelRecvTensor\x12$.tensorverbs.CancelRecvTensorRequest\x1a%.tensorverbs.CancelRecvTensorResponse\x12h\n\x13ReleaseSharedTensor\x12\'.tensorverbs.ReleaseSharedTensorRequest\x1a(.tensorverbs.ReleaseSharedTensorResponse\x12\\\n\x0fGetRemoteAccess\x12#.tensorverbs.GetRemoteAccessRequest\x1a$.tensorverbs.GetRemoteAccessResponse\x12Y\n\x0eGetHeldTensors\x12\".tensorverbs.GetHeldTensorsRequest\x1a#.tensorverbs.GetHeldTensorsResponse\x12\\\n\x0fHoldPublication\x12#.tensorverbs.HoldPublicationRequest\x1a$.tensorverbs.HoldPublicationResponse\x12S\n\x0cServeRelayed\x12 .tensorverbs.ServeRelayedRequest\x1a!.tensorverbs.ServeRelayedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -52,30 +52,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HOLDPUBLICATIONREQUEST']._serialized_end=1018
   _globals['_HOLDPUBLICATIONRESPONSE']._serialized_start=1020
   _globals['_HOLDPUBLICATIONRESPONSE']._serialized_end=1045
-  _globals['_RECVTENSORREQUEST']._serialized_start=1048
-  _globals['_RECVTENSORREQUEST']._serialized_end=1194
-  _globals['_SETTLERECVTENSORSREQUEST']._serialized_start=1196
-  _globals['_SETTLERECVTENSORSREQUEST']._serialized_end=1254
-  _globals['_SETTLERECVTENSORSRESPONSE']._serialized_start=1256
-  _globals['_SETTLERECVTENSORSRESPONSE']._serialized_end=1283
-  _globals['_CANCELRECVTENSORREQUEST']._serialized_start=1285
-  _globals['_CANCELRECVTENSORREQUEST']._serialized_end=1330
-  _globals['_CANCELRECVTENSORRESPONSE']._serialized_start=1332
-  _globals['_CANCELRECVTENSORRESPONSE']._serialized_end=1358
-  _globals['_RELEASESHAREDTENSORREQUEST']._serialized_start=1360
-  _globals['_RELEASESHAREDTENSORREQUEST']._serialized_end=1429
-  _globals['_RELEASESHAREDTENSORRESPONSE']._serialized_start=1431
-  _globals['_RELEASESHAREDTENSORRESPONSE']._serialized_end=1460
-  _globals['_ERRORSTATUS']._serialized_start=1462
-  _globals['_ERRORSTATUS']._serialized_end=1506
-  _globals['_TENSORMETA']._serialized_start=1509
-  _globals['_TENSORMETA']._serialized_end=1662
-  _globals['_RECVTENSORRESPONSE']._serialized_start=1664
-  _globals['_RECVTENSORRESPONSE']._serialized_end=1738
-  _globals['_GETHELDTENSORSREQUEST']._serialized_start=1740
-  _globals['_GETHELDTENSORSREQUEST']._serialized_end=1812
-  _globals['_GETHELDTENSORSRESPONSE']._serialized_start=1814
-  _globals['_GETHELDTENSORSRESPONSE']._serialized_end=1868
-  _globals['_TENSORVERBSSERVICE']._serialized_start=1871
-  _globals['_TENSORVERBSSERVICE']._serialized_end=2729
+  _globals['_SERVERELAYEDREQUEST']._serialized_start=1047
+  _globals['_SERVERELAYEDREQUEST']._serialized_end=1118
+  _globals['_SERVERELAYEDRESPONSE']._serialized_start=1120
+  _globals['_SERVERELAYEDRESPONSE']._serialized_end=1158
+  _globals['_RECVTENSORREQUEST']._serialized_start=1161
+  _globals['_RECVTENSORREQUEST']._serialized_end=1307
+  _globals['_SETTLERECVTENSORSREQUEST']._serialized_start=1309
+  _globals['_SETTLERECVTENSORSREQUEST']._serialized_end=1367
+  _globals['_SETTLERECVTENSORSRESPONSE']._serialized_start=1369
+  _globals['_SETTLERECVTENSORSRESPONSE']._serialized_end=1396
+  _globals['_CANCELRECVTENSORREQUEST']._serialized_start=1398
+  _globals['_CANCELRECVTENSORREQUEST']._serialized_end=1443
+  _globals['_CANCELRECVTENSORRESPONSE']._serialized_start=1445
+  _globals['_CANCELRECVTENSORRESPONSE']._serialized_end=1471
+  _globals['_RELEASESHAREDTENSORREQUEST']._serialized_start=1473
+  _globals['_RELEASESHAREDTENSORREQUEST']._serialized_end=1542
+  _globals['_RELEASESHAREDTENSORRESPONSE']._serialized_start=1544
+  _globals['_RELEASESHAREDTENSORRESPONSE']._serialized_end=1573
+  _globals['_ERRORSTATUS']._serialized_start=1575
+  _globals['_ERRORSTATUS']._serialized_end=1619
+  _globals['_TENSORMETA']._serialized_start=1622
+  _globals['_TENSORMETA']._serialized_end=1775
+  _globals['_RECVTENSORRESPONSE']._serialized_start=1777
+  _globals['_RECVTENSORRESPONSE']._serialized_end=1851
+  _globals['_GETHELDTENSORSREQUEST']._serialized_start=1853
+  _globals['_GETHELDTENSORSREQUEST']._serialized_end=1925
+  _globals['_GETHELDTENSORSRESPONSE']._serialized_start=1927
+  _globals['_GETHELDTENSORSRESPONSE']._serialized_end=1981
+  _globals['_TENSORVERBSSERVICE']._serialized_start=1984
+  _globals['_TENSORVERBSSERVICE']._serialized_end=2927
 # @@protoc_insertion_point(module_scope)

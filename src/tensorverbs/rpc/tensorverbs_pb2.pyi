@@ -119,6 +119,22 @@ class HoldPublicationResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ServeRelayedRequest(_message.Message):
+    __slots__ = ("host_name", "tag", "receiver")
+    HOST_NAME_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    RECEIVER_FIELD_NUMBER: _ClassVar[int]
+    host_name: str
+    tag: str
+    receiver: str
+    def __init__(self, host_name: _Optional[str] = ..., tag: _Optional[str] = ..., receiver: _Optional[str] = ...) -> None: ...
+
+class ServeRelayedResponse(_message.Message):
+    __slots__ = ("served",)
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    served: bool
+    def __init__(self, served: _Optional[bool] = ...) -> None: ...
+
 class RecvTensorRequest(_message.Message):
     __slots__ = ("step_id", "rendezvous_key", "request_id", "received", "retry_of", "receiver_incarnation")
     STEP_ID_FIELD_NUMBER: _ClassVar[int]

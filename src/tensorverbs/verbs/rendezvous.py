@@ -41,6 +41,7 @@ from .answers import answer_array, plain_array, wire
 from .blocks import VerbsBlocks, _timeout
 from .channels import VerbsChannels
 from .task_ids import TaskIds
+from .unmatched import UnmatchedRecvs, Watcher
 
 if TYPE_CHECKING:
     from ..cluster import TaskName
@@ -99,10 +100,17 @@ class VerbsRendezvous(VerbsBlocks, RemoteRendezvous):
             cfg.validate, cfg.message_slots, cfg.pool_block_bytes, cfg.pool_limit_bytes, recover=True,
             hold_seconds=cfg.hold_seconds)
         self.channels = VerbsChannels(self.rt, self.core, self.ids)
+        self.unmatched = UnmatchedRecvs(self.core, self.ids, self.task_id)
         self._core_give_back = self.core.give_back  # bound once: futures keep it
         self.rt.counters.source(self.core.stats)
         self.rt.counters.gauge("setups_awaiting_join", lambda: self.ids.waiting)
         self.rt.counters.gauge("channel_setups", self.channels.setting_up)
+
+    def watch(self, step_id: int, name: str, watcher: Watcher) -> None:
+        self.unmatched.watch(step_id, name, watcher)
+
+    def unwatch(self, step_id: int, name: str) -> None:
+        self.unmatched.unwatch(step_id, name)
 
     def setup_handler(self):
         """GetRemoteAddress is answered by the channels' set-up."""
