@@ -42,7 +42,8 @@ def test_weight_sync_reaches_every_receiver_every_way(tmp_path):
     assert [g["goal"] for g in goals] == ["broadcast to 4 <= 0.8x 4 sends", "reads by 4 ahead of NIXL's READ",
                                           "relay to 4 <= 1.3x relay to 1", "relay to 8 <= 1.5x relay to 1",
                                           "relay to 4 ahead of gloo's broadcast", "relay to 8 ahead of gloo's broadcast",
-                                          "a receiver killed mid-relay: the others within 2x a round, it named"]
+                                          "a receiver killed mid-relay: the others within 2x a round, it named",
+                                          "a late joiner served by replicas, the trainer's link idle (< 1% of the bytes)"]
     assert all(g["met"] is None and "no grpc+verbs" in g["measured"] for g in goals)
 
 
@@ -105,8 +106,23 @@ def test_a_receiver_killed_mid_relay_is_named_and_the_others_checked(tmp_path):
     one, three = result["results"]
     assert "killed" not in one  # no one to route around
     assert three["killed"]["failed_handles"] > 0 and three["killed"]["dead_named"] is True
-    killed_goal = result["goals"][-1]
+    killed_goal = result["goals"][-2]
     assert killed_goal["met"] is not None and "at 3, named" in killed_goal["measured"]
+
+
+def test_a_late_joiner_is_served_by_the_receivers_that_have_the_tensors(tmp_path):
+    """With --late, a relay round to all receivers but the last, which then asks for every
+    tensor: its bytes are checked, and the trainer sends it a descriptor per tensor only."""
+    out = tmp_path / "sync.json"
+    assert sync.main(["--total", "16MiB", "--tensors", "11", "--receivers", "1", "3", "--rounds", "1",
+                      "--ways", "relay", "--late", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    one, three = result["results"]
+    assert "late" not in one  # nobody to be served by
+    assert "error" not in three["late"], three["late"]
+    assert 0 < three["late"]["trainer_bytes"] < 11 * 4096, three["late"]
+    late_goal = result["goals"][-1]
+    assert late_goal["met"] is True and "a late joiner" in late_goal["goal"], late_goal
 
 
 def test_shapes_are_a_transformers_layers():

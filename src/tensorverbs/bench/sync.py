@@ -34,6 +34,11 @@ timed alike. Where torch is installed, with broadcast or relay chosen, ``gloo
 broadcast``: one ``torch.distributed`` broadcast per tensor from the trainer to a gloo
 group of all the tasks (:mod:`.sync_gloo`), from the trainer's start until the last
 receiver has every tensor.
+
+With ``--late`` (2 or more receivers), a last relay round that serves late receivers
+(``relay=True, late=True``) to all receivers but the last; once they all have every
+tensor, the last asks for them (a late joiner): its time, against the relay round's, and
+the bytes the trainer sent meanwhile (a descriptor per tensor: replicas serve it).
 """
 from __future__ import annotations
 
@@ -112,20 +117,22 @@ def _reads(trainer: Peer, receivers: list[Peer], way: str, step: int) -> float:
 
 
 def run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int,
-              chosen: Sequence[str] = WAYS, link_rate: str | None = None, kill: bool = False) -> dict[str, Any]:
+              chosen: Sequence[str] = WAYS, link_rate: str | None = None, kill: bool = False,
+              late: bool = False) -> dict[str, Any]:
     """Rounds of each way to ``receivers`` receivers; their figures, or ``error``. With
     ``link_rate``, every task is a host of its own with a link of that rate; with ``kill``,
-    a last relay round in which a receiver dies (``killed``)."""
+    a last relay round in which a receiver dies (``killed``); with ``late``, one that the
+    last receiver joins late (``late``)."""
     if link_rate is None:
-        return _run_count(protocol, receivers, shapes, rounds, chosen, None, kill)
+        return _run_count(protocol, receivers, shapes, rounds, chosen, None, kill, late)
     with netns.switch(1 + receivers, link_rate) as hosts:
-        row = _run_count(protocol, receivers, shapes, rounds, chosen, hosts, kill)
+        row = _run_count(protocol, receivers, shapes, rounds, chosen, hosts, kill, late)
     row["link_rate"] = link_rate
     return row
 
 
 def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rounds: int,
-               chosen: Sequence[str], hosts: list[netns.Host] | None, kill: bool) -> dict[str, Any]:
+               chosen: Sequence[str], hosts: list[netns.Host] | None, kill: bool, late: bool) -> dict[str, Any]:
     if hosts is None:
         cluster = cluster_spec({"trainer": 1, "infer": receivers})
     else:
@@ -178,6 +185,8 @@ def _run_count(protocol: str, receivers: int, shapes: list[tuple[int, ...]], rou
             registered[way] = trainer.call("registrations") - before
             if turn >= len(run_ways):
                 seconds[way].append(took)
+        if late and receivers > 1:
+            row["late"] = _late_round(trainer, peers[1:], len(run_ways) * (1 + rounds) + 1, nbytes)
         if kill and "relay" in run_ways and receivers > 1:  # last: it ends a receiver
             row["killed"] = _killed_round(trainer, peers[1:], len(run_ways) * (1 + rounds))
     except (PeerError, TimeoutError) as exc:
@@ -219,6 +228,27 @@ def _killed_round(trainer: Peer, receivers: list[Peer], step: int) -> dict[str, 
     survivors = [f"/job:infer/replica:0/task:{i}" for i in range(1, len(receivers))]
     named = bool(errors) and all(dead in e and not any(s in e for s in survivors) for e in errors)
     return {"seconds": seconds, "failed_handles": len(errors), "dead_named": named}
+
+
+def _late_round(trainer: Peer, receivers: list[Peer], step: int, nbytes: int) -> dict[str, Any]:
+    """A relay round that serves late receivers, to all receivers but the last, then the
+    last one's recvs of every tensor: its seconds, the round's, and the trainer's bytes
+    sent meanwhile."""
+    try:
+        for peer in receivers[:-1]:
+            peer.call("ask", step, timeout=TIMEOUT)
+        relay_s = trainer.call("round", step, "late relay", timeout=TIMEOUT * 2)
+        for peer in receivers[:-1]:
+            peer.call("check", timeout=TIMEOUT)
+        before = trainer.call("bytes_sent")
+        late_s = receivers[-1].call("late_join", step, timeout=TIMEOUT * 2)
+        sent = trainer.call("bytes_sent") - before
+        for peer in [trainer, *receivers]:
+            peer.call("cleanup", step)
+    except (PeerError, TimeoutError) as exc:
+        return {"error": str(exc).strip().splitlines()[-1]}
+    return {"seconds": late_s, "relay_seconds": relay_s, "vs_relay": late_s / relay_s, "trainer_bytes": sent,
+            "trainer_share": sent / nbytes}
 
 
 def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -265,7 +295,19 @@ def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         ratio, named = worst["killed"]["vs_relay"], all(r["killed"]["dead_named"] for r in runs)
         killed.update(measured=f"{ratio:.2f}x at {worst['receivers']}, {'named' if named else 'NOT named'}",
                       met=ratio <= 2.0 and named)
-    return [broadcast, reads, *relays, killed]
+    joined = {"goal": "a late joiner served by replicas, the trainer's link idle (< 1% of the bytes)",
+              "measured": "no grpc+verbs run with --late to 2 or more", "met": None}
+    runs = [r for r in verbs.values() if "late" in r]
+    failed = [r for r in runs if "error" in r["late"]]
+    if failed:
+        joined.update(measured=f"to {failed[0]['receivers']}: {failed[0]['late']['error']}", met=False)
+    elif runs:
+        worst = max(runs, key=lambda r: r["late"]["trainer_share"])
+        joined.update(measured=f"the trainer sent {worst['late']['trainer_bytes']:,} bytes "
+                               f"({worst['late']['trainer_share']:.4%}); the late joiner took "
+                               f"{worst['late']['vs_relay']:.2f}x a relay round",
+                      met=worst["late"]["trainer_share"] < 0.01)
+    return [broadcast, reads, *relays, killed, joined]
 
 
 def show(rows: Sequence[dict[str, Any]]) -> None:
@@ -308,6 +350,8 @@ def parser() -> argparse.ArgumentParser:
                    help="every task a host of its own (a network namespace on a switch; needs root)")
     p.add_argument("--kill", action="store_true",
                    help="after the timed rounds, a relay round in which the first receiver dies mid-sync")
+    p.add_argument("--late", action="store_true",
+                   help="after the timed rounds, a relay round that the last receiver joins late")
     p.add_argument("--link-rate", default="1gbit", help="with --hosts, each host's link, in tc's units (default 1gbit)")
     p.add_argument("--json", default="sync.json", help="where the results go (default sync.json)")
     return p
@@ -333,6 +377,6 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     rows = report.run_counts(args.protocols, args.receivers, "receiver(s)",
                              lambda protocol, receivers: run_count(protocol, receivers, shapes, args.rounds,
-                                                                   args.ways, link_rate, args.kill))
+                                                                   args.ways, link_rate, args.kill, args.late))
     show(rows)
     return report.conclude(args.json, {"results": rows, "goals": goals(rows)}, ["sync", *argv])

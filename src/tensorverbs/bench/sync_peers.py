@@ -31,6 +31,9 @@ class _SyncTask:
     nixl: NixlOwner | NixlReader | None = None
     gloo: GlooMember | None = None
 
+    def cleanup(self, step: int) -> None:
+        self.server.cleanup_step(step)
+
     def close(self) -> None:
         if self.nixl is not None:
             self.nixl.close()
@@ -72,8 +75,16 @@ class SyncTrainer(_SyncTask):
         return [self.server.register(p, writable=False) for p in self.params]
 
     def round(self, step: int, way: str) -> float:
-        """Offer every tensor to every receiver ``way``; seconds until all have them."""
+        """Offer every tensor to every receiver ``way``; seconds until all have them. A
+        "late relay" goes to all receivers but the last and serves late receivers (the step
+        is not cleaned up: :meth:`cleanup` does)."""
         start = time.perf_counter()
+        if way == "late relay":
+            handles = [self.server.send(f"p{i}", p, to=self.receivers[:-1], step_id=step, relay=True, late=True)
+                       for i, p in enumerate(self.params)]
+            for handle in handles:
+                handle.wait(TIMEOUT)
+            return time.perf_counter() - start
         if way in ("broadcast", "relay"):
             handles = [self.server.send(f"p{i}", p, to=self.receivers, step_id=step, relay=way == "relay")
                        for i, p in enumerate(self.params)]
@@ -97,6 +108,9 @@ class SyncTrainer(_SyncTask):
 
     def registrations(self) -> int:
         return self.server.stats().get("source_registrations", 0)
+
+    def bytes_sent(self) -> int:
+        return self.server.stats()["bytes_sent"]
 
 
 
@@ -127,6 +141,14 @@ class SyncReceiver(_SyncTask):
         """Start a recv of every tensor of ``step``."""
         self.futures = [self.server.recv_async(f"p{i}", TRAINER, step, TIMEOUT) for i in range(len(self.shapes))]
         return len(self.futures)
+
+    def late_join(self, step: int) -> float:
+        """Receive every tensor of ``step``, which was relayed to the others: seconds until
+        all came (the first, middle and last checked)."""
+        start = time.perf_counter()
+        self.ask(step)
+        self.check()
+        return time.perf_counter() - start
 
     def ask_then_die(self, step: int) -> None:
         """Receive the first tensor of ``step`` (passing it on), then end this process at once,
