@@ -114,6 +114,12 @@ def recv_into_another(server: tv.Server, name: str, nbytes: int, step: int) -> t
     return got is out, same(out, pattern(nbytes, step)), not _outs[0].any()
 
 
+def recv_steps_into_one_out(server: tv.Server, name: str, nbytes: int, steps: list[int]) -> list[bool]:
+    """Receive ``name`` at each of ``steps`` in turn into one ``out``; whether each held its pattern."""
+    out = np.empty(nbytes, np.uint8)
+    return [same(server.recv(name, TRAINER, s, WAIT, out=out), pattern(nbytes, s)) for s in steps]
+
+
 def exit_now(server: tv.Server) -> None:
     """End the process at once, unstopped."""
     os._exit(0)
@@ -376,6 +382,24 @@ def test_a_late_receiver_is_served_by_the_sender_once_the_receivers_cleaned_the_
     assert trainer.stats()["bytes_sent"] - before >= nbytes
     trainer.cleanup_step(step)
     receivers[3].cleanup_step(step)
+
+
+def test_a_receiver_that_lands_a_later_step_in_the_same_out_does_not_serve_the_step_before(job, step):
+    """The receiver's out holds the later step's bytes now: the late receiver of the step
+    before gets it from the trainer, whole and right."""
+    trainer, receivers = job
+    nbytes, steps = SIZES[2], [step, step + 1_000_000]  # (a step no other test uses)
+    handles = [trainer.send("w0", pattern(nbytes, s), to=RECEIVERS[:1], step_id=s, relay=True, late=True)
+               for s in steps]
+    assert receivers[0].run(f"{__name__}:recv_steps_into_one_out", "w0", nbytes, steps) == [True, True]
+    for handle in handles:
+        handle.wait(timeout=WAIT)
+    before = trainer.stats()["bytes_sent"]
+    assert receivers[3].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    assert trainer.stats()["bytes_sent"] - before >= nbytes
+    for task in (trainer, receivers[0], receivers[3]):
+        for s in steps:
+            task.cleanup_step(s)
 
 
 def test_late_needs_a_relay(step):

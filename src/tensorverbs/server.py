@@ -273,7 +273,7 @@ class Server(BlockCalls, OneSidedCalls):
         while none has it). Each receiver then keeps what its recv returned for them, and
         this task the tensor it sent, unchanged, until they clean the step up
         (``cleanup_step``); a later relayed recv into the same memory ends a receiver's,
-        and a later late relay of the same memory this task's. Tensors of the latest 4
+        and a later late relay of the same memory this task's. Tensors of the latest 2
         steps are served so.
 
         ``value`` is a numpy array (or anything ``numpy.asarray`` takes: a list or tuple

@@ -16,7 +16,7 @@ from ..cluster import TaskName
 from .relay_plan import RelayDescriptor
 
 #: the most steps whose relayed tensors a receiver keeps for late receivers
-MAX_STEPS = 4
+MAX_STEPS = 2
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: the most steps whose relays serve late receivers at once (the oldest stop first)
-MAX_LATE_STEPS = 4
+MAX_LATE_STEPS = 2
 #: how long the sender waits for a replica to answer ServeRelayed before it asks another
 ASK_SECONDS = 5.0
 
