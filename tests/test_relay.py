@@ -114,10 +114,22 @@ def recv_into_another(server: tv.Server, name: str, nbytes: int, step: int) -> t
     return got is out, same(out, pattern(nbytes, step)), not _outs[0].any()
 
 
-def recv_steps_into_one_out(server: tv.Server, name: str, nbytes: int, steps: list[int]) -> list[bool]:
-    """Receive ``name`` at each of ``steps`` in turn into one ``out``; whether each held its pattern."""
+def recv_into_one_out(server: tv.Server, names: list[str], nbytes: int, step: int) -> list[bool]:
+    """Receive each of ``names`` in turn into one ``out``; whether each held its pattern."""
     out = np.empty(nbytes, np.uint8)
-    return [same(server.recv(name, TRAINER, s, WAIT, out=out), pattern(nbytes, s)) for s in steps]
+    return [same(server.recv(name, TRAINER, step, WAIT, out=out), pattern(nbytes, step + int(name[1:])))
+            for name in names]
+
+
+def recv_seeded(server: tv.Server, name: str, nbytes: int, step: int, seed: int) -> bool:
+    """Whether a recv of ``name`` at ``step`` holds the pattern seeded ``seed``."""
+    return same(server.recv(name, TRAINER, step, WAIT), pattern(nbytes, seed))
+
+
+def late_kept(server: tv.Server) -> tuple[int, int]:
+    """(relays this task serves late receivers as their sender, tensors it keeps for them)."""
+    relays = server._rt.relays
+    return len(relays._sender._late), len(relays._receiver.replicas)
 
 
 def exit_now(server: tv.Server) -> None:
@@ -384,22 +396,64 @@ def test_a_late_receiver_is_served_by_the_sender_once_the_receivers_cleaned_the_
     receivers[3].cleanup_step(step)
 
 
-def test_a_receiver_that_lands_a_later_step_in_the_same_out_does_not_serve_the_step_before(job, step):
-    """The receiver's out holds the later step's bytes now: the late receiver of the step
-    before gets it from the trainer, whole and right."""
+def test_a_receiver_that_lands_another_tensor_in_the_same_out_does_not_serve_the_first(job, step):
+    """The receiver's out holds another tensor's bytes now: the late receiver of the first
+    gets it from the trainer, whole and right."""
     trainer, receivers = job
-    nbytes, steps = SIZES[2], [step, step + 1_000_000]  # (a step no other test uses)
-    handles = [trainer.send("w0", pattern(nbytes, s), to=RECEIVERS[:1], step_id=s, relay=True, late=True)
-               for s in steps]
-    assert receivers[0].run(f"{__name__}:recv_steps_into_one_out", "w0", nbytes, steps) == [True, True]
+    nbytes, names = SIZES[2], ["w0", "w1"]
+    handles = [trainer.send(name, pattern(nbytes, step + i), to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+               for i, name in enumerate(names)]
+    assert receivers[0].run(f"{__name__}:recv_into_one_out", names, nbytes, step) == [True, True]
     for handle in handles:
         handle.wait(timeout=WAIT)
     before = trainer.stats()["bytes_sent"]
     assert receivers[3].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
     assert trainer.stats()["bytes_sent"] - before >= nbytes
     for task in (trainer, receivers[0], receivers[3]):
-        for s in steps:
-            task.cleanup_step(s)
+        task.cleanup_step(step)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "ibverbs"])  # (5 s: a parent gone)
+def test_a_receiver_whose_parent_is_gone_gets_a_tensor_the_sender_relayed_again(variant, step):
+    """The sender relays one unchanged tensor again (a later step, late receivers served):
+    a receiver of the first relay whose parent is gone still gets it from the sender."""
+    with trainer_and_receivers(variant, 2) as (trainer, receivers):
+        array = pattern(64 << 10, step)
+        handles = [trainer.send("w0", array, to=RECEIVERS[:2], step_id=s, relay=True, late=True)
+                   for s in (step, step + 1_000_000)]
+        receivers[0].post("run", f"{__name__}:exit_now")
+        with pytest.raises(tv.UnavailableError):
+            receivers[0].result(WAIT)
+        assert receivers[1].run(f"{__name__}:recv_all", ["w0"], [64 << 10], step) == [True]
+        assert handles[0].completions[1].wait(WAIT) and handles[0].completions[1].outcome()[0] == 0
+
+
+def test_a_task_keeps_the_latest_late_relay_of_each_name(job, step):
+    trainer, receivers = job
+    for i in range(3):  # one name, one step: each recv takes the next, the sender serves the latest
+        trainer.send("w0", pattern(4096, step + i), to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+        trainer.send("w1", pattern(4096, step + i), to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+        for name in ("w0", "w1"):
+            assert receivers[0].run(f"{__name__}:recv_seeded", name, 4096, step, step + i)
+    assert late_kept(trainer)[0] == 2
+    assert receivers[0].run(f"{__name__}:late_kept")[1] == 2
+    for task in (trainer, receivers[0]):
+        task.cleanup_step(step)
+    assert late_kept(trainer) == (0, 0) and receivers[0].run(f"{__name__}:late_kept") == (0, 0)
+
+
+def test_a_late_receiver_of_a_tensor_nobody_keeps_any_more_is_told_so(job, step):
+    """The sender relayed the same memory again under another name (it may have changed),
+    and the receiver cleaned the step up: the late receiver's recv fails, naming the sender."""
+    trainer, receivers = job
+    array = pattern(4096, step)
+    for name in ("w0", "w1"):
+        trainer.send(name, array, to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [4096], step) == [True]
+    receivers[0].cleanup_step(step)
+    assert receivers[3].run(f"{__name__}:recv_error", "w0", step, 20) == "NotFoundError"
+    for task in (trainer, receivers[3]):
+        task.cleanup_step(step)
 
 
 def test_late_needs_a_relay(step):

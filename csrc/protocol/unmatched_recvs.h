@@ -1,7 +1,8 @@
 // UnmatchedRecvs: the recvs of watched names that wait in the LocalTable for a send nobody
 // made (a relay broadcast's late receivers, served by whoever has the tensor), queued for
 // the control plane, which takes them with next(). Bounded: beyond kMaxQueued the oldest
-// goes (a peer asking faster than they are taken cannot grow it). Thread-safe.
+// goes (a peer asking faster than they are taken cannot grow it; a late receiver whose
+// note went is not served, its recv waits to its deadline). Thread-safe.
 #pragma once
 
 #include <condition_variable>

@@ -272,9 +272,9 @@ class Server(BlockCalls, OneSidedCalls):
         joiner) gets it from a receiver that has it, this task's link idle (from this task
         while none has it). Each receiver then keeps what its recv returned for them, and
         this task the tensor it sent, unchanged, until they clean the step up
-        (``cleanup_step``); a later relayed recv into the same memory ends a receiver's,
-        and a later late relay of the same memory this task's. Tensors of the latest 2
-        steps are served so.
+        (``cleanup_step``); late receivers get copies. The latest late relay of each name
+        is served so: a later one of the name ends it, as does a relayed recv into the
+        same memory a receiver's (and a later late relay of the same memory this task's).
 
         ``value`` is a numpy array (or anything ``numpy.asarray`` takes: a list or tuple
         of numbers, or of strings, nested as numpy takes it, is one tensor), a torch tensor
@@ -352,17 +352,17 @@ class Server(BlockCalls, OneSidedCalls):
         step_id = check.integer(step_id, "step_id")
         reason = check.text(reason, "reason")
         message = f"step {step_id} was aborted" + (f": {reason}" if reason else "")
+        self._rt.relays.drop_step(step_id, message)  # (first: no late receiver is served at it meanwhile)
         self._rendezvous.abort_step(step_id, AbortedError(message))
         self._rt.shared.drop_step(step_id)
-        self._rt.relays.drop_step(step_id, message)
 
     @public
     def cleanup_step(self, step_id: int) -> None:
         """Forget ``step_id``'s tensors and state (including an abort)."""
         step_id = check.integer(step_id, "step_id")
+        self._rt.relays.drop_step(step_id)  # (first: no late receiver is served at it meanwhile)
         self._rendezvous.cleanup_step(step_id)
         self._rt.shared.drop_step(step_id)
-        self._rt.relays.drop_step(step_id)
 
     @public
     def pending(self) -> tuple[int, int]:

@@ -29,12 +29,13 @@ def _decode(raw: bytes) -> RelayDescriptor:
 
 
 @given(st.sampled_from([np.uint8, np.float16, np.float32, np.int64, np.complex128]),
-       st.lists(st.integers(0, 1 << 12), max_size=4), st.integers(0, 16), st.booleans())
-def test_a_descriptor_round_trips(dtype, shape, children, late):
+       st.lists(st.integers(0, 1 << 12), max_size=4), st.integers(0, 16), st.booleans(), st.booleans(),
+       st.booleans())
+def test_a_descriptor_round_trips(dtype, shape, children, late, served, gone):
     nbytes = np.dtype(dtype).itemsize * int(np.prod(shape))
     descriptor = RelayDescriptor(f"{PREFIX}a:{len(shape)}", dtype_enum(np.dtype(dtype)), tuple(shape), TASK,
                                  tuple(f"/job:w/replica:0/task:{i}" for i in range(children)), part_count(nbytes),
-                                 late)
+                                 late, served, gone)
     assert _decode(_bytes(descriptor)) == descriptor
 
 

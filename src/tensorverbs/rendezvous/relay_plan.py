@@ -12,7 +12,7 @@ receiver passes on a part while it fetches the next. The bytes come from a peer,
 them; malformed input raises DataLossError.
 
 Layout (little-endian): magic ``TVRL``, version u8, dtype i32, rank u8, parts u16, flags
-u8 (1: late receivers are served, so the receiver keeps the tensor), rank dims i64, the relay's tag, its parent and each child (u8 count, then u16 length + UTF-8
+u8 (:data:`LATE`, :data:`SERVED`, :data:`GONE`), rank dims i64, the relay's tag, its parent and each child (u8 count, then u16 length + UTF-8
 each).
 """
 from __future__ import annotations
@@ -32,8 +32,11 @@ from ..ipc.descriptor import RELAY_MAGIC as MAGIC
 from ..tensor import VARIANT_DTYPE, numpy_dtype
 
 VERSION = 3
-#: a flag of the descriptor: the relay serves late receivers (its receivers keep the tensor)
-LATE = 1
+#: flags of the descriptor: the relay serves late receivers (its receivers keep the tensor);
+#: this one is a late receiver's, its parent serving it at :func:`served_step`; nobody keeps
+#: the tensor any more (the recv fails)
+LATE, SERVED, GONE = 1, 2, 4
+_FLAGS = LATE | SERVED | GONE
 #: the most children a receiver passes a tensor on to
 MAX_FANOUT = 16
 #: a tensor of at least twice this many bytes is relayed in parts of at least this many
@@ -53,9 +56,10 @@ _HEAD = struct.Struct("<4sBiBHB")
 class RelayDescriptor:
     """One receiver's share of a relay broadcast: the tensor's dtype and shape, the relay's
     ``tag`` (what its names start with), the task to fetch from and those to pass it on to,
-    the number of parts the tensor goes in (1: whole, under :attr:`data`), and whether
+    the number of parts the tensor goes in (1: whole, under :attr:`data`), whether
     receivers that ask later are served (``late``: each receiver keeps what it got for them,
-    until it cleans the step up)."""
+    until it cleans the step up), whether this is a late receiver's (``served``), and whether
+    nobody keeps the tensor any more (``gone``)."""
 
     tag: str
     dtype: int
@@ -64,6 +68,8 @@ class RelayDescriptor:
     children: tuple[str, ...] = ()
     parts: int = 1
     late: bool = False
+    served: bool = False
+    gone: bool = False
 
     @property
     def data(self) -> str:
@@ -74,8 +80,7 @@ class RelayDescriptor:
     def step(self) -> int:
         """The step a receiver passes the tensor on at: one of the relay's own (negative,
         from its tag), so that the receiver cleaning its step up does not drop it."""
-        digest = int.from_bytes(hashlib.blake2b(self.tag.encode(), digest_size=8).digest(), "little")
-        return -(1 << 62) - (digest & ((1 << 61) - 1))
+        return _own_step(self.tag)
 
     @property
     def nbytes(self) -> int:
@@ -89,7 +94,8 @@ class RelayDescriptor:
 
     def encode(self) -> np.ndarray:
         """The descriptor as DT_VARIANT bytes: a 1-D array of :data:`VARIANT_DTYPE`."""
-        fields = [_HEAD.pack(MAGIC, VERSION, self.dtype, len(self.shape), self.parts, LATE if self.late else 0),
+        flags = (LATE if self.late else 0) | (SERVED if self.served else 0) | (GONE if self.gone else 0)
+        fields = [_HEAD.pack(MAGIC, VERSION, self.dtype, len(self.shape), self.parts, flags),
                   struct.pack(f"<{len(self.shape)}q", *self.shape), _texts([self.tag]),
                   _texts([self.parent]), _texts(self.children)]
         return np.frombuffer(b"".join(fields), VARIANT_DTYPE)
@@ -99,8 +105,8 @@ class RelayDescriptor:
         """Parse DT_VARIANT bytes from a peer; DataLossError if they are not a descriptor."""
         reader = ByteReader(bytes(memoryview(data).cast("B")), "relay descriptor")
         magic, version, dtype, rank, count, flags = reader.take(_HEAD)
-        if magic != MAGIC or version != VERSION or flags & ~LATE:
-            raise DataLossError(f"not a relay descriptor (magic {magic!r}, version {version})")
+        if magic != MAGIC or version != VERSION or flags & ~_FLAGS:
+            raise DataLossError(f"not a relay descriptor (magic {magic!r}, version {version}, flags {flags:#x})")
         shape = reader.shape(dtype, rank)
         if not 1 <= count <= MAX_PARTS or (count > 1 and _nbytes(dtype, shape) < count * PART_ALIGN):
             raise DataLossError(f"relay descriptor of {count} parts for {_nbytes(dtype, shape)} bytes")
@@ -109,7 +115,8 @@ class RelayDescriptor:
         reader.end()
         if len(tags) != 1 or not tags[0].startswith(PREFIX) or len(parents) != 1:
             raise DataLossError("relay descriptor without its tag or parent")
-        return cls(tags[0], dtype, tuple(shape), parents[0], tuple(children), count, bool(flags & LATE))
+        return cls(tags[0], dtype, tuple(shape), parents[0], tuple(children), count, bool(flags & LATE),
+                   bool(flags & SERVED), bool(flags & GONE))
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,18 @@ class Relayed:
 def is_relay(array: np.ndarray) -> bool:
     """Whether a received array is a relay descriptor (DT_VARIANT bytes with its magic)."""
     return array.dtype == VARIANT_DTYPE and array[:4].view(np.uint8).tobytes() == MAGIC
+
+
+def served_step(tag: str, receiver: str) -> int:
+    """The step a receiver of a relay serves its tensor to late receiver ``receiver`` at:
+    one of its own, so that cleaning it up touches nothing else."""
+    return _own_step(f"{tag}>{receiver}")
+
+
+def _own_step(text: str) -> int:
+    """A step of the relays' own (negative, far from any step a caller uses), from ``text``."""
+    digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+    return -(1 << 62) - (digest & ((1 << 61) - 1))
 
 
 def data_name(tag: str) -> str:

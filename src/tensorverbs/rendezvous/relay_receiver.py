@@ -11,7 +11,6 @@ a late receiver when the sender asks (:meth:`RelayReceiver.serve`)."""
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import functools
 import logging
 import threading
@@ -23,7 +22,7 @@ import numpy as np
 
 from ..cluster import TaskName, parse_task
 from ..devices import HOST, device_of, host_array
-from ..errors import TensorverbsError, UnavailableError, as_error
+from ..errors import NotFoundError, TensorverbsError, UnavailableError, as_error
 from ..out import Out
 from ..tensor import prepare
 from .completion import Sends
@@ -31,7 +30,7 @@ from .key import RendezvousKey
 from .recv_call import RecvCall, settle
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
 from .relay_parts import Landing, PartFetch
-from .relay_plan import RelayDescriptor, Relayed, ack_name, part_name, part_views
+from .relay_plan import RelayDescriptor, Relayed, ack_name, part_name, part_views, served_step
 from .relay_replicas import Replica, Replicas
 
 if TYPE_CHECKING:
@@ -102,8 +101,10 @@ class RelayReceiver(RelayOffers):
         #: step -> the recvs of it fetching a relayed tensor, and their fetches (None while
         #: the parent is reached)
         self._fetching: dict[int, dict[RecvCall, concurrent.futures.Future | PartFetch | None]] = {}
-        #: the tensors of relays that serve late receivers, kept for them
+        #: the tensors of relays that serve late receivers, kept for them, and the sends of
+        #: copies to them (not waited for by flush)
         self.replicas = Replicas()
+        self._served = Sends(f"{task}'s late receivers")
 
     def followed(self) -> bool:
         """Whether a relay came for a recv whose tensor was not taken yet."""
@@ -128,6 +129,12 @@ class RelayReceiver(RelayOffers):
         descriptor = state.descriptor
         if call.out is not None and not call.out.fits(descriptor.dtype, descriptor.shape):  # (asked again)
             settle(call.future, call.out.refusal(call.what, descriptor.dtype, descriptor.shape))
+            return
+        if descriptor.gone:
+            self._taken(call, state)
+            settle(call.future, NotFoundError(f"{call.what}: {state.origin} relayed it to other tasks, and neither "
+                                              f"they nor {state.origin} keep it any more (they cleaned its step up, "
+                                              f"or it changed since)"))
             return
         if call.out is not None and self.replicas:  # (what is kept there is overwritten)
             self.replicas.drop_sharing(call.out.landing)
@@ -186,8 +193,10 @@ class RelayReceiver(RelayOffers):
     def _start_fetch(self, call: RecvCall, state: _Following) -> None:
         descriptor = state.descriptor
         source = state.origin if state.direct else parse_task(descriptor.parent)
-        # the sender offers at the recv's step, a receiver at the relay's own
-        step = call.step_id if source == state.origin else descriptor.step
+        # the sender offers at the recv's step, a receiver at the relay's own (or at one of
+        # its own for a late receiver)
+        step = (call.step_id if source == state.origin
+                else served_step(descriptor.tag, str(self._task)) if descriptor.served else descriptor.step)
         if descriptor.parts > 1 and not state.direct:
             self._start_parts(call, state, source, step)
             return
@@ -246,6 +255,7 @@ class RelayReceiver(RelayOffers):
         error = fetch.error()
         if error is None:
             self._fetch_ended(call)
+            self._replicate(call, state, fetch.landing.array)
             self._confirm(call.step_id, state, HAVE_IT)
             self._lanes.run(str(state.origin), self._landed, call, state, fetch.landing)
         elif not self._parent_failed(call, state, error):
@@ -291,6 +301,7 @@ class RelayReceiver(RelayOffers):
         self._fetch_ended(call)
         if error is None:
             result = fut.result()
+            self._replicate(call, state, result)
             try:
                 self._pass_on(call.step_id, state, result)
             finally:
@@ -302,11 +313,8 @@ class RelayReceiver(RelayOffers):
 
     def _deliver(self, call: RecvCall, state: _Following, result: Any) -> None:
         """Settle ``call`` with ``result``, its whole tensor (kept for the next recv of it
-        if ``call`` was given up; and for late receivers if its relay serves them)."""
+        if ``call`` was given up)."""
         self._taken(call, state)
-        if state.descriptor.late:
-            array = state.landing.array if state.landing is not None else host_array(result, device_of(result))[0]
-            self.replicas.keep(Replica(state.descriptor, state.origin, call.step_id, prepare(array)))
         try:
             call.future.returnable(self._keep, call.key.name, call.step_id, state, result)
             if settle(call.future, None, result):
@@ -314,6 +322,13 @@ class RelayReceiver(RelayOffers):
         except ReferenceError:  # a parked recv's future, dropped
             pass
         self._keep(call.key.name, call.step_id, state, result)
+
+    def _replicate(self, call: RecvCall, state: _Following, result: Any) -> None:
+        """Keep ``result``, ``call``'s tensor, for late receivers if its relay serves them
+        (before confirming it: the sender may ask for it at once)."""
+        if state.descriptor.late:
+            array = host_array(result, device_of(result))[0]
+            self.replicas.keep(Replica(state.descriptor, state.origin, call.key.name, call.step_id, prepare(array)))
 
     def _pass_on(self, at: int, state: _Following, result: Any) -> None:
         """Offer ``result``, received at step ``at`` (or its parts not offered yet), to the
@@ -353,13 +368,25 @@ class RelayReceiver(RelayOffers):
         self._sweep()
 
     def serve(self, origin: str, tag: str, receiver: str) -> bool:
-        """Offer ``receiver`` the tensor of relay ``tag`` from ``origin`` that this task
-        kept, as it would to a child (ServeRelayed); False if it does not keep it."""
-        replica = self.replicas.get(tag, origin)
-        if replica is None:
+        """Offer ``receiver`` a copy of the tensor of relay ``tag`` from ``origin`` that this
+        task kept (ServeRelayed), at a step of its own (:func:`served_step`), kept until it
+        takes it or PASS_ON_SECONDS pass; False if this task does not keep it."""
+        dst = parse_task(receiver)
+        served = self.replicas.copy(tag, origin, self._rendezvous.allocate)
+        if served is None:
             return False
-        descriptor = dataclasses.replace(replica.descriptor, children=(str(parse_task(receiver)),))
-        self._pass_on(replica.at, _Following(descriptor, replica.origin), replica.array)
+        descriptor, array = served[0].descriptor, served[1]
+        step = served_step(tag, str(dst))
+        views = part_views(array, descriptor.parts) if descriptor.parts > 1 else [array]
+        names = [part_name(tag, p) for p in range(descriptor.parts)] if descriptor.parts > 1 else [descriptor.data]
+        passed = _PassedOn(step, served[0].at, len(views), cleaned=time.monotonic())
+        with self._lock:
+            self._passed.append(passed)
+        for name, view in zip(names, views):  # (a failure answers ServeRelayed: the sender asks another)
+            ticket = self._served.open(f"a relayed tensor to late receiver {dst}")
+            passed.completions.append(ticket.completion)
+            self.offer(step, dst, name, view, ticket=ticket)
+        self._sweep()
         return True
 
     def _confirm(self, step: int, state: _Following, what: int) -> None:
@@ -417,6 +444,5 @@ class RelayReceiver(RelayOffers):
                 late = passed.cleaned is not None and now - passed.cleaned >= PASS_ON_SECONDS
                 (done if late or passed.taken() else kept).append(passed)
             self._passed = kept
-            steps = {passed.step for passed in done} - {passed.step for passed in kept}
-        for step in steps:  # (a late receiver's, or the children's, at the same step may wait)
-            self._rendezvous.cleanup_step(step)
+        for passed in done:
+            self._rendezvous.cleanup_step(passed.step)

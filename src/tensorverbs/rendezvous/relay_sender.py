@@ -9,9 +9,11 @@ directly.
 A relay that serves late receivers (``late``) watches the recvs of its name at its step
 that no send matches: a task not among its receivers that asks for it is offered a
 descriptor naming a receiver that confirmed it has the tensor (a replica, asked first to
-offer it: ServeRelayed; the least used first), or this task while none does. Its tensor
-stays here for them until the step is cleaned up, MAX_LATE_STEPS later steps serve late
-receivers, or a later relay sends the same memory (then only replicas serve it)."""
+offer it: ServeRelayed; the least used first, one that did not serve it asked no more),
+or this task while none does, or one saying that nobody keeps it any more (the recv fails).
+A task serves the latest late relay of each name (MAX_LATE at most): until the step is
+cleaned up or a later late relay of the name is sent; from this task's own tensor only
+while no later late relay sent the same memory (it may have changed)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -40,8 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the most steps whose relays serve late receivers at once (the oldest stop first)
-MAX_LATE_STEPS = 2
+#: the most relays that serve late receivers at once (the oldest stop first)
+MAX_LATE = 1024
 #: how long the sender waits for a replica to answer ServeRelayed before it asks another
 ASK_SECONDS = 5.0
 
@@ -63,15 +65,20 @@ class _Sent:
     shape: tuple[int, ...] = ()
     parts: int = 1
     #: it serves late receivers: the tasks that confirmed they have it (the replicas), with
-    #: how many late receivers each served, the late receivers, and their confirmations
+    #: how many late receivers each served, the late receivers, and their confirmations;
+    #: whether its array is as sent (no later late relay sent the same memory)
     late: bool = False
+    own: bool = True
     have: dict[TaskName, int] = field(default_factory=dict)
     joiners: set[TaskName] = field(default_factory=set)
     late_acks: list[concurrent.futures.Future] = field(default_factory=list)
 
-    def descriptor(self, parent: TaskName, children: tuple[str, ...] = ()) -> RelayDescriptor:
-        """The descriptor of a receiver of it that fetches it from ``parent``."""
-        return RelayDescriptor(self.tag, self.dtype, self.shape, str(parent), children, self.parts, self.late)
+    def descriptor(self, parent: TaskName, children: tuple[str, ...] = (), served: bool = False,
+                   gone: bool = False) -> RelayDescriptor:
+        """The descriptor of a receiver of it that fetches it from ``parent`` (a late one's
+        if ``served``; one saying that nobody keeps it if ``gone``)."""
+        return RelayDescriptor(self.tag, self.dtype, self.shape, str(parent), children, self.parts, self.late,
+                               served, gone)
 
 
 class RelaySender(RelayOffers):
@@ -85,8 +92,8 @@ class RelaySender(RelayOffers):
         self._lock = threading.Lock()
         #: step -> the relays this task sends at it whose receivers did not all confirm
         self._sent: dict[int, list[_Sent]] = {}
-        #: step -> the relays sent at it that serve late receivers (the oldest step first)
-        self._late: dict[int, list[_Sent]] = {}
+        #: name -> the latest relay of it that serves late receivers (the oldest first)
+        self._late: dict[str, _Sent] = {}
 
     def broadcast(self, name: str, array: np.ndarray, keys: Sequence[RendezvousKey], step: int,
                   fanout: int, late: bool = False) -> SendHandle:
@@ -107,7 +114,7 @@ class RelaySender(RelayOffers):
                 self.offer(step, receivers[i], name, descriptor.encode(), f"{name!r} (its relay)")
             for i, (parent, _) in enumerate(plan):
                 if parent < 0:
-                    self._offer_tensor(sent, receivers[i], sent.tickets[i])
+                    self._offer_tensor(sent, receivers[i], array, sent.tickets[i])
         except TensorverbsError as exc:  # the step was aborted or cleaned up
             for ticket in sent.tickets:
                 ticket.fail(int(exc.code), exc.message)
@@ -120,37 +127,42 @@ class RelaySender(RelayOffers):
             self._serve_late(sent)
         return SendHandle(*(ticket.completion for ticket in sent.tickets))
 
-    def _offer_tensor(self, sent: _Sent, dst: TaskName, ticket: "_core.SendTicket | None" = None) -> None:
-        """Offer ``sent``'s tensor to ``dst``, a receiver that fetches it from this task:
-        whole (delivered, as any send, once it takes it), or each of its parts (settled by
-        its confirmation)."""
+    def _offer_tensor(self, sent: _Sent, dst: TaskName, array: np.ndarray,
+                      ticket: "_core.SendTicket | None" = None) -> None:
+        """Offer ``array``, ``sent``'s tensor, to ``dst``, a receiver that fetches it from this
+        task: whole (delivered, as any send, once it takes it), or each of its parts
+        (settled by its confirmation)."""
         if sent.parts == 1:
-            self.offer(sent.step, dst, data_name(sent.tag), sent.array, ticket=ticket)
+            self.offer(sent.step, dst, data_name(sent.tag), array, ticket=ticket)
             return
-        for part, view in enumerate(part_views(sent.array, sent.parts)):
+        for part, view in enumerate(part_views(array, sent.parts)):
             self.offer(sent.step, dst, part_name(sent.tag, part), view)
 
     # -- late receivers --------------------------------------------------------------------------
     def _serve_late(self, sent: _Sent) -> None:
-        """Serve the tasks that ask for ``sent`` at its step and are not its receivers."""
+        """Serve the tasks that ask for ``sent`` at its step and are not its receivers,
+        instead of an earlier late relay of its name."""
         closed: list[_Sent] = []
         with self._lock:
-            for at_step in self._late.values():  # the memory changed: not served from here
-                for old in at_step:
-                    if old.array is not None and np.may_share_memory(old.array, sent.array):
-                        old.array = None
-            self._late.setdefault(sent.step, []).append(sent)
-            while len(self._late) > MAX_LATE_STEPS:
-                closed += self._late.pop(next(iter(self._late)))
+            for old in self._late.values():  # (the memory may have changed: replicas serve it)
+                if old.own and old.array is not None and np.may_share_memory(old.array, sent.array):
+                    old.own = False
+            earlier = self._late.pop(sent.name, None)
+            closed += [earlier] if earlier is not None else []
+            self._late[sent.name] = sent
+            while len(self._late) > MAX_LATE:
+                closed.append(self._late.pop(next(iter(self._late))))
         for old in closed:
             self._close_late(old)
         self._rendezvous.watch(sent.step, sent.name, functools.partial(self._asked_late, sent))
 
     def _close_late(self, sent: _Sent) -> None:
-        """``sent`` serves late receivers no more."""
+        """``sent`` serves late receivers no more (its array goes once its receivers settled)."""
         self._rendezvous.unwatch(sent.step, sent.name)
         with self._lock:
-            sent.late, sent.array, acks = False, None, list(sent.late_acks)
+            sent.late, acks = False, list(sent.late_acks)
+            if sent not in self._sent.get(sent.step, []):
+                sent.array = None
         for ack in acks:
             ack.cancel()
 
@@ -162,37 +174,53 @@ class RelaySender(RelayOffers):
             if not sent.late or dst in sent.joiners:
                 return
             sent.joiners.add(dst)
-        self._loop.submit(self._serve(sent, dst))
+        try:
+            self._loop.submit(self._serve(sent, dst))
+        except Exception as exc:  # (stopping)
+            log.info("not serving %r to late receiver %s: %s", sent.name, dst, exc)
 
     async def _serve(self, sent: _Sent, dst: TaskName) -> None:
         """Offer late receiver ``dst`` a descriptor naming a replica that offered it the
-        tensor, or this task (the tensor with it)."""
-        parent = self._task
+        tensor, or this task (the tensor with it), or saying that nobody keeps it."""
+        try:
+            parent = await self._replica_for(sent, dst)
+            with self._lock:
+                if not sent.late:  # (closed meanwhile: its recv waits as for a tensor not sent)
+                    return
+                array = sent.array if sent.own else None
+            if parent is not None:
+                descriptor = sent.descriptor(parent, served=True)
+            else:
+                descriptor = sent.descriptor(self._task, gone=array is None)
+            self.offer(sent.step, dst, sent.name, descriptor.encode())
+            if descriptor.gone:
+                log.info("%r of step %d is asked for by %s, but no receiver keeps it any more and this task's "
+                         "tensor may have changed since: told so", sent.name, sent.step, dst)
+                return
+            if parent is None and array is not None:
+                self._offer_tensor(sent, dst, array)
+            self._await_late_ack(sent, dst, 0)
+        except Exception as exc:  # (its step ended meanwhile; this task stops)
+            log.info("serving %r of step %d to late receiver %s failed: %s", sent.name, sent.step, dst, exc)
+
+    async def _replica_for(self, sent: _Sent, dst: TaskName) -> TaskName | None:
+        """A replica of ``sent`` that offered it to ``dst`` (the least used asked first;
+        one that did not, asked no more), or None."""
         with self._lock:
-            replicas = sorted(sent.have, key=lambda task: sent.have[task])  # the least used first
+            replicas = sorted(sent.have, key=lambda task: sent.have[task])
         for replica in replicas:
             try:
                 served = await self._peers.serve_relayed(replica, sent.tag, dst, ASK_SECONDS)
             except Exception as exc:  # (gone, or too slow: the next)
                 log.info("%s did not serve %r to %s: %s", replica, sent.name, dst, exc)
-                continue
-            if served:
-                parent = replica
-                with self._lock:
-                    sent.have[replica] += 1
-                break
-        try:
-            if parent == self._task and sent.array is None:
-                log.warning("%r of step %d is asked for by %s, but no receiver keeps it any more and this "
-                            "task's tensor changed since: not served", sent.name, sent.step, dst)
-                return
-            self.offer(sent.step, dst, sent.name, sent.descriptor(parent).encode())
-            if parent == self._task:
-                self._offer_tensor(sent, dst)
-        except TensorverbsError as exc:  # (its step ended meanwhile)
-            log.info("serving %r to %s failed: %s", sent.name, dst, exc)
-            return
-        self._await_late_ack(sent, dst, 0)
+                served = False
+            with self._lock:
+                if not served:
+                    sent.have.pop(replica, None)
+                    continue
+                sent.have[replica] = sent.have.get(replica, 0) + 1
+            return replica
+        return None
 
     def _await_late_ack(self, sent: _Sent, dst: TaskName, attempt: int) -> None:
         """Receive late receiver ``dst``'s ``attempt``-th confirmation: a replica once it
@@ -210,7 +238,10 @@ class RelaySender(RelayOffers):
         with self._lock:
             if what == HAVE_IT and sent.late:
                 sent.have.setdefault(dst, 0)
-            array = sent.array if what == NEED_IT and attempt == 0 else None
+            array = sent.array if what == NEED_IT and attempt == 0 and sent.own else None
+        if what == NEED_IT and array is None:
+            log.warning("late receiver %s of %r (step %d) lost its replica, and this task's tensor may have "
+                        "changed since: not sent; its recv waits to its deadline", dst, sent.name, sent.step)
         if array is not None:
             try:
                 self.offer(sent.step, dst, direct_name(sent.tag), array)
@@ -265,7 +296,10 @@ class RelaySender(RelayOffers):
         """The relays sent at ``step`` fail (``error``: it was cleaned up or aborted) for
         each receiver that did not confirm yet."""
         with self._lock:
-            sent, late = self._sent.pop(step, []), self._late.pop(step, [])
+            sent = self._sent.pop(step, [])
+            late = [relay for relay in self._late.values() if relay.step == step]
+            for relay in late:
+                del self._late[relay.name]
         for relay in late:
             self._close_late(relay)
         for relay in sent:

@@ -109,7 +109,8 @@ class RemoteRendezvous(abc.ABC):
     def watch(self, step_id: int, name: str, watcher: Callable[[TaskName], None]) -> None:
         """Tell ``watcher`` each task whose recv of ``name`` at ``step_id`` waits for a send
         of this task, now or later, until :meth:`unwatch` (a relay broadcast's late
-        receivers); from a thread of the protocol's, which it must not block."""
+        receivers): from a thread of the protocol's, or this call's for recvs waiting
+        already; it must not block."""
         self.rt.table.watch(step_id, name, watcher)
 
     def unwatch(self, step_id: int, name: str) -> None:

@@ -3,6 +3,7 @@ relay broadcast's late receivers): a thread of their own takes each from the cor
 released while none comes) and tells the name's watcher which task asks."""
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Callable
 
@@ -12,6 +13,8 @@ from ..native_waits import end_at_exit
 if TYPE_CHECKING:
     from .. import _core
     from .task_ids import TaskIds
+
+log = logging.getLogger(__name__)
 
 #: told the task whose recv of a watched name waits
 Watcher = Callable[[TaskName], None]
@@ -51,5 +54,5 @@ class UnmatchedRecvs:
                 continue
             try:
                 watcher(self._ids.task(dst))
-            except Exception:  # (a peer that left meanwhile: nobody to serve)
-                continue
+            except Exception as exc:  # (a peer that left meanwhile: nobody to serve)
+                log.info("a late receiver's recv of %r at step %d is not served: %s", name, step_id, exc)
