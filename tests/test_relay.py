@@ -126,6 +126,14 @@ def recv_seeded(server: tv.Server, name: str, nbytes: int, step: int, seed: int)
     return same(server.recv(name, TRAINER, step, WAIT), pattern(nbytes, seed))
 
 
+def recv_then_zero(server: tv.Server, name: str, nbytes: int, step: int) -> bool:
+    """Receive ``name`` into an ``out`` (kept), check it, then write zeros into it."""
+    _outs[:] = [np.empty(nbytes, np.uint8)]
+    held = same(server.recv(name, TRAINER, step, WAIT, out=_outs[0]), pattern(nbytes, step))
+    _outs[0][...] = 0
+    return held
+
+
 def late_kept(server: tv.Server) -> tuple[int, int]:
     """(relays this task serves late receivers as their sender, tensors it keeps for them)."""
     relays = server._rt.relays
@@ -454,6 +462,46 @@ def test_a_late_receiver_of_a_tensor_nobody_keeps_any_more_is_told_so(job, step)
     assert receivers[3].run(f"{__name__}:recv_error", "w0", step, 20) == "NotFoundError"
     for task in (trainer, receivers[3]):
         task.cleanup_step(step)
+
+
+def test_a_late_receiver_that_asks_before_the_receivers_of_memory_sent_twice_gets_it_from_the_sender(job, step):
+    """One buffer relayed under two names (to two receivers): a late receiver that asks for
+    the first before its receiver confirmed is served by the sender (its receivers' sends
+    are not settled: it is unchanged)."""
+    trainer, receivers = job
+    array = pattern(4096, step)
+    for name, receiver in (("w0", RECEIVERS[0]), ("w1", RECEIVERS[1])):
+        trainer.send(name, array, to=[receiver], step_id=step, relay=True, late=True)
+    assert receivers[3].run(f"{__name__}:recv_all", ["w0"], [4096], step) == [True]
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [4096], step) == [True]
+    assert receivers[1].run(f"{__name__}:recv_seeded", "w1", 4096, step, step)
+    for task in (trainer, *receivers):
+        task.cleanup_step(step)
+
+
+def test_a_late_receiver_serves_no_other_what_it_got_is_its_own(job, step):
+    """A late receiver writes into what it got; the next is served by a receiver, right."""
+    trainer, receivers = job
+    nbytes = SIZES[2]
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    handle.wait(timeout=WAIT)
+    assert receivers[2].run(f"{__name__}:recv_then_zero", "w0", nbytes, step)
+    assert receivers[3].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    for task in (trainer, *receivers):
+        task.cleanup_step(step)
+
+
+def test_a_relay_of_strings_is_sent_as_a_broadcast_and_late_is_refused(job, step):
+    trainer, receivers = job
+    strings = np.array([b"x" * 100 + str(i).encode() for i in range(1000)], object)
+    handle = trainer.send("s", strings, to=RECEIVERS[:2], step_id=step, relay=True)
+    for receiver in receivers[:2]:
+        assert list(receiver.recv("s", TRAINER, step, WAIT)) == list(strings)
+    handle.wait(timeout=WAIT)
+    with pytest.raises(tv.InvalidArgumentError, match="not strings"):
+        trainer.send("t", strings, to=RECEIVERS[:2], step_id=step, relay=True, late=True)
+    trainer.cleanup_step(step)
 
 
 def test_late_needs_a_relay(step):

@@ -272,9 +272,12 @@ class Server(BlockCalls, OneSidedCalls):
         joiner) gets it from a receiver that has it, this task's link idle (from this task
         while none has it). Each receiver then keeps what its recv returned for them, and
         this task the tensor it sent, unchanged, until they clean the step up
-        (``cleanup_step``); late receivers get copies. The latest late relay of each name
-        is served so: a later one of the name ends it, as does a relayed recv into the
-        same memory a receiver's (and a later late relay of the same memory this task's).
+        (``cleanup_step``); late receivers served by a receiver get copies, and serve no
+        other. The latest late relay of each name is served so: a later one of the name
+        ends it, as does a relayed recv into the same memory a receiver's (and a later late
+        relay of the same memory this task's, once its receivers have it). Late receivers
+        that nobody can serve get NotFoundError. A tensor of strings is sent as without
+        ``relay`` (``late`` refused).
 
         ``value`` is a numpy array (or anything ``numpy.asarray`` takes: a list or tuple
         of numbers, or of strings, nested as numpy takes it, is one tensor), a torch tensor

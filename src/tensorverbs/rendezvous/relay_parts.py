@@ -73,9 +73,15 @@ class Landing:
     def result(self, call: "RecvCall") -> Any:
         """What ``call`` returns of the whole tensor: its ``out`` (filled), the landing, or
         a copy on its device."""
-        if call.out is not None:
-            return call.out.fill(self.array, False)
-        return self.array if call.device is HOST else call.device.from_host(self.array)
+        return result_of(self.array, call)
+
+
+def result_of(array: np.ndarray, call: "RecvCall") -> Any:
+    """What ``call`` returns of ``array``, its whole tensor in host memory of its own: its
+    ``out`` (filled), the array, or a copy on its device."""
+    if call.out is not None:
+        return call.out.fill(array, False)
+    return array if call.device is HOST else call.device.from_host(array)
 
 
 class PartFetch:

@@ -29,8 +29,8 @@ from .completion import Sends
 from .key import RendezvousKey
 from .recv_call import RecvCall, settle
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
-from .relay_parts import Landing, PartFetch
-from .relay_plan import RelayDescriptor, Relayed, ack_name, part_name, part_views, served_step
+from .relay_parts import Landing, PartFetch, result_of
+from .relay_plan import RelayDescriptor, Relayed, ack_name, is_relay, part_name, part_views, served_step
 from .relay_replicas import Replica, Replicas
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ REACH_SECONDS = 5.0
 #: how long a receiver keeps what it passes on, that its children did not take, once its
 #: step was cleaned up or aborted
 PASS_ON_SECONDS = 60.0
+#: a late receiver's copy is kept a second longer per this many bytes of it (a large one
+#: over a slow link)
+SERVE_BYTES_PER_SECOND = 100e6
 
 
 @dataclass
@@ -201,7 +204,10 @@ class RelayReceiver(RelayOffers):
             self._start_parts(call, state, source, step)
             return
         key = RendezvousKey(source, 0, self._task, descriptor.direct if state.direct else descriptor.data)
-        fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
+        if state.direct and descriptor.served:  # (a late receiver's: the sender may say that nobody keeps it)
+            fut = self._rendezvous.recv_async(key, step, call.time_left())
+        else:
+            fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
         if self._fetches(call, state, fut):
             fut.add_done_callback(lambda f: self._fetched(call, state, f))
 
@@ -299,6 +305,10 @@ class RelayReceiver(RelayOffers):
         if self._parent_failed(call, state, error):
             return
         self._fetch_ended(call)
+        if error is None and state.direct and state.descriptor.served:
+            error = self._late_result(call, state, fut.result())
+            if error is None:
+                return
         if error is None:
             result = fut.result()
             self._replicate(call, state, result)
@@ -310,6 +320,23 @@ class RelayReceiver(RelayOffers):
             return
         settle(call.future, as_error(error, f"{call.what}: fetching the relayed tensor from "
                                             f"{state.origin if state.direct else state.descriptor.parent}"))
+
+    def _late_result(self, call: RecvCall, state: _Following, array: np.ndarray) -> BaseException | None:
+        """Settle late receiver ``call`` with ``array``, fetched from the sender directly
+        (its replica gone), or fail it if the sender says that nobody keeps the tensor; the
+        error if making its result failed."""
+        try:
+            if is_relay(array) and RelayDescriptor.decode(array).gone:
+                self._taken(call, state)
+                settle(call.future, NotFoundError(f"{call.what}: the task that served it is gone, and "
+                                                  f"{state.origin}'s tensor may have changed since"))
+                return None
+            result = result_of(array, call)
+        except Exception as exc:
+            return exc
+        self._confirm(call.step_id, state, HAVE_IT)
+        self._deliver(call, state, result)
+        return None
 
     def _deliver(self, call: RecvCall, state: _Following, result: Any) -> None:
         """Settle ``call`` with ``result``, its whole tensor (kept for the next recv of it
@@ -326,7 +353,7 @@ class RelayReceiver(RelayOffers):
     def _replicate(self, call: RecvCall, state: _Following, result: Any) -> None:
         """Keep ``result``, ``call``'s tensor, for late receivers if its relay serves them
         (before confirming it: the sender may ask for it at once)."""
-        if state.descriptor.late:
+        if state.descriptor.late and not state.descriptor.served:  # (a late receiver's is its own)
             array = host_array(result, device_of(result))[0]
             self.replicas.keep(Replica(state.descriptor, state.origin, call.key.name, call.step_id, prepare(array)))
 
@@ -370,7 +397,8 @@ class RelayReceiver(RelayOffers):
     def serve(self, origin: str, tag: str, receiver: str) -> bool:
         """Offer ``receiver`` a copy of the tensor of relay ``tag`` from ``origin`` that this
         task kept (ServeRelayed), at a step of its own (:func:`served_step`), kept until it
-        takes it or PASS_ON_SECONDS pass; False if this task does not keep it."""
+        takes it or PASS_ON_SECONDS pass (longer for a large one); False if this task does
+        not keep it."""
         dst = parse_task(receiver)
         served = self.replicas.copy(tag, origin, self._rendezvous.allocate)
         if served is None:
@@ -379,7 +407,9 @@ class RelayReceiver(RelayOffers):
         step = served_step(tag, str(dst))
         views = part_views(array, descriptor.parts) if descriptor.parts > 1 else [array]
         names = [part_name(tag, p) for p in range(descriptor.parts)] if descriptor.parts > 1 else [descriptor.data]
-        passed = _PassedOn(step, served[0].at, len(views), cleaned=time.monotonic())
+        # (kept PASS_ON_SECONDS, and a second more per SERVE_BYTES_PER_SECOND of it)
+        expiry = time.monotonic() + array.nbytes / SERVE_BYTES_PER_SECOND
+        passed = _PassedOn(step, served[0].at, len(views), cleaned=expiry)
         with self._lock:
             self._passed.append(passed)
         for name, view in zip(names, views):  # (a failure answers ServeRelayed: the sender asks another)

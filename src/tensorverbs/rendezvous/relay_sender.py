@@ -11,6 +11,7 @@ that no send matches: a task not among its receivers that asks for it is offered
 descriptor naming a receiver that confirmed it has the tensor (a replica, asked first to
 offer it: ServeRelayed; the least used first, one that did not serve it asked no more),
 or this task while none does, or one saying that nobody keeps it any more (the recv fails).
+A late receiver keeps nothing for others: what it got is its own.
 A task serves the latest late relay of each name (MAX_LATE at most): until the step is
 cleaned up or a later late relay of the name is sent; from this task's own tensor only
 while no later late relay sent the same memory (it may have changed)."""
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ..cluster import TaskName
-from ..errors import TensorverbsError, as_error
+from ..errors import AbortedError, TensorverbsError, as_error
 from ..tensor import dtype_enum
 from .completion import SendHandle, Sends, describe_send
 from .key import RendezvousKey
@@ -102,7 +103,7 @@ class RelaySender(RelayOffers):
         ``late``); its handle completes per receiver as each confirms."""
         tag = f"{PREFIX}{self._incarnation:x}:{next(self._ids)}"
         receivers = [key.dst for key in keys]
-        count = 1 if array.dtype.kind == "O" else part_count(array.nbytes)
+        count = part_count(array.nbytes)
         sent = _Sent(tag, name, step, array, receivers,
                      [self._sends.open(describe_send(name, task, step)) for task in receivers],
                      dtype=dtype_enum(array.dtype), shape=tuple(array.shape), parts=count, late=late)
@@ -167,9 +168,13 @@ class RelaySender(RelayOffers):
             ack.cancel()
 
     def _asked_late(self, sent: _Sent, dst: TaskName) -> None:
-        """``dst``'s recv of ``sent``'s name at its step waits here (on a protocol's thread)."""
-        if dst == self._task or dst in sent.receivers:
+        """``dst``'s recv of ``sent``'s name at its step waits here (on a protocol's thread):
+        a task not among its receivers, or one that took its descriptor already (it
+        restarted), is served unless a serve of it is under way."""
+        if dst == self._task:
             return
+        if dst in sent.receivers and sent.tickets[sent.receivers.index(dst)].completion.outcome() is None:
+            return  # (its descriptor waits for it)
         with self._lock:
             if not sent.late or dst in sent.joiners:
                 return
@@ -186,22 +191,34 @@ class RelaySender(RelayOffers):
             parent = await self._replica_for(sent, dst)
             with self._lock:
                 if not sent.late:  # (closed meanwhile: its recv waits as for a tensor not sent)
+                    sent.joiners.discard(dst)
                     return
-                array = sent.array if sent.own else None
-            if parent is not None:
-                descriptor = sent.descriptor(parent, served=True)
-            else:
-                descriptor = sent.descriptor(self._task, gone=array is None)
+                array = self._own_array(sent)
+            # (served: it fetches at a step of its own from a replica, and keeps nothing)
+            descriptor = sent.descriptor(parent or self._task, served=True, gone=parent is None and array is None)
             self.offer(sent.step, dst, sent.name, descriptor.encode())
             if descriptor.gone:
                 log.info("%r of step %d is asked for by %s, but no receiver keeps it any more and this task's "
                          "tensor may have changed since: told so", sent.name, sent.step, dst)
+                self._served_one(sent, dst)
                 return
             if parent is None and array is not None:
                 self._offer_tensor(sent, dst, array)
             self._await_late_ack(sent, dst, 0)
         except Exception as exc:  # (its step ended meanwhile; this task stops)
             log.info("serving %r of step %d to late receiver %s failed: %s", sent.name, sent.step, dst, exc)
+            self._served_one(sent, dst)
+
+    def _own_array(self, sent: _Sent) -> np.ndarray | None:
+        """``sent``'s array if it is as sent (under the lock): no later late relay sent the
+        same memory, or its own receivers did not all settle yet (it must not change until
+        they did)."""
+        return sent.array if sent.own or sent in self._sent.get(sent.step, []) else None
+
+    def _served_one(self, sent: _Sent, dst: TaskName) -> None:
+        """The serve of late receiver ``dst`` ended: a later recv of it is served again."""
+        with self._lock:
+            sent.joiners.discard(dst)
 
     async def _replica_for(self, sent: _Sent, dst: TaskName) -> TaskName | None:
         """A replica of ``sent`` that offered it to ``dst`` (the least used asked first;
@@ -209,17 +226,18 @@ class RelaySender(RelayOffers):
         with self._lock:
             replicas = sorted(sent.have, key=lambda task: sent.have[task])
         for replica in replicas:
-            try:
-                served = await self._peers.serve_relayed(replica, sent.tag, dst, ASK_SECONDS)
-            except Exception as exc:  # (gone, or too slow: the next)
-                log.info("%s did not serve %r to %s: %s", replica, sent.name, dst, exc)
-                served = False
-            with self._lock:
-                if not served:
-                    sent.have.pop(replica, None)
-                    continue
+            with self._lock:  # (counted before asking: late receivers at once spread)
                 sent.have[replica] = sent.have.get(replica, 0) + 1
-            return replica
+            try:
+                if await self._peers.serve_relayed(replica, sent.tag, dst, ASK_SECONDS):
+                    return replica
+                with self._lock:  # it keeps it no more: asked no more
+                    sent.have.pop(replica, None)
+            except Exception as exc:  # (gone, or too slow: the next, this time)
+                log.info("%s did not serve %r to %s: %s", replica, sent.name, dst, exc)
+                with self._lock:
+                    if replica in sent.have:
+                        sent.have[replica] -= 1
         return None
 
     def _await_late_ack(self, sent: _Sent, dst: TaskName, attempt: int) -> None:
@@ -232,22 +250,27 @@ class RelaySender(RelayOffers):
         fut.add_done_callback(functools.partial(self._late_acked, sent, dst, attempt))
 
     def _late_acked(self, sent: _Sent, dst: TaskName, attempt: int, fut: concurrent.futures.Future) -> None:
-        if fut.cancelled() or fut.exception() is not None:
+        """Late receiver ``dst`` has the tensor (it is no replica: what it got is its own),
+        or its replica is gone: sent it directly (a descriptor saying that nobody keeps it
+        if this task's tensor may have changed)."""
+        if fut.cancelled():
             return
-        what = int(np.asarray(fut.result()).reshape(-1)[0])
+        what = int(np.asarray(fut.result()).reshape(-1)[0]) if fut.exception() is None else HAVE_IT
+        if what != NEED_IT or attempt != 0:
+            self._served_one(sent, dst)
+            return
         with self._lock:
-            if what == HAVE_IT and sent.late:
-                sent.have.setdefault(dst, 0)
-            array = sent.array if what == NEED_IT and attempt == 0 and sent.own else None
-        if what == NEED_IT and array is None:
-            log.warning("late receiver %s of %r (step %d) lost its replica, and this task's tensor may have "
-                        "changed since: not sent; its recv waits to its deadline", dst, sent.name, sent.step)
-        if array is not None:
-            try:
-                self.offer(sent.step, dst, direct_name(sent.tag), array)
-            except TensorverbsError:
+            array = self._own_array(sent)
+        try:
+            if array is None:
+                self.offer(sent.step, dst, direct_name(sent.tag), sent.descriptor(self._task, gone=True).encode())
+                self._served_one(sent, dst)
                 return
-            self._await_late_ack(sent, dst, 1)
+            self.offer(sent.step, dst, direct_name(sent.tag), array)
+        except TensorverbsError:
+            self._served_one(sent, dst)
+            return
+        self._await_late_ack(sent, dst, 1)
 
     def _await_ack(self, sent: _Sent, i: int, attempt: int) -> None:
         """Receive receiver ``i``'s ``attempt``-th confirmation."""
@@ -267,8 +290,12 @@ class RelaySender(RelayOffers):
             with self._lock:
                 sent.have.setdefault(receiver, 0)
         if what == NEED_IT and attempt == 0:
+            with self._lock:
+                array = sent.array
             try:
-                self.offer(sent.step, receiver, direct_name(sent.tag), sent.array, ticket=ticket)
+                if array is None:  # (its step was cleaned up meanwhile)
+                    raise AbortedError(f"step {sent.step} was cleaned up before {receiver} took {sent.name!r}")
+                self.offer(sent.step, receiver, direct_name(sent.tag), array, ticket=ticket)
                 self._await_ack(sent, i, 1)
                 return
             except TensorverbsError as exc:

@@ -129,8 +129,9 @@ class Sending:
     def relay(self, name: str, value: Any, to: str | Sequence[str], step_id: int, is_dead: bool,
               relay: bool | int, late: bool = False) -> SendHandle:
         """:meth:`send` by relay (``relay``: True, a chain, or children per receiver; served
-        to late receivers if ``late``); a send to one task, a dead tensor, a TensorList or
-        one passed by handle is sent as without it (unless ``late``)."""
+        to late receivers if ``late``); a send to one task, a dead tensor, a tensor of
+        strings, a TensorList or one passed by handle is sent as without it (``late``
+        refused for all but the first)."""
         fanout = 1 if relay is True else check.integer(relay, "relay", 1)
         if fanout > MAX_FANOUT:
             raise InvalidArgumentError(f"relay is {fanout}: a receiver passes a tensor on to at most {MAX_FANOUT}")
@@ -147,6 +148,10 @@ class Sending:
         if any(key.dst == self._rt.task for key in keys):
             raise InvalidArgumentError(f"to lists {self._rt.task}, the sending task: a relay goes to other tasks")
         array = _prepared(host_array(value, device_of(value))[0])
+        if array.dtype.kind == "O":  # strings: a receiver's landing cannot hold them before they came
+            if late:
+                raise InvalidArgumentError("late receivers are served a relay of a tensor of numbers, not strings")
+            return self.send(name, array, to, step_id, is_dead)
         handle = self._rt.relays.broadcast(name, array, keys, step, fanout, late)
         self._rt.counters.add("sends", len(keys))
         return handle

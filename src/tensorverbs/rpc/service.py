@@ -124,7 +124,8 @@ class Servicer:
         if refused is not None:
             await _abort(context, refused)
         try:
-            served = self.rt.relays.serve(request.host_name, request.tag, request.receiver)
+            served = await asyncio.get_running_loop().run_in_executor(  # (it copies the tensor)
+                None, self.rt.relays.serve, request.host_name, request.tag, request.receiver)
         except Exception as exc:
             await _abort(context, as_error(exc, f"serving a relayed tensor for {request.host_name}"))
         return pb.ServeRelayedResponse(served=served)
