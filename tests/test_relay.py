@@ -455,9 +455,10 @@ def test_a_late_receiver_of_a_tensor_nobody_keeps_any_more_is_told_so(job, step)
     and the receiver cleaned the step up: the late receiver's recv fails, naming the sender."""
     trainer, receivers = job
     array = pattern(4096, step)
-    for name in ("w0", "w1"):
-        trainer.send(name, array, to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+    first = trainer.send("w0", array, to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+    trainer.send("w1", array, to=RECEIVERS[:1], step_id=step, relay=True, late=True)
     assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [4096], step) == [True]
+    first.wait(timeout=WAIT)  # (until then the trainer's tensor is as sent: it serves it)
     receivers[0].cleanup_step(step)
     assert receivers[3].run(f"{__name__}:recv_error", "w0", step, 20) == "NotFoundError"
     for task in (trainer, receivers[3]):
@@ -502,6 +503,26 @@ def test_a_relay_of_strings_is_sent_as_a_broadcast_and_late_is_refused(job, step
     with pytest.raises(tv.InvalidArgumentError, match="not strings"):
         trainer.send("t", strings, to=RECEIVERS[:2], step_id=step, relay=True, late=True)
     trainer.cleanup_step(step)
+
+
+def test_a_late_receivers_next_recv_of_the_name_gets_the_next_relay_of_it(job, step):
+    """One name, one step, relayed round after round (as with the default step): a late
+    receiver's recv that waits for the next round is not served the last one again."""
+    trainer, receivers = job
+    for seed in (step, step + 1):
+        if seed > step:  # its recv waits before the round is sent
+            receivers[3].post("run", f"{__name__}:recv_seeded", "w0", 4096, step, seed)
+            deadline = time.monotonic() + WAIT
+            while trainer.pending()[1] < 1:  # a condition, polled
+                assert time.monotonic() < deadline, "the late receiver's recv never reached the trainer"
+                time.sleep(0.005)
+        trainer.send("w0", pattern(4096, seed), to=RECEIVERS[:1], step_id=step, relay=True, late=True)
+        assert receivers[0].run(f"{__name__}:recv_seeded", "w0", 4096, step, seed)
+        if seed == step:
+            assert receivers[3].run(f"{__name__}:recv_seeded", "w0", 4096, step, seed)
+    assert receivers[3].result(WAIT)
+    for task in (trainer, *receivers):
+        task.cleanup_step(step)
 
 
 def test_late_needs_a_relay(step):

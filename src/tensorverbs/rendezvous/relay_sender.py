@@ -169,12 +169,10 @@ class RelaySender(RelayOffers):
 
     def _asked_late(self, sent: _Sent, dst: TaskName) -> None:
         """``dst``'s recv of ``sent``'s name at its step waits here (on a protocol's thread):
-        a task not among its receivers, or one that took its descriptor already (it
-        restarted), is served unless a serve of it is under way."""
-        if dst == self._task:
+        a task not among its receivers is served, once (its next recv of the name waits
+        for the next relay of it: one name and step may be relayed round after round)."""
+        if dst == self._task or dst in sent.receivers:
             return
-        if dst in sent.receivers and sent.tickets[sent.receivers.index(dst)].completion.outcome() is None:
-            return  # (its descriptor waits for it)
         with self._lock:
             if not sent.late or dst in sent.joiners:
                 return
@@ -191,7 +189,6 @@ class RelaySender(RelayOffers):
             parent = await self._replica_for(sent, dst)
             with self._lock:
                 if not sent.late:  # (closed meanwhile: its recv waits as for a tensor not sent)
-                    sent.joiners.discard(dst)
                     return
                 array = self._own_array(sent)
             # (served: it fetches at a step of its own from a replica, and keeps nothing)
@@ -200,25 +197,18 @@ class RelaySender(RelayOffers):
             if descriptor.gone:
                 log.info("%r of step %d is asked for by %s, but no receiver keeps it any more and this task's "
                          "tensor may have changed since: told so", sent.name, sent.step, dst)
-                self._served_one(sent, dst)
                 return
             if parent is None and array is not None:
                 self._offer_tensor(sent, dst, array)
             self._await_late_ack(sent, dst, 0)
         except Exception as exc:  # (its step ended meanwhile; this task stops)
             log.info("serving %r of step %d to late receiver %s failed: %s", sent.name, sent.step, dst, exc)
-            self._served_one(sent, dst)
 
     def _own_array(self, sent: _Sent) -> np.ndarray | None:
         """``sent``'s array if it is as sent (under the lock): no later late relay sent the
         same memory, or its own receivers did not all settle yet (it must not change until
         they did)."""
         return sent.array if sent.own or sent in self._sent.get(sent.step, []) else None
-
-    def _served_one(self, sent: _Sent, dst: TaskName) -> None:
-        """The serve of late receiver ``dst`` ended: a later recv of it is served again."""
-        with self._lock:
-            sent.joiners.discard(dst)
 
     async def _replica_for(self, sent: _Sent, dst: TaskName) -> TaskName | None:
         """A replica of ``sent`` that offered it to ``dst`` (the least used asked first;
@@ -253,22 +243,18 @@ class RelaySender(RelayOffers):
         """Late receiver ``dst`` has the tensor (it is no replica: what it got is its own),
         or its replica is gone: sent it directly (a descriptor saying that nobody keeps it
         if this task's tensor may have changed)."""
-        if fut.cancelled():
+        if fut.cancelled() or fut.exception() is not None:
             return
-        what = int(np.asarray(fut.result()).reshape(-1)[0]) if fut.exception() is None else HAVE_IT
-        if what != NEED_IT or attempt != 0:
-            self._served_one(sent, dst)
+        if int(np.asarray(fut.result()).reshape(-1)[0]) != NEED_IT or attempt != 0:
             return
         with self._lock:
             array = self._own_array(sent)
         try:
             if array is None:
                 self.offer(sent.step, dst, direct_name(sent.tag), sent.descriptor(self._task, gone=True).encode())
-                self._served_one(sent, dst)
                 return
             self.offer(sent.step, dst, direct_name(sent.tag), array)
         except TensorverbsError:
-            self._served_one(sent, dst)
             return
         self._await_late_ack(sent, dst, 1)
 
