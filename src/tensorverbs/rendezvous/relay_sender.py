@@ -208,7 +208,8 @@ class RelaySender(RelayOffers):
         """``sent``'s array if it is as sent (under the lock): no later late relay sent the
         same memory, or its own receivers did not all settle yet (it must not change until
         they did)."""
-        return sent.array if sent.own or sent in self._sent.get(sent.step, []) else None
+        unsettled = any(ticket.completion.outcome() is None for ticket in sent.tickets)
+        return sent.array if sent.own or unsettled else None
 
     async def _replica_for(self, sent: _Sent, dst: TaskName) -> TaskName | None:
         """A replica of ``sent`` that offered it to ``dst`` (the least used asked first;
