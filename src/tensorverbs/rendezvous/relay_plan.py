@@ -179,6 +179,14 @@ def part_views(array: np.ndarray, count: int) -> list[np.ndarray]:
     return [flat[start:end] for start, end in part_ranges(array.nbytes, count)]
 
 
+def pieces(tag: str, array: np.ndarray, count: int) -> list[tuple[str, np.ndarray]]:
+    """What relay ``tag`` offers of ``array`` (``count`` parts): (name, bytes) of each part
+    in order, or of the whole tensor under its data name."""
+    if count == 1:
+        return [(data_name(tag), array)]
+    return [(part_name(tag, part), view) for part, view in enumerate(part_views(array, count))]
+
+
 def _nbytes(dtype: int, shape: tuple[int, ...]) -> int:
     return numpy_dtype(dtype).itemsize * math.prod(shape)
 

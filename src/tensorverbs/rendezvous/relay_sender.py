@@ -33,8 +33,7 @@ from ..tensor import dtype_enum
 from .completion import SendHandle, Sends, describe_send
 from .key import RendezvousKey
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
-from .relay_plan import (PREFIX, RelayDescriptor, ack_name, data_name, direct_name, part_count, part_name,
-                         part_views, tree)
+from .relay_plan import PREFIX, RelayDescriptor, ack_name, direct_name, part_count, pieces, tree
 
 if TYPE_CHECKING:
     from .. import _core
@@ -73,6 +72,10 @@ class _Sent:
     have: dict[TaskName, int] = field(default_factory=dict)
     joiners: set[TaskName] = field(default_factory=set)
     late_acks: list[concurrent.futures.Future] = field(default_factory=list)
+
+    def settled(self) -> bool:
+        """Whether each receiver's send settled (it has the tensor, or failed)."""
+        return all(ticket.completion.outcome() is not None for ticket in self.tickets)
 
     def descriptor(self, parent: TaskName, children: tuple[str, ...] = (), served: bool = False,
                    gone: bool = False) -> RelayDescriptor:
@@ -133,11 +136,8 @@ class RelaySender(RelayOffers):
         """Offer ``array``, ``sent``'s tensor, to ``dst``, a receiver that fetches it from this
         task: whole (delivered, as any send, once it takes it), or each of its parts
         (settled by its confirmation)."""
-        if sent.parts == 1:
-            self.offer(sent.step, dst, data_name(sent.tag), array, ticket=ticket)
-            return
-        for part, view in enumerate(part_views(array, sent.parts)):
-            self.offer(sent.step, dst, part_name(sent.tag, part), view)
+        for name, view in pieces(sent.tag, array, sent.parts):
+            self.offer(sent.step, dst, name, view, ticket=ticket if sent.parts == 1 else None)
 
     # -- late receivers --------------------------------------------------------------------------
     def _serve_late(self, sent: _Sent) -> None:
@@ -162,7 +162,7 @@ class RelaySender(RelayOffers):
         self._rendezvous.unwatch(sent.step, sent.name)
         with self._lock:
             sent.late, acks = False, list(sent.late_acks)
-            if sent not in self._sent.get(sent.step, []):
+            if sent.settled():
                 sent.array = None
         for ack in acks:
             ack.cancel()
@@ -208,8 +208,7 @@ class RelaySender(RelayOffers):
         """``sent``'s array if it is as sent (under the lock): no later late relay sent the
         same memory, or its own receivers did not all settle yet (it must not change until
         they did)."""
-        unsettled = any(ticket.completion.outcome() is None for ticket in sent.tickets)
-        return sent.array if sent.own or unsettled else None
+        return sent.array if sent.own or not sent.settled() else None
 
     async def _replica_for(self, sent: _Sent, dst: TaskName) -> TaskName | None:
         """A replica of ``sent`` that offered it to ``dst`` (the least used asked first;
@@ -292,7 +291,7 @@ class RelaySender(RelayOffers):
         else:
             error = as_error(error, "its confirmation")
             ticket.fail(int(error.code), f"{receiver} did not confirm the relayed tensor: {error.message}")
-        if all(ticket.completion.outcome() is not None for ticket in sent.tickets):  # all settled
+        if sent.settled():
             with self._lock:
                 if not sent.late:  # (else kept for late receivers)
                     sent.array = None
