@@ -30,7 +30,7 @@ from .key import RendezvousKey
 from .recv_call import RecvCall, settle
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
 from .relay_parts import Landing, PartFetch, result_of
-from .relay_plan import RelayDescriptor, Relayed, ack_name, is_relay, part_name, part_views, served_step
+from .relay_plan import RelayDescriptor, Relayed, ack_name, is_relay, part_name, pieces, served_step
 from .relay_replicas import Replica, Replicas
 
 if TYPE_CHECKING:
@@ -311,9 +311,12 @@ class RelayReceiver(RelayOffers):
                 return
         if error is None:
             result = fut.result()
-            self._replicate(call, state, result)
+            if state.descriptor.children or state.descriptor.late:  # (in host memory once, for both)
+                array = prepare(host_array(result, device_of(result))[0])
+                self._replicate(call, state, array)
             try:
-                self._pass_on(call.step_id, state, result)
+                if state.descriptor.children:
+                    self._pass_on(call.step_id, state, array)
             finally:
                 self._confirm(call.step_id, state, HAVE_IT)
             self._deliver(call, state, result)
@@ -350,25 +353,18 @@ class RelayReceiver(RelayOffers):
             pass
         self._keep(call.key.name, call.step_id, state, result)
 
-    def _replicate(self, call: RecvCall, state: _Following, result: Any) -> None:
-        """Keep ``result``, ``call``'s tensor, for late receivers if its relay serves them
-        (before confirming it: the sender may ask for it at once)."""
+    def _replicate(self, call: RecvCall, state: _Following, array: np.ndarray) -> None:
+        """Keep ``array``, ``call``'s tensor in host memory, for late receivers if its relay
+        serves them (before confirming it: the sender may ask for it at once)."""
         if state.descriptor.late and not state.descriptor.served:  # (a late receiver's is its own)
-            array = host_array(result, device_of(result))[0]
-            self.replicas.keep(Replica(state.descriptor, state.origin, call.key.name, call.step_id, prepare(array)))
+            self.replicas.keep(Replica(state.descriptor, state.origin, call.key.name, call.step_id, array))
 
-    def _pass_on(self, at: int, state: _Following, result: Any) -> None:
-        """Offer ``result``, received at step ``at`` (or its parts not offered yet), to the
-        relay's children at its own step."""
+    def _pass_on(self, at: int, state: _Following, array: np.ndarray) -> None:
+        """Offer ``array``, the tensor received at step ``at`` in host memory (or its parts
+        not offered yet), to the relay's children at its own step."""
         descriptor = state.descriptor
-        if not descriptor.children:
-            return
-        array = prepare(host_array(result, device_of(result))[0])
-        if descriptor.parts == 1:
-            self._offer_on(at, state, descriptor.data, array)
-            return
-        for part, view in enumerate(part_views(array, descriptor.parts)):
-            self._offer_on(at, state, part_name(descriptor.tag, part), view, part)
+        for part, (name, view) in enumerate(pieces(descriptor.tag, array, descriptor.parts)):
+            self._offer_on(at, state, name, view, part)
 
     def _offer_on(self, at: int, state: _Following, name: str, array: Any, part: int = 0) -> None:
         """Offer ``array``, part ``part`` of the tensor received at step ``at`` (offered
@@ -403,16 +399,15 @@ class RelayReceiver(RelayOffers):
         served = self.replicas.copy(tag, origin, self._rendezvous.allocate)
         if served is None:
             return False
-        descriptor, array = served[0].descriptor, served[1]
+        replica, array = served
         step = served_step(tag, str(dst))
-        views = part_views(array, descriptor.parts) if descriptor.parts > 1 else [array]
-        names = [part_name(tag, p) for p in range(descriptor.parts)] if descriptor.parts > 1 else [descriptor.data]
+        offers = pieces(tag, array, replica.descriptor.parts)
         # (kept PASS_ON_SECONDS, and a second more per SERVE_BYTES_PER_SECOND of it)
         expiry = time.monotonic() + array.nbytes / SERVE_BYTES_PER_SECOND
-        passed = _PassedOn(step, served[0].at, len(views), cleaned=expiry)
+        passed = _PassedOn(step, replica.at, len(offers), cleaned=expiry)
         with self._lock:
             self._passed.append(passed)
-        for name, view in zip(names, views):  # (a failure answers ServeRelayed: the sender asks another)
+        for name, view in offers:  # (a failure answers ServeRelayed: the sender asks another)
             ticket = self._served.open(f"a relayed tensor to late receiver {dst}")
             passed.completions.append(ticket.completion)
             self.offer(step, dst, name, view, ticket=ticket)

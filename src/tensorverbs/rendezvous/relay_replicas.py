@@ -39,6 +39,9 @@ class Replicas:
         self._lock = threading.Lock()
         self._kept: dict[str, Replica] = {}  # (the oldest first)
         self._latest: dict[tuple[TaskName, str], str] = {}  # (origin, name) -> tag
+        #: tag -> the bytes its tensor spans, [start, end) (drop_sharing compares them, on
+        #: every relayed recv into an out: cheaper than np.may_share_memory)
+        self._bounds: dict[str, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -50,6 +53,7 @@ class Replicas:
             if earlier is not None:
                 self._forget(earlier)
             self._kept[replica.descriptor.tag] = replica
+            self._bounds[replica.descriptor.tag] = _span(replica.array)
             self._latest[(replica.origin, replica.name)] = replica.descriptor.tag
             while len(self._kept) > MAX_KEPT:
                 self._forget(next(iter(self._kept)))
@@ -74,11 +78,19 @@ class Replicas:
 
     def drop_sharing(self, memory: np.ndarray) -> None:
         """Forget the tensors kept in ``memory``: a recv lands another there."""
+        start, end = _span(memory)
         with self._lock:
-            for tag in [tag for tag, r in self._kept.items() if np.may_share_memory(r.array, memory)]:
+            for tag in [tag for tag, (low, high) in self._bounds.items() if low < end and high > start]:
                 self._forget(tag)
 
     def _forget(self, tag: str) -> None:
         replica = self._kept.pop(tag)
+        del self._bounds[tag]
         if self._latest.get((replica.origin, replica.name)) == tag:
             del self._latest[(replica.origin, replica.name)]
+
+
+def _span(array: np.ndarray) -> tuple[int, int]:
+    """The bytes a C-contiguous ``array`` spans, [start, end)."""
+    start = array.__array_interface__["data"][0]
+    return start, start + array.nbytes
