@@ -47,7 +47,7 @@ import math
 import secrets
 import statistics
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -284,30 +284,39 @@ def goals(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             ratio = verbs[n]["relay_vs_gloo"]
             gloo.update(measured=f"{ratio:.2f}x gloo's time", met=ratio < 1.0)
         relays.append(gloo)
-    killed = {"goal": "a receiver killed mid-relay: the others within 2x a round, it named",
-              "measured": "no grpc+verbs run with --kill to 2 or more", "met": None}
-    runs = [r for r in verbs.values() if "killed" in r]
-    failed = [r for r in runs if "error" in r["killed"]]
-    if failed:
-        killed.update(measured=f"to {failed[0]['receivers']}: {failed[0]['killed']['error']}", met=False)
-    elif runs:
-        worst = max(runs, key=lambda r: r["killed"]["vs_relay"])
-        ratio, named = worst["killed"]["vs_relay"], all(r["killed"]["dead_named"] for r in runs)
-        killed.update(measured=f"{ratio:.2f}x at {worst['receivers']}, {'named' if named else 'NOT named'}",
-                      met=ratio <= 2.0 and named)
-    joined = {"goal": "a late joiner served by replicas, the trainer's link idle (< 1% of the bytes)",
-              "measured": "no grpc+verbs run with --late to 2 or more", "met": None}
-    runs = [r for r in verbs.values() if "late" in r]
-    failed = [r for r in runs if "error" in r["late"]]
-    if failed:
-        joined.update(measured=f"to {failed[0]['receivers']}: {failed[0]['late']['error']}", met=False)
-    elif runs:
-        worst = max(runs, key=lambda r: r["late"]["trainer_share"])
-        joined.update(measured=f"the trainer sent {worst['late']['trainer_bytes']:,} bytes "
-                               f"({worst['late']['trainer_share']:.4%}); the late joiner took "
-                               f"{worst['late']['vs_relay']:.2f}x a relay round",
-                      met=worst["late"]["trainer_share"] < 0.01)
+    killed = _extra_round_goal(verbs, "killed", "a receiver killed mid-relay: the others within 2x a round, it named",
+                               "--kill", _killed_judged)
+    joined = _extra_round_goal(verbs, "late",
+                               "a late joiner served by replicas, the trainer's link idle (< 1% of the bytes)",
+                               "--late", _late_judged)
     return [broadcast, reads, *relays, killed, joined]
+
+
+def _extra_round_goal(verbs: dict[int, dict[str, Any]], key: str, goal: str, option: str,
+                      judge: Callable[[list[dict[str, Any]]], tuple[str, bool]]) -> dict[str, Any]:
+    """The goal of the relay round ``option`` adds (its figures under ``key``): not judged
+    without one, failed by the first that failed, else as ``judge`` finds the runs."""
+    row: dict[str, Any] = {"goal": goal, "measured": f"no grpc+verbs run with {option} to 2 or more", "met": None}
+    runs = [r for r in verbs.values() if key in r]
+    failed = [r for r in runs if "error" in r[key]]
+    if failed:
+        row.update(measured=f"to {failed[0]['receivers']}: {failed[0][key]['error']}", met=False)
+    elif runs:
+        measured, met = judge(runs)
+        row.update(measured=measured, met=met)
+    return row
+
+
+def _killed_judged(runs: list[dict[str, Any]]) -> tuple[str, bool]:
+    worst = max(runs, key=lambda r: r["killed"]["vs_relay"])
+    ratio, named = worst["killed"]["vs_relay"], all(r["killed"]["dead_named"] for r in runs)
+    return f"{ratio:.2f}x at {worst['receivers']}, {'named' if named else 'NOT named'}", ratio <= 2.0 and named
+
+
+def _late_judged(runs: list[dict[str, Any]]) -> tuple[str, bool]:
+    late = max(runs, key=lambda r: r["late"]["trainer_share"])["late"]
+    return (f"the trainer sent {late['trainer_bytes']:,} bytes ({late['trainer_share']:.4%}); the late joiner took "
+            f"{late['vs_relay']:.2f}x a relay round", late["trainer_share"] < 0.01)
 
 
 def show(rows: Sequence[dict[str, Any]]) -> None:
