@@ -15,6 +15,7 @@
 #include "binding/future_recv.h"
 #include "binding/ordered_words.h"
 #include "binding/recv_handle.h"
+#include "binding/row_access.h"
 #include "binding/rendezvous_binding.h"
 #include "binding/send_binding.h"
 #include "binding/verbs_binding.h"
@@ -171,6 +172,7 @@ NB_MODULE(_core, m) {
   m.attr("WR_RDMA_WRITE") = static_cast<int>(verbs::WrOpcode::kRdmaWrite);
   m.attr("WR_RDMA_WRITE_WITH_IMM") = static_cast<int>(verbs::WrOpcode::kRdmaWriteWithImm);
   m.attr("WR_RDMA_READ") = static_cast<int>(verbs::WrOpcode::kRdmaRead);
+  m.attr("ROW_WINDOW_END") = tensorverbs::binding::kWindowEnd;
   m.def(
       "describe_channel",
       [](std::string provider, const nb::bytes& endpoint, std::uint64_t rx_addr, std::uint32_t rx_rkey,

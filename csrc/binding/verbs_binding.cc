@@ -13,6 +13,7 @@
 #include "binding/byte_view.h"
 #include "binding/gil_released.h"
 #include "binding/py_ref.h"
+#include "binding/row_access.h"
 #include "binding/status_error.h"
 #include "binding/verbs_config.h"
 #include "verbs/provider.h"
@@ -226,6 +227,21 @@ void bind_verbs(nb::module_& m) {
         }
         if (!status.ok()) raise(status);
       }, "wrs"_a)
+      .def("post_rows",
+           [](QueuePair& qp, int opcode, std::uint64_t local_base, std::uint32_t lkey, std::uint64_t local_rows,
+              std::uint64_t remote_base, std::uint32_t rkey, std::uint64_t remote_rows, std::uint64_t row_bytes,
+              const RowIndex& src, const RowIndex& dst, std::size_t first, std::size_t max_requests) {
+             if (opcode != static_cast<int>(WrOpcode::kRdmaRead) && opcode != static_cast<int>(WrOpcode::kRdmaWrite)) {
+               throw nb::value_error("a row access reads or writes");
+             }
+             const RowAccess access{static_cast<WrOpcode>(opcode), local_base, lkey, local_rows,
+                                    remote_base, rkey, remote_rows, row_bytes};
+             return post_rows(qp, access, src, dst, first, max_requests);
+           }, "opcode"_a, "local_base"_a, "lkey"_a, "local_rows"_a, "remote_base"_a, "rkey"_a, "remote_rows"_a,
+           "row_bytes"_a, "src"_a, "dst"_a, "first"_a, "max_requests"_a,
+           "Posts entries from `first` of a row access (row src[i] of the remote rows to or from "
+           "row dst[i] of the local ones), runs of rows as one request, at most `max_requests`, the "
+           "last signaled; the entry after the last posted.")
       .def("post_recv", [](QueuePair& qp, const std::vector<std::uint64_t>& wr_ids) {
         std::vector<RecvWr> wrs;
         for (std::uint64_t id : wr_ids) wrs.push_back(RecvWr{id});

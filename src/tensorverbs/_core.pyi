@@ -63,6 +63,8 @@ WR_RDMA_WRITE_WITH_IMM: int = 1
 
 WR_RDMA_READ: int = 4
 
+ROW_WINDOW_END: int = 9223372036854775808
+
 def describe_channel(provider: str, endpoint: bytes, rx_addr: int, rx_rkey: int, rx_length: int, slots: int, max_message_bytes: int) -> bytes:
     """A channel description's bytes (as GetRemoteAddress carries them)."""
 
@@ -462,6 +464,11 @@ class QueuePair:
     def connect(self, remote: bytes) -> None: ...
 
     def post_send(self, wrs: Sequence[SendWR]) -> None: ...
+
+    def post_rows(self, opcode: int, local_base: int, lkey: int, local_rows: int, remote_base: int, rkey: int, remote_rows: int, row_bytes: int, src: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], dst: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], first: int, max_requests: int) -> int:
+        """
+        Posts entries from `first` of a row access (row src[i] of the remote rows to or from row dst[i] of the local ones), runs of rows as one request, at most `max_requests`, the last signaled; the entry after the last posted.
+        """
 
     def post_recv(self, wr_ids: Sequence[int]) -> None: ...
 

@@ -119,9 +119,10 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
     calls = [{"contender": "grpc+verbs", "call": call, "bytes": small,
               "latency_us": {"median": us}} for call, us in (("recv", 5.0), ("recv after idle", 9.0))]
     blocks = [{"contender": name, "call": "recv_blocks", "bytes": small, "in_flight": 2000,
-               "tensors_per_s": rate} for name, rate in (("grpc+verbs", 50_000.0), ("nixl", 100_000.0))]
+               "tensors_per_s": rate} for name, rate in (("grpc+verbs", 50_000.0), ("nixl", 100_000.0),
+                                                         ("grpc+verbs read", 600_000.0))]
     goals = transfer_goals.goals(results, flight + blocks, calls)
-    assert len(goals) == 21 and len({g["goal"] for g in goals}) == 21
+    assert len(goals) == 23 and len({g["goal"] for g in goals}) == 23
 
     def goal(text: str) -> dict:
         (found,) = [g for g in goals if text in g["goal"]]
@@ -143,6 +144,9 @@ def test_every_goal_is_stated_and_judged_on_what_ran():
     assert goal("by recv_blocks: grpc+verbs ≥ 500,000/s")["ratio"] == pytest.approx(0.1)
     assert goal("recv_blocks ahead of nixl's prepared transfer")["ratio"] == pytest.approx(0.5)
     assert goal("recv_blocks ahead of nixl's prepared transfer")["met"] is False
+    assert goal("by read_blocks: grpc+verbs read ≥ 500,000/s")["ratio"] == pytest.approx(1.2)
+    assert goal("read_blocks ahead of nixl's prepared transfer")["ratio"] == pytest.approx(6.0)
+    assert goal("read_blocks ahead of nixl's prepared transfer")["met"] is True
     no_nixl = next(g for g in transfer_goals.goals(results, flight + blocks[:1]) if "prepared" in g["goal"])
     assert no_nixl["met"] is None and "not measured" in no_nixl["measured"]
     no_batch = transfer_goals.goals(results, flight[:1])

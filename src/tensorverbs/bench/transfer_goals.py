@@ -66,11 +66,12 @@ def _every_size(results: list[dict], other: str) -> dict:
     return _goal(goal, measured, a / b, False if a <= b else True if spans else None)
 
 
-def _rate(flight: list[dict], call: str, least: int) -> dict:
-    goal = f"{human_size(SMALL)}, {IN_FLIGHT:,} in flight by {call}: {SUBJECT} ≥ {least:,}/s"
-    row = find_call(flight, SUBJECT, call)
+def _rate(flight: list[dict], call: str, least: int, name: str = SUBJECT) -> dict:
+    label = "read_blocks" if name == READ and call == "recv_blocks" else call
+    goal = f"{human_size(SMALL)}, {IN_FLIGHT:,} in flight by {label}: {name} ≥ {least:,}/s"
+    row = find_call(flight, name, call)
     if row is None:
-        return _lacking(goal, SMALL, f"{SUBJECT} in flight by {call}")
+        return _lacking(goal, SMALL, f"{name} in flight by {label}")
     rate = row["tensors_per_s"]
     measured = f"{rate:,.0f} tensors/s = {rate / least:.2f}x"
     if row["in_flight"] != IN_FLIGHT:
@@ -89,12 +90,14 @@ def _batch_gain(flight: list[dict]) -> dict:
                  gain, gain >= BATCH_GAIN)
 
 
-def _blocks_vs_nixl(flight: list[dict]) -> dict:
-    """recv_blocks' rate against NIXL's prepared transfer of the same blocks."""
-    goal = f"blocks in flight: {SUBJECT} recv_blocks ahead of nixl's prepared transfer"
-    mine, theirs = (find_call(flight, name, "recv_blocks") for name in (SUBJECT, "nixl"))
+def _blocks_vs_nixl(flight: list[dict], subject: str = SUBJECT) -> dict:
+    """``subject``'s blocks call (recv_blocks; read_blocks for the one-sided reads) against
+    NIXL's prepared transfer of the same blocks."""
+    call = "read_blocks" if subject == READ else "recv_blocks"
+    goal = f"blocks in flight: {subject} {call} ahead of nixl's prepared transfer"
+    mine, theirs = (find_call(flight, name, "recv_blocks") for name in (subject, "nixl"))
     if mine is None or theirs is None:
-        return _goal(goal, f"not measured: no {SUBJECT} or no nixl recv_blocks in flight", None, None)
+        return _goal(goal, f"not measured: no {subject} or no nixl blocks in flight", None, None)
     gain = mine["tensors_per_s"] / theirs["tensors_per_s"]
     return _goal(goal, f"{mine['tensors_per_s']:,.0f} vs {theirs['tensors_per_s']:,.0f}/s = {gain:.2f}x "
                        f"({mine['in_flight']:,} x {human_size(mine['bytes'])})", gain, gain > 1)
@@ -167,8 +170,10 @@ def goals(results: list[dict], flight: list[dict], calls: list[dict] | None = No
         _rate(flight, "recv_async", RATE),
         _rate(flight, "recv_many", BATCH_RATE),
         _rate(flight, "recv_blocks", BATCH_RATE),
+        _rate(flight, "recv_blocks", BATCH_RATE, READ),
         _batch_gain(flight),
         _blocks_vs_nixl(flight),
+        _blocks_vs_nixl(flight, READ),
         _compare(results, f"{medium}: {SUBJECT} ≥ 0.5x memcpy", SUBJECT, "memcpy", MEDIUM,
                  False, lambda r: r >= 0.5),
         _compare(results, f"{large}: {SUBJECT} ≥ 0.9x memcpy", SUBJECT, "memcpy", LARGE,

@@ -21,6 +21,7 @@ import numpy as np
 from ..devices import HOST, Device, device_of
 from ..errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, as_error
 from ..out import Out
+from ..rows import row_buffer, row_index
 from ..rpc import tensorverbs_pb2 as pb
 from ..tensor import dtype_enum
 from .. import _core
@@ -185,6 +186,30 @@ class OneSided:
         self._rt.counters.add("remote_reads", len(entries))
         self._rt.counters.add("remote_bytes_read", total)
         return results
+
+    def read_blocks(self, buffer: RemoteBuffer, out: Any, blocks: Any, index: Any, timeout: float | None,
+                    cancel: threading.Event | None = None) -> None:
+        """Row ``blocks[i]`` of ``buffer`` (rows of ``out``'s row size) into row
+        ``index[i]`` of ``out`` (row ``i`` without ``index``), for every entry."""
+        buffer = _checked(buffer)
+        if device_of(out) is not HOST:
+            raise InvalidArgumentError(f"out is on {device_of(out).name}: blocks are read into host memory "
+                                       "(read_many with device outs reaches a device's buffer)")
+        landing = row_buffer(HOST.landing(out), "out")
+        row_bytes = landing.itemsize * int(np.prod(landing.shape[1:], dtype=np.int64))
+        if not row_bytes:
+            raise InvalidArgumentError(f"out's rows are empty (shape {landing.shape}): a block is one row")
+        src = row_index(blocks, buffer.nbytes // row_bytes, f"{buffer} in rows of {row_bytes} bytes", "blocks")
+        dst = row_index(np.arange(len(src)) if index is None else index, landing.shape[0], "out", distinct=True)
+        if len(src) != len(dst):
+            raise InvalidArgumentError(f"blocks names {len(src)} rows and index {len(dst)}: one row of out per block")
+        if self._is_mine(buffer):
+            rows = self._registrations.local(buffer)[:src.size and (int(src.max()) + 1) * row_bytes]
+            landing.reshape(len(landing), -1).view(np.uint8)[dst] = rows.reshape(-1, row_bytes)[src]
+        else:
+            self._access.read_rows(buffer, landing, src, dst, timeout, cancel)
+        self._rt.counters.add("remote_reads", len(src))
+        self._rt.counters.add("remote_bytes_read", len(src) * row_bytes)
 
     def _read_and_store(self, reads: list[tuple[RemoteBuffer, np.ndarray, int, int | None]],
                         stores: list[tuple[int, Device, Any, np.ndarray]], deadline: float | None,

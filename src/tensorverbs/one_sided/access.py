@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Sequence, cast
@@ -42,6 +43,10 @@ BOUNCE_BYTES = 256 << 10
 CHUNK_BYTES = 1 << 30
 #: work requests one access may have outstanding
 SEND_WR = 64
+#: work requests of a row access posted together, only the last signaled (two such windows
+#: are outstanding at once, so a link's send queue holds twice this)
+ROW_WINDOW = 256
+LINK_SEND_WR = 2 * ROW_WINDOW
 #: how long a wait for completions sleeps at most before it looks at the clock again
 #: (and lets Python run a signal handler)
 WAIT_SLICE_MS = 200
@@ -131,6 +136,76 @@ class RemoteAccess:
             groups.setdefault((buffer.task, buffer.incarnation), []).append(_Item(index, buffer, into, offset))
         for batch in groups.values():
             self._access(batch, _core.WR_RDMA_READ, until)
+
+    def read_rows(self, buffer: RemoteBuffer, out: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                  timeout: float | None, cancel: threading.Event | None = None) -> None:
+        """Row ``src[i]`` of ``buffer`` (rows of ``out``'s row size, from its start) read
+        into row ``dst[i]`` of ``out`` (C-contiguous host memory, rows checked by the
+        caller), for every ``i``: posted by the core in windows of ROW_WINDOW requests
+        (runs of rows that follow each other on both sides as one), no Python object per
+        entry; two windows in flight, each waited for by its one signaled completion. An
+        error leaves ``out``'s rows unspecified."""
+        if not len(src) or not out.nbytes:
+            return
+        until = _Wait(timeout, cancel)
+        with self._lock:
+            self._in_flight += 1
+        try:
+            while True:
+                link = self._link(buffer, until.deadline)
+                with link.lock:
+                    if not link.broken:
+                        self._run_rows(link, buffer, out, src, dst, until)
+                        return
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _run_rows(self, link: _Link, buffer: RemoteBuffer, out: np.ndarray, src: np.ndarray,
+                  dst: np.ndarray, until: _Wait) -> None:
+        flat = out.reshape(-1).view(np.uint8)
+        region = self._verbs.region_of(_address(flat), flat.nbytes)
+        regions: list[Any] = [region, flat]
+        if region is None:  # not allocated for one-sided access: registered for this one
+            region = self._verbs.pd.register_memory(flat, _core.LOCAL_WRITE)
+            regions.append(region)
+        row_bytes = flat.nbytes // len(out)
+        post = functools.partial(link.qp.post_rows, _core.WR_RDMA_READ, _address(flat), region.lkey, len(out),
+                                 buffer.addr, buffer.rkey, buffer.nbytes // row_bytes, row_bytes, src, dst)
+        posted = ended = first = 0
+        failure: TensorverbsError | None = None
+        try:
+            while failure is None and (first < len(src) or ended < posted):
+                if first < len(src) and posted - ended < 2:
+                    first = post(first, ROW_WINDOW)
+                    posted += 1
+                    continue
+                wait_ms, failure = until.next_slice(str(buffer))
+                if failure is not None:
+                    break
+                for wc in link.cq.wait(posted - ended, wait_ms):
+                    ended += bool(wc.wr_id & _core.ROW_WINDOW_END)
+                    if not wc.ok and failure is None:
+                        entry = wc.wr_id & ~_core.ROW_WINDOW_END
+                        failure = self._failure_of(f"entry {entry} ({buffer})", wc, link.qp.error_detail, buffer)
+        except BaseException:  # an interrupt: nothing may land after the caller goes on
+            self._break_rows(link, regions, posted - ended, "the access was interrupted")
+            raise
+        if failure is not None:
+            self._break_rows(link, regions, posted - ended, str(failure))
+            raise failure
+
+    def _break_rows(self, link: _Link, regions: list[Any], windows: int, why: str) -> None:
+        """Fail ``link`` and wait until the last request of each of its ``windows``
+        outstanding has completed (flushed: every request before it has too); if they do
+        not, ``regions`` stay registered."""
+        link.broken = True
+        link.qp.to_error(why)
+        deadline = time.monotonic() + FLUSH_SECONDS
+        while windows and time.monotonic() < deadline:
+            windows -= sum(bool(wc.wr_id & _core.ROW_WINDOW_END) for wc in link.cq.wait(64, WAIT_SLICE_MS))
+        if windows:
+            self._kept.extend(regions)
 
     def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None,
               cancel: threading.Event | None = None) -> None:
@@ -227,10 +302,14 @@ class RemoteAccess:
             raise failure
 
     def _failure(self, item: "_Item", wc: Any, detail: str) -> TensorverbsError:
+        return self._failure_of(item.what, wc, detail, item.buffer)
+
+    @staticmethod
+    def _failure_of(what: str, wc: Any, detail: str, buffer: RemoteBuffer) -> TensorverbsError:
         if wc.status == WC_REM_ACCESS_ERR:
-            return NotFoundError(f"{item.what} cannot be reached: it was unregistered, or the descriptor "
-                                 f"is not one {item.buffer.task} made ({wc.status_name})")
-        return UnavailableError(f"an access of {item.what} failed: {wc.status_name}"
+            return NotFoundError(f"{what} cannot be reached: it was unregistered, or the descriptor "
+                                 f"is not one {buffer.task} made ({wc.status_name})")
+        return UnavailableError(f"an access of {what} failed: {wc.status_name}"
                                 + (f" ({detail})" if detail else ""))
 
     def _break(self, link: _Link, regions: list[Any], outstanding: int, why: str) -> None:
@@ -268,7 +347,7 @@ class RemoteAccess:
             raise FailedPreconditionError(
                 f"{buffer} is reached with the {buffer.provider!r} provider; {self._rt.task} "
                 f"uses {verbs.provider!r}")
-        qp, cq = verbs.queue_pair(SEND_WR)
+        qp, cq = verbs.queue_pair(LINK_SEND_WR)
         request = pb.GetRemoteAccessRequest(host_name=str(self._rt.task), incarnation=self._rt.incarnation,
                                             provider=verbs.provider, endpoint=qp.endpoint)
         seconds = CONNECT_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())

@@ -101,6 +101,35 @@ class OneSidedCalls:
         return results
 
     @public
+    def read_blocks(self, buffer: RemoteBuffer, out: Any, blocks: Any, *, index: Any = None,
+                    timeout: float | None = None) -> None:
+        """Read blocks of ``buffer`` (any task's :class:`RemoteBuffer`, taken as rows of
+        ``out``'s row size from its start) one-sided into rows of ``out`` (a writable,
+        C-contiguous host tensor; its first dimension counts the rows) in one call: entry
+        ``i`` reads row ``blocks[i]`` of the buffer into row ``index[i]`` of ``out`` (row
+        ``i`` without ``index``). The core posts the reads from the two index arrays, rows
+        that follow each other on both sides as one request, with no Python object per
+        entry and the GIL released while they fly: a paged KV cache's blocks, read from
+        the cache its owner registered. ``out`` from :meth:`allocate` with
+        ``one_sided=True`` is read into as it is; other memory is registered for the call.
+        InvalidArgumentError for a row that ``buffer`` or ``out`` lacks, or an index naming
+        a row of ``out`` twice; other errors as :meth:`read`. On failure ``out``'s rows are
+        unspecified."""
+        self._read_blocks(buffer, out, blocks, index, timeout, None)
+
+    @public
+    async def aread_blocks(self, buffer: RemoteBuffer, out: Any, blocks: Any, *, index: Any = None,
+                           timeout: float | None = None) -> None:
+        """:meth:`read_blocks` in asyncio, cancelled as :meth:`aread` is."""
+        await self._one_sided.in_thread(lambda cancel: self._read_blocks(buffer, out, blocks, index, timeout, cancel))
+
+    def _read_blocks(self, buffer: RemoteBuffer, out: Any, blocks: Any, index: Any, timeout: float | None,
+                     cancel: threading.Event | None) -> None:
+        timeout = check.optional_seconds(timeout, "timeout")
+        self._check_running()
+        self._one_sided.read_blocks(buffer, out, blocks, index, timeout, cancel)
+
+    @public
     def write(self, buffer: RemoteBuffer, tensor: Any, *, offset: int = 0,
               timeout: float | None = None) -> None:
         """Write ``tensor``'s bytes (a C-contiguous host tensor, or one on a GPU, from a

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..rows import row_buffer, row_index
 from ..tensor import DT_STRING, DT_VARIANT, dtype_enum, numpy_dtype
 from .key import MAX_NAME_BYTES, check_name
 
@@ -65,44 +66,13 @@ class Blocks:
             f"sent {sent}; the tensor is kept for the next recv of it")
 
 
-def _refuse_repeats(rows: np.ndarray) -> None:
-    """InvalidArgumentError naming the first entry whose row an entry before it has: two
-    blocks cannot land in one row."""
-    order = np.argsort(rows, kind="stable")
-    repeats = order[1:][rows[order][1:] == rows[order][:-1]]
-    if repeats.size:
-        first = int(repeats.min())
-        raise InvalidArgumentError(f"index[{first}] is {rows[first]} again: a row of out takes one block")
-
-
 def layout(name: str, array: np.ndarray, index: Any, what: str) -> Blocks:
     """The batch of ``name`` over ``array`` (the host view of the caller's ``what``: "out" or
     "blocks") and ``index`` (None: every row in order); InvalidArgumentError naming what is
     wrong."""
     check_name(name)
-    if array.ndim < 1:
-        raise InvalidArgumentError(f"{what} must have a first dimension (its rows, the blocks), not shape ()")
-    if array.dtype.kind in "OSUMm":
-        raise InvalidArgumentError(f"{what} must be numeric, not {array.dtype}: blocks are raw bytes")
-    if array.dtype.byteorder not in "=|":
-        raise InvalidArgumentError(f"{what} is {array.dtype}, of the other byte order: blocks travel as "
-                                   "they are in memory (astype(dtype.newbyteorder('=')) first)")
-    dtype_enum(array.dtype)  # (one tensorverbs moves)
-    if not array.flags.c_contiguous:
-        raise InvalidArgumentError(f"{what} must be C-contiguous")
-    if index is None:
-        rows = np.arange(array.shape[0], dtype=np.int64)
-    else:
-        given = np.asarray(index)
-        if given.ndim != 1 or (given.size and given.dtype.kind not in "iu"):
-            raise InvalidArgumentError(f"index must be a 1-D sequence of integers (rows of {what}), "
-                                       f"not {given.dtype} of shape {given.shape}")
-        rows = np.array(given, dtype=np.int64)  # a copy of its own: the core reads it without the GIL
-        bad = np.flatnonzero((rows < 0) | (rows >= array.shape[0]))
-        if bad.size:
-            raise InvalidArgumentError(f"index[{bad[0]}] is {rows[bad[0]]}: {what} has {array.shape[0]} rows")
-        if what == "out":
-            _refuse_repeats(rows)
+    row_buffer(array, what)
+    rows = row_index(index, array.shape[0], what, distinct=what == "out")
     longest = f"{name}/{max(len(rows) - 1, 0)}"
     if len(longest.encode()) > MAX_NAME_BYTES:
         raise InvalidArgumentError(f"name {name!r} is too long for {len(rows)} blocks: {longest!r} "
