@@ -1,6 +1,7 @@
 #include "protocol/rdma_channel.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "core/thread_guard.h"
 #include "protocol/held_messages.h"
@@ -316,7 +317,7 @@ std::string RdmaChannel::describe() const {
          "; requests in flight " + std::to_string(requests_.size()) + " of " +
          std::to_string(max_requests_) + ", queued " + std::to_string(queued_.size()) +
          "; responses " + std::to_string(responses_.size()) + ", inline " +
-         std::to_string(inline_.size()) + "; reads " + std::to_string(reads_.size()) +
+         std::to_string(inline_.size() - inline_head_) + "; reads " + std::to_string(reads_.size()) +
          "; backlog " + std::to_string(backlog_.size()) +
          ", send room " + std::to_string(qp_->send_room()) + "; " + buffer_->describe();
 }
@@ -330,10 +331,17 @@ Status RdmaChannel::credit_locked(std::uint32_t count,
                                   std::vector<std::shared_ptr<RdmaTensorResponse>>* delivered) {
   std::vector<verbs::SendWr>& wrs = scratch_locked();
   const std::uint64_t taken = buffer_->credit(count, &wrs);
-  auto done = std::partition(inline_.begin(), inline_.end(),
-                             [taken](const auto& entry) { return entry.first > taken; });
-  for (auto it = done; it != inline_.end(); ++it) delivered->push_back(std::move(it->second));
-  inline_.erase(done, inline_.end());
+  // (in the order of their sequences, which only grow: those taken are at the front)
+  while (inline_head_ < inline_.size() && inline_[inline_head_].first <= taken) {
+    delivered->push_back(std::move(inline_[inline_head_++].second));
+  }
+  if (inline_head_ == inline_.size()) {
+    inline_.clear();
+    inline_head_ = 0;
+  } else if (inline_head_ >= 64 && 2 * inline_head_ >= inline_.size()) {
+    inline_.erase(inline_.begin(), inline_.begin() + static_cast<std::ptrdiff_t>(inline_head_));
+    inline_head_ = 0;
+  }
   return post_locked(wrs);
 }
 
@@ -368,7 +376,10 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
     }
     queued.swap(queued_);
     responses = responses_.take_all();
-    waiting.swap(inline_);
+    waiting.assign(std::make_move_iterator(inline_.begin() + static_cast<std::ptrdiff_t>(inline_head_)),
+                   std::make_move_iterator(inline_.end()));
+    inline_.clear();
+    inline_head_ = 0;
     for (auto& [message, response] : early_) {
       if (response) waiting.emplace_back(0, std::move(response));
     }

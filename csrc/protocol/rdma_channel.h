@@ -237,8 +237,10 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::vector<verbs::SendWr> scratch_;
   std::unordered_map<std::uint32_t, std::shared_ptr<std::atomic<bool>>> reads_;  // not yet seen
   RecyclingMap<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
-  // inline answers waiting for the peer to take their message: (sequence, response)
+  // inline answers waiting for the peer to take their message: (sequence, response), in
+  // the order of their sequences from inline_head_ on (those before it were delivered)
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> inline_;
+  std::size_t inline_head_ = 0;
   bool took_messages_ = false;  // since the last after_batch()
   // messages sent before connect(), with the response of an inline answer
   std::vector<std::pair<RdmaMessage, std::shared_ptr<RdmaTensorResponse>>> early_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <utility>
 
@@ -13,6 +15,21 @@
 namespace tensorverbs {
 
 namespace {
+
+// Whether every byte of `bytes` from `from` on is zero (eight at a time: the name field of
+// every message is checked, 512 bytes, mostly padding).
+bool zero_from(std::string_view bytes, std::size_t from) {
+  std::size_t i = from;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, bytes.data() + i, 8);
+    if (word != 0) return false;
+  }
+  for (; i < bytes.size(); ++i) {
+    if (bytes[i] != '\0') return false;
+  }
+  return true;
+}
 
 namespace offset {
 constexpr std::size_t kType = 0;
@@ -201,7 +218,7 @@ DecodeResult decode(const std::uint8_t* data, std::size_t size) {
   }
   const std::string_view name = name_field.substr(0, name_size);
   if (!utf8::is_valid(name)) return bad("tensor name is not UTF-8");
-  if (name_field.find_first_not_of('\0', name_size) != std::string_view::npos) {
+  if (!zero_from(name_field, name_size)) {
     return bad("bytes after the tensor name");
   }
   if (is_dead > 1 || rank > kMaxRank) {

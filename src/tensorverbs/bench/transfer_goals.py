@@ -20,6 +20,7 @@ SMALL, MEDIUM, LARGE, LARGEST = 4 << 10, 1 << 20, 64 << 20, 256 << 20
 IN_FLIGHT, RATE = 2000, 150_000  # recvs in flight, 4 KiB tensors per second
 BATCH_RATE, BATCH_GAIN = 500_000, 5  # through a batch recv: tensors per second, x recv_async's
 CPU_US = 10.0                      # CPU per 4 KiB recv on each side, µs
+BLOCKS_OF_MEMCPY = 0.5             # one-sided blocks over a memcpy of the same blocks
 TAIL = 3.0                         # p99 over the median of the 4 KiB round trip
 
 
@@ -103,6 +104,20 @@ def _blocks_vs_nixl(flight: list[dict], subject: str = SUBJECT) -> dict:
                        f"({mine['in_flight']:,} x {human_size(mine['bytes'])})", gain, gain > 1)
 
 
+def _blocks_vs_memcpy(flight: list[dict]) -> dict:
+    """The one-sided blocks' rate against one process copying the same blocks into the
+    same pages, at the run's block size."""
+    goal = f"blocks in flight: {READ} read_blocks ≥ {BLOCKS_OF_MEMCPY:g}x memcpy of the same blocks"
+    mine = next((r for r in flight if r["contender"] == READ and r["call"] == "recv_blocks"), None)
+    limit = mine and next((r for r in flight if r["contender"] == "memcpy" and r["call"] == "recv_blocks"
+                           and r["bytes"] == mine["bytes"]), None)
+    if mine is None or limit is None:
+        return _goal(goal, f"not measured: no {READ} or no memcpy blocks in flight", None, None)
+    ratio = mine["tensors_per_s"] / limit["tensors_per_s"]
+    return _goal(goal, f"{mine['tensors_per_s']:,.0f} vs {limit['tensors_per_s']:,.0f}/s = {ratio:.2f}x "
+                       f"({mine['in_flight']:,} x {human_size(mine['bytes'])})", ratio, ratio >= BLOCKS_OF_MEMCPY)
+
+
 def _on_small(results: list[dict], goal: str,
               judge: Callable[[dict], tuple[str, float, bool]]) -> dict:
     """A goal on the subject's 4 KiB row of the sweep: ``judge(row)`` gives (measured,
@@ -174,6 +189,7 @@ def goals(results: list[dict], flight: list[dict], calls: list[dict] | None = No
         _batch_gain(flight),
         _blocks_vs_nixl(flight),
         _blocks_vs_nixl(flight, READ),
+        _blocks_vs_memcpy(flight),
         _compare(results, f"{medium}: {SUBJECT} ≥ 0.5x memcpy", SUBJECT, "memcpy", MEDIUM,
                  False, lambda r: r >= 0.5),
         _compare(results, f"{large}: {SUBJECT} ≥ 0.9x memcpy", SUBJECT, "memcpy", LARGE,
