@@ -260,7 +260,7 @@ def run(contenders: list[Contender], sizes: list[int], rounds: int = 8, warmup: 
     a progress bar, stop them; the result."""
     with report.progress() as bar:
         pairs, status = start(contenders, bar.console.print)
-        flights = in_flight > 0 and any(p.contender.in_flight for p in pairs)
+        flights = in_flight > 0 and any(p.contender.flies(call) for p in pairs for call in FLIGHT_CALLS)
         phases = len(sizes) + flights * len(FLIGHT_CALLS) + (len(CALLS) if call_transfers > 0 else 0)
         task = bar.add_task("transfers", total=phases * (rounds + 1))
         turns = Turns(pairs, status)
