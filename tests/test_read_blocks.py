@@ -6,6 +6,7 @@ entry names included."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import pytest
@@ -149,4 +150,24 @@ def test_aread_blocks_reads_the_blocks_in_asyncio(pair, step):
     out = _out(pair, 5, 6, True)
     asyncio.run(pair.worker.aread_blocks(buffer, out, [4, 3], index=[0, 1], timeout=WAIT))
     assert same(out, _expected(rows, 5, np.array([4, 3]), np.array([0, 1])))
+    pair.ps.unregister(buffer)
+
+
+def test_a_block_failing_with_windows_outstanding_fails_the_call_and_the_next_read_works(pair, step):
+    """A forged descriptor (twice the buffer's bytes): the entries past the real buffer fail
+    in the third window of requests while others are outstanding. The call raises, every
+    request is accounted for before it returns (nothing of out's is kept registered), and
+    the next read goes through a new queue pair."""
+    rows = 600
+    buffer, expected = _rows(pair, rows, 4, step)
+    forged = dataclasses.replace(buffer, nbytes=2 * buffer.nbytes, shape=(2 * rows, 4))
+    rng = np.random.default_rng(step)
+    blocks = np.concatenate([rng.permutation(rows)[:2 * ROW_WINDOW + 10], rows + rng.permutation(rows)])
+    out = _out(pair, len(blocks), 4, False)
+    with pytest.raises(tv.NotFoundError, match="cannot be reached"):
+        pair.worker.read_blocks(forged, out, blocks, index=rng.permutation(len(blocks)), timeout=WAIT)
+    assert pair.worker._one_sided._access._kept == []
+    again = _out(pair, rows, 4, False)
+    pair.worker.read_blocks(buffer, again, np.arange(rows)[::-1], timeout=WAIT)
+    assert same(again, expected[::-1])
     pair.ps.unregister(buffer)

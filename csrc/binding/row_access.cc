@@ -19,6 +19,11 @@ bool in_range(std::int64_t row, std::uint64_t rows) {
   return row >= 0 && static_cast<std::uint64_t>(row) < rows;
 }
 
+// Whether row `row` is the one after `before` (compared unsigned: no overflow).
+bool follows(std::int64_t row, std::int64_t before) {
+  return static_cast<std::uint64_t>(row) == static_cast<std::uint64_t>(before) + 1;
+}
+
 }  // namespace
 
 std::size_t post_rows(verbs::QueuePair& qp, const RowAccess& access, const RowIndex& src,
@@ -26,7 +31,7 @@ std::size_t post_rows(verbs::QueuePair& qp, const RowAccess& access, const RowIn
   const std::size_t n = src.shape(0);
   if (dst.shape(0) != n) throw nb::value_error("the source and destination rows differ in number");
   if (first > n) throw nb::value_error("the first entry lies past the last");
-  if (access.row_bytes == 0 || max_requests == 0) return n;
+  if (access.row_bytes == 0 || max_requests == 0) throw nb::value_error("a row access moves whole rows");
   max_requests = std::min<std::size_t>(max_requests, kMaxRowWindow);
   const std::int64_t* from = src.data();
   const std::int64_t* to = dst.data();
@@ -50,7 +55,7 @@ std::size_t post_rows(verbs::QueuePair& qp, const RowAccess& access, const RowIn
         break;  // (else the next window takes it)
       }
       std::size_t end = i + 1;
-      while (end < n && from[end] == from[end - 1] + 1 && to[end] == to[end - 1] + 1 &&
+      while (end < n && follows(from[end], from[end - 1]) && follows(to[end], to[end - 1]) &&
              in_range(from[end], access.remote_rows) && in_range(to[end], access.local_rows) &&
              static_cast<std::uint64_t>(end + 1 - i) * access.row_bytes <= room) {
         ++end;

@@ -37,6 +37,8 @@ def row_index(index: Any, rows: int, what: str, label: str = "index", distinct: 
     if given.ndim != 1 or (given.size and given.dtype.kind not in "iu"):
         raise InvalidArgumentError(f"{label} must be a 1-D sequence of integers (rows of {what}), "
                                    f"not {given.dtype} of shape {given.shape}")
+    if given.dtype.kind == "u" and given.size and int(given.max()) > np.iinfo(np.int64).max:
+        raise InvalidArgumentError(f"{label}[{int(np.argmax(given))}] is {int(given.max())}: {what} has {rows} rows")
     chosen = np.array(given, dtype=np.int64)
     bad = np.flatnonzero((chosen < 0) | (chosen >= rows))
     if bad.size:

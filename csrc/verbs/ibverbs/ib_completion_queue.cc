@@ -19,8 +19,9 @@ namespace {
 
 constexpr int kBatch = 16;
 constexpr unsigned int kAckBatch = 64;
-// room for the provider's own requests (window binds and invalidations) and the flushes
-// of the whole send queue, beyond what the caller sized the queue for
+// room for the provider's own requests (window binds and invalidations) and their flushes,
+// beyond what the caller sized the queue for (every request of its queue pairs, signaled
+// or not: a failure flushes them all)
 constexpr int kSlack = 64;
 
 }  // namespace

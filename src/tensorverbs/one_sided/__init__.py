@@ -199,10 +199,17 @@ class OneSided:
         row_bytes = landing.itemsize * int(np.prod(landing.shape[1:], dtype=np.int64))
         if not row_bytes:
             raise InvalidArgumentError(f"out's rows are empty (shape {landing.shape}): a block is one row")
+        if blocks is None:
+            raise InvalidArgumentError("blocks must name the rows of the buffer to read")
         src = row_index(blocks, buffer.nbytes // row_bytes, f"{buffer} in rows of {row_bytes} bytes", "blocks")
+        if index is None and len(src) > landing.shape[0]:
+            raise InvalidArgumentError(f"blocks names {len(src)} rows and out has {landing.shape[0]}: "
+                                       "one row of out per block (index= places them)")
         dst = row_index(np.arange(len(src)) if index is None else index, landing.shape[0], "out", distinct=True)
         if len(src) != len(dst):
             raise InvalidArgumentError(f"blocks names {len(src)} rows and index {len(dst)}: one row of out per block")
+        if not len(src):
+            return
         if self._is_mine(buffer):
             rows = self._registrations.local(buffer)[:src.size and (int(src.max()) + 1) * row_bytes]
             landing.reshape(len(landing), -1).view(np.uint8)[dst] = rows.reshape(-1, row_bytes)[src]

@@ -4,9 +4,12 @@ first use.
 
 An access posts its work requests and waits for their completions in the calling thread
 (the GIL released, no other thread involved); accesses to one owner take turns on its
-queue pair. Up to BOUNCE_BYTES move through a registered buffer of the queue pair's
-(copied to or from the caller's memory); larger ones use the caller's memory, registered
-for the access unless it was allocated for one-sided access (a read's own result is). A failed access (a revoked or forged descriptor, an owner gone) fails its
+queue pair. Up to BOUNCE_BYTES of an access of entries (read_many, write) move through a
+registered buffer of the queue pair's (copied to or from the caller's memory); larger ones
+use the caller's memory, registered for the access unless it was allocated for one-sided
+access (a read's own result is). A row access (read_blocks) reads straight into the
+caller's rows: memory allocated for one-sided access as it is, other memory registered for
+the access from its first row read to its last. A failed access (a revoked or forged descriptor, an owner gone) fails its
 queue pair only: the next access sets up another, and the task's channels are untouched.
 An access that times out or is interrupted moves its queue pair to the error state and
 waits for its requests to be flushed before it returns, so that nothing lands in the
@@ -41,12 +44,15 @@ if TYPE_CHECKING:
 BOUNCE_BYTES = 256 << 10
 #: the most bytes one work request moves (SGE lengths are 32-bit)
 CHUNK_BYTES = 1 << 30
-#: work requests one access may have outstanding
+#: work requests an access of entries (read_many, write) has posted at once
 SEND_WR = 64
-#: work requests of a row access posted together, only the last signaled (two such windows
-#: are outstanding at once, so a link's send queue holds twice this)
+#: work requests of a row access (read_blocks) posted together, only the last signaled;
+#: two such windows are outstanding at once, so a link's send queue holds twice this, and
+#: its completion queue that many more (a failure flushes every request, signaled or not)
 ROW_WINDOW = 256
 LINK_SEND_WR = 2 * ROW_WINDOW
+#: the wr_id of the request a failed link is given after its error: it completes last
+_SENTINEL = (1 << 62) - 1
 #: how long a wait for completions sleeps at most before it looks at the clock again
 #: (and lets Python run a signal handler)
 WAIT_SLICE_MS = 200
@@ -164,12 +170,13 @@ class RemoteAccess:
     def _run_rows(self, link: _Link, buffer: RemoteBuffer, out: np.ndarray, src: np.ndarray,
                   dst: np.ndarray, until: _Wait) -> None:
         flat = out.reshape(-1).view(np.uint8)
+        row_bytes = flat.nbytes // len(out)
         region = self._verbs.region_of(_address(flat), flat.nbytes)
         regions: list[Any] = [region, flat]
-        if region is None:  # not allocated for one-sided access: registered for this one
-            region = self._verbs.pd.register_memory(flat, _core.LOCAL_WRITE)
+        if region is None:  # not allocated for one-sided access: its rows read registered for this one
+            span = flat[int(dst.min()) * row_bytes:(int(dst.max()) + 1) * row_bytes]
+            region = self._verbs.pd.register_memory(span, _core.LOCAL_WRITE)
             regions.append(region)
-        row_bytes = flat.nbytes // len(out)
         post = functools.partial(link.qp.post_rows, _core.WR_RDMA_READ, _address(flat), region.lkey, len(out),
                                  buffer.addr, buffer.rkey, buffer.nbytes // row_bytes, row_bytes, src, dst)
         posted = ended = first = 0
@@ -189,23 +196,11 @@ class RemoteAccess:
                         entry = wc.wr_id & ~_core.ROW_WINDOW_END
                         failure = self._failure_of(f"entry {entry} ({buffer})", wc, link.qp.error_detail, buffer)
         except BaseException:  # an interrupt: nothing may land after the caller goes on
-            self._break_rows(link, regions, posted - ended, "the access was interrupted")
+            self._break(link, regions, "the access was interrupted")
             raise
         if failure is not None:
-            self._break_rows(link, regions, posted - ended, str(failure))
+            self._break(link, regions, str(failure))
             raise failure
-
-    def _break_rows(self, link: _Link, regions: list[Any], windows: int, why: str) -> None:
-        """Fail ``link`` and wait until the last request of each of its ``windows``
-        outstanding has completed (flushed: every request before it has too); if they do
-        not, ``regions`` stay registered."""
-        link.broken = True
-        link.qp.to_error(why)
-        deadline = time.monotonic() + FLUSH_SECONDS
-        while windows and time.monotonic() < deadline:
-            windows -= sum(bool(wc.wr_id & _core.ROW_WINDOW_END) for wc in link.cq.wait(64, WAIT_SLICE_MS))
-        if windows:
-            self._kept.extend(regions)
 
     def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None,
               cancel: threading.Event | None = None) -> None:
@@ -295,10 +290,10 @@ class RemoteAccess:
                     if not wc.ok and failure is None:
                         failure = self._failure(items[wc.wr_id], wc, link.qp.error_detail)
         except BaseException:  # an interrupt: nothing may land after the caller goes on
-            self._break(link, regions, count, "the access was interrupted")
+            self._break(link, regions, "the access was interrupted")
             raise
         if failure is not None:
-            self._break(link, regions, count, str(failure))
+            self._break(link, regions, str(failure))
             raise failure
 
     def _failure(self, item: "_Item", wc: Any, detail: str) -> TensorverbsError:
@@ -312,16 +307,24 @@ class RemoteAccess:
         return UnavailableError(f"an access of {what} failed: {wc.status_name}"
                                 + (f" ({detail})" if detail else ""))
 
-    def _break(self, link: _Link, regions: list[Any], outstanding: int, why: str) -> None:
-        """Fail ``link`` and wait for its ``outstanding`` requests to be flushed; if they
-        are not, ``regions`` stay registered (their memory stays valid)."""
+    def _break(self, link: _Link, regions: list[Any], why: str) -> None:
+        """Fail ``link`` and wait until every request it holds has completed: a request
+        posted after the error (a sentinel) completes after all of them. If it does not,
+        ``regions`` stay registered (their memory stays valid)."""
         link.broken = True
         link.qp.to_error(why)
-        deadline = time.monotonic() + FLUSH_SECONDS
-        while outstanding and time.monotonic() < deadline:
-            outstanding -= len(link.cq.wait(outstanding, WAIT_SLICE_MS))
-        if outstanding:
+        sentinel = _core.SendWR()
+        sentinel.wr_id, sentinel.opcode = _SENTINEL, _core.WR_RDMA_READ
+        try:
+            link.qp.post_send([sentinel])
+        except Exception:  # (the queue pair refuses it: nothing tells when its requests end)
             self._kept.extend(regions)
+            return
+        deadline = time.monotonic() + FLUSH_SECONDS
+        while time.monotonic() < deadline:
+            if any(wc.wr_id == _SENTINEL for wc in link.cq.wait(LINK_SEND_WR, WAIT_SLICE_MS)):
+                return
+        self._kept.extend(regions)
 
     def _link(self, buffer: RemoteBuffer, deadline: float | None) -> _Link:
         """The working queue pair to ``buffer``'s owner, set up if there is none."""
@@ -347,7 +350,7 @@ class RemoteAccess:
             raise FailedPreconditionError(
                 f"{buffer} is reached with the {buffer.provider!r} provider; {self._rt.task} "
                 f"uses {verbs.provider!r}")
-        qp, cq = verbs.queue_pair(LINK_SEND_WR)
+        qp, cq = verbs.queue_pair(LINK_SEND_WR, verbs.completion_queue(2 * LINK_SEND_WR))
         request = pb.GetRemoteAccessRequest(host_name=str(self._rt.task), incarnation=self._rt.incarnation,
                                             provider=verbs.provider, endpoint=qp.endpoint)
         seconds = CONNECT_SECONDS if deadline is None else max(0.0, deadline - time.monotonic())

@@ -113,8 +113,8 @@ class OneSidedCalls:
         the cache its owner registered. ``out`` from :meth:`allocate` with
         ``one_sided=True`` is read into as it is; other memory is registered for the call.
         InvalidArgumentError for a row that ``buffer`` or ``out`` lacks, or an index naming
-        a row of ``out`` twice; other errors as :meth:`read`. On failure ``out``'s rows are
-        unspecified."""
+        a row of ``out`` twice; other errors as :meth:`read`, a failed read naming the first
+        entry of its run of rows. On failure ``out``'s rows are unspecified."""
         self._read_blocks(buffer, out, blocks, index, timeout, None)
 
     @public

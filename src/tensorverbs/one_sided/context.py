@@ -66,10 +66,10 @@ class VerbsContext:
         cq = cq or self.completion_queue()
         return self.context.create_qp(self.pd, cq, cq, send_wr, 1), cq
 
-    def completion_queue(self) -> _core.CompletionQueue:
-        """A new completion queue of QUEUE_DEPTH entries."""
+    def completion_queue(self, depth: int = QUEUE_DEPTH) -> _core.CompletionQueue:
+        """A new completion queue of ``depth`` entries."""
         assert self.context is not None
-        return self.context.create_cq(QUEUE_DEPTH)
+        return self.context.create_cq(depth)
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """``nbytes`` of memory of this context's (a flat uint8 array; the memory lives as
