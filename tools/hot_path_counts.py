@@ -2,14 +2,16 @@
 steady state: heap allocations (malloc, calloc, realloc, operator new), mutex locks,
 condition-variable notifies and waits, made by the core's own code.
 
-    python tools/hot_path_counts.py [--transfers N] [--call recv|recv_async|blocks] [--sites LIB]
+    python tools/hot_path_counts.py [--transfers N] [--call recv|recv_async|blocks|read_blocks] [--sites LIB]
 
 Builds tools/hot_path_counts.cc (g++) into a temporary directory and preloads it into two
 processes of this interpreter, a sender and a receiver on loopback. After a warm-up the
 sender offers N tensors (``send``) and flushes; the receiver receives them (``recv`` with
 a timeout, or ``recv_async`` and then ``result()``). With ``--call blocks`` the N tensors
 are the rows of one buffer, sent by one ``send_blocks`` and received by one ``recv_blocks``
-into an ``allocate()``d buffer, three such batches warm and three counted. Each side counts from the end of its
+into an ``allocate()``d buffer, three such batches warm and three counted; with ``--call
+read_blocks`` the sender registers the rows and the receiver reads them one-sided with
+one ``read_blocks`` a batch. Each side counts from the end of its
 warm-up to its last tensor and prints its counts divided by N. With ``--sites LIB`` each
 count is attributed to its call site (addr2line) in LIB, an unstripped build of the same
 core, e.g. ``pip install -e . -Cbuild-dir=build/dbg -Ccmake.build-type=RelWithDebInfo``
@@ -42,8 +44,8 @@ def side(role: str, library: str, ports: list[int], transfers: int, call: str, o
     cluster = tv.ClusterSpec({"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]})
     tensor = np.arange(1024, dtype=np.float32)
     warm, timed = range(WARMUP), range(WARMUP, WARMUP + transfers)
-    if call == "blocks":
-        blocks(tv, counts, cluster, role, transfers, out)
+    if call in ("blocks", "read_blocks"):
+        (blocks if call == "blocks" else read_blocks)(tv, counts, cluster, role, transfers, out)
         return
     if role == "send":
         server = tv.Server(cluster, job_name="ps", task_index=0, protocol="grpc+verbs")
@@ -92,6 +94,42 @@ def blocks(tv, counts, cluster, role: str, transfers: int, out: str) -> None:
     server.stop()
 
 
+def read_blocks(tv, counts, cluster, role: str, transfers: int, out: str) -> None:
+    """:func:`side` of ``--call read_blocks``: the sender registers N rows (memory for
+    one-sided access) and hands their RemoteBuffer over; the receiver reads them all with
+    one ``read_blocks`` into the pages (a fixed permutation) of a buffer of its own,
+    BATCHES batches warm and BATCHES counted. The owner counts while the reads run."""
+    import pickle
+
+    import numpy as np
+
+    sender = role == "send"
+    server = tv.Server(cluster, job_name="ps" if sender else "worker", task_index=0, protocol="grpc+verbs")
+    rows = server.allocate((transfers, 1024), np.float32, one_sided=True)
+    if sender:
+        rows[...] = 1.0
+        server.send("rows", np.frombuffer(pickle.dumps(server.register(rows)), np.uint8), to="/job:worker/task:0")
+        server.recv("warm", "/job:worker/task:0", timeout=120)
+        counts.hot_path_counts_start()
+        server.recv("done", "/job:worker/task:0", timeout=120)
+    else:
+        buffer = pickle.loads(server.recv("rows", "/job:ps/task:0", timeout=120).tobytes())
+        blocks, pages = np.arange(transfers), np.random.default_rng(transfers).permutation(transfers)
+        for _ in range(BATCHES):
+            server.read_blocks(buffer, rows, blocks, index=pages, timeout=120)
+        server.send("warm", np.zeros(1), to="/job:ps/task:0")
+        counts.hot_path_counts_start()
+        for _ in range(BATCHES):
+            server.read_blocks(buffer, rows, blocks, index=pages, timeout=120)
+        counts.hot_path_counts_dump(out.encode())
+        server.send("done", np.zeros(1), to="/job:ps/task:0")
+        server.flush(timeout=120)
+        server.stop()
+        return
+    counts.hot_path_counts_dump(out.encode())
+    server.stop()
+
+
 def read(path: str) -> list[tuple[str, int, int]]:
     """(kind, offset, count) of each call site a side's dump lists."""
     rows = []
@@ -125,8 +163,9 @@ def report(name: str, rows: list[tuple[str, int, int]], transfers: int, sites: s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--transfers", type=int, default=2000, help="tensors counted (default 2000)")
-    parser.add_argument("--call", choices=("recv", "recv_async", "blocks"), default="recv",
-                        help="how the receiver receives (default recv; blocks: batches of rows)")
+    parser.add_argument("--call", choices=("recv", "recv_async", "blocks", "read_blocks"), default="recv",
+                        help="how the receiver receives (default recv; blocks: batches of rows; "
+                             "read_blocks: batches of rows read one-sided)")
     parser.add_argument("--sites", metavar="LIB", help="attribute the counts to call sites in LIB")
     parser.add_argument("--side", nargs=4, metavar=("ROLE", "LIB", "PORTS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -149,7 +188,7 @@ def main() -> None:
                     for role, out in outs.items()]
         if any(child.wait(timeout=600) != 0 for child in children):
             raise SystemExit("a side failed")
-        counted = args.transfers * (BATCHES if args.call == "blocks" else 1)
+        counted = args.transfers * (BATCHES if args.call in ("blocks", "read_blocks") else 1)
         for role, name in (("send", "sender"), ("recv", f"receiver ({args.call})")):
             report(name, read(outs[role]), counted, args.sites)
 
