@@ -123,9 +123,6 @@ class Delivery:
                 return False
             if observe is not None:
                 self.observe(call.key.src, observe, call.started, arrived=call.arrived)
-            # (a relay's descriptor is followed, out filled by the fetch it starts)
-            if call.out is not None and not is_relay(value.array) and not fut.claim():
-                return False  # cancelled as it came: out stays as it was
             result = self.result(value, call.key.src, call.device, call.out, call)
         except Exception as exc:
             settle(fut, as_error(exc, f"{call.what}: delivering the tensor"))
@@ -158,4 +155,3 @@ class Delivery:
 def _hand_back_landing(value: Value, give_back: Callable[[Value], object]) -> None:
     """Give back a tensor in ``out``'s landing (``value``) as a copy: its caller may reuse ``out``."""
     give_back(Value(value.array.copy(), value.is_dead, value.ticket))
-

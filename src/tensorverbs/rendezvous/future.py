@@ -219,16 +219,6 @@ class RecvFuture(concurrent.futures.Future[Any]):
             self._on_cancel.cancel()
         return True
 
-    def claim(self) -> bool:
-        """Make this pending future its settling thread's: running, so that a cancel no
-        longer succeeds while its result is made (into the recv's ``out``); False if it is
-        cancelled or done already."""
-        with self._condition:
-            if self._state != _base.PENDING:
-                return False
-            self._state = _base.RUNNING
-            return True
-
     def returnable(self, give_back: Callable[..., object], *args: Any) -> None:
         """Tell how to hand the tensor this future was settled with back to the next recv
         of its key and step, ``give_back(*args)`` (tensorverbs' own: set by the rendezvous

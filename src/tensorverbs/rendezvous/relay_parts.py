@@ -18,7 +18,6 @@ import numpy as np
 from ..devices import HOST
 from ..errors import InternalError, UnavailableError, as_error
 from ..tensor import numpy_dtype
-from .future import RecvFuture
 from .relay_plan import RelayDescriptor, part_ranges
 
 if TYPE_CHECKING:
@@ -29,8 +28,6 @@ log = logging.getLogger(__name__)
 
 #: the parts a receiver fetches at a time
 WINDOW = 2
-#: how long a cancel waits for a part that is being copied into the landing (seconds)
-LANDING_SECONDS = 10.0
 
 
 @dataclass(eq=False)
@@ -77,16 +74,6 @@ class Landing:
         """What ``call`` returns of the whole tensor: its ``out`` (filled), the landing, or
         a copy on its device."""
         return result_of(self.array, call)
-
-
-def cancel_fetches(futures: list[concurrent.futures.Future]) -> None:
-    """Cancel the fetches of ``futures``; wait for those whose tensor is being written into
-    their landing as they are cancelled (running: their cancel fails), so that nothing lands
-    there once this returns."""
-    landing = [fut for fut in futures if not fut.cancel() and not fut.done()]
-    if concurrent.futures.wait(landing, timeout=LANDING_SECONDS).not_done:
-        log.warning("a relayed tensor still lands in its recv's out %g s after the recv was cancelled",
-                    LANDING_SECONDS)
 
 
 def result_of(array: np.ndarray, call: "RecvCall") -> Any:
@@ -144,7 +131,7 @@ class PartFetch:
                 return
             error = fut.exception()
         with self._lock:
-            if self._cancelled:  # a fetch that ended as it was cancelled: nothing more (cancel() sees to its part)
+            if self._cancelled:  # a fetch that ended as it was cancelled: nothing more
                 return
             if error is None:
                 self.landing.landed.add(part)
@@ -176,17 +163,10 @@ class PartFetch:
         return InternalError(f"parts {missing} of a relayed tensor did not land") if missing else None
 
     def cancel(self) -> None:
-        """Stop: cancel the fetches running, start no more. A fetch whose part is being
-        written into the landing as it is cancelled (its future running) is waited for, so
-        that nothing lands in the landing once this returns; a part that came as the fetches
-        were cancelled, and that no fetch took as landed, goes back to the next recv of it
-        (its bytes copied from the landing before this returns)."""
+        """Stop: cancel the fetches running, start no more."""
         with self._lock:
             self._cancelled = True
             self._queue.clear()
-            futures = dict(self._futures)
-        cancel_fetches(list(futures.values()))
-        for part, fut in futures.items():  # came as the fetches were cancelled: to the next recv of it
-            if (isinstance(fut, RecvFuture) and part not in self.landing.landed and fut.done()
-                    and not fut.cancelled() and fut.exception() is None):
-                fut.give_back()
+            futures = list(self._futures.values())
+        for fut in futures:
+            fut.cancel()

@@ -29,7 +29,7 @@ from .completion import Sends
 from .key import RendezvousKey
 from .recv_call import RecvCall, settle
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
-from .relay_parts import Landing, PartFetch, cancel_fetches, result_of
+from .relay_parts import Landing, PartFetch, result_of
 from .relay_plan import RelayDescriptor, Relayed, ack_name, is_relay, part_name, pieces, served_step
 from .relay_replicas import Replica, Replicas
 
@@ -250,10 +250,7 @@ class RelayReceiver(RelayOffers):
         the next recv of it) and what landed in its ``out`` is kept apart for the next recv."""
         if not fut.cancelled():
             return
-        if isinstance(fetch, PartFetch):
-            fetch.cancel()
-        else:
-            cancel_fetches([fetch])
+        fetch.cancel()
         self._fetch_ended(call)
         if state.landing is not None:
             state.landing.detach()
