@@ -108,6 +108,9 @@ def test_a_task_reads_blocks_of_its_own_buffer(pair, step):
     ([0, 1, 2], [0, 1], "blocks names 3 rows and index 2"),
     ([[0, 1]], None, "blocks must be a 1-D sequence of integers"),
     ([0.5], None, "blocks must be a 1-D sequence of integers"),
+    (None, None, "blocks must name the rows of the buffer"),
+    (np.array([1 << 63], np.uint64), None, r"blocks\[0\] is 9223372036854775808"),
+    (list(range(9)) + [0, 1, 2, 3], None, "blocks names 13 rows and out has 12: one row of out per block"),
 ])
 def test_a_row_either_buffer_lacks_is_refused_before_anything_is_read(pair, step, blocks, index, match):
     buffer, _ = _rows(pair, 9, 4, step)
