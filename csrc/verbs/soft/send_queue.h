@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "core/block_cache.h"
 #include "verbs/work.h"
 
 namespace tensorverbs::verbs::soft {
@@ -48,7 +49,8 @@ class SendQueue {
  private:
   const std::uint32_t qp_num_;
   const std::shared_ptr<SoftCompletionQueue> cq_;
-  std::deque<SendOp> ops_;  // posted, not yet completed, in post order
+  // posted, not yet completed, in post order (the chunks it frees serve its next requests)
+  std::deque<SendOp, BlockCacheAllocator<SendOp>> ops_;
   bool flushing_ = false;
 };
 
