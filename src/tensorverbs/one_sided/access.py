@@ -22,7 +22,7 @@ import concurrent.futures
 import functools
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import grpc
 import numpy as np
@@ -151,21 +151,8 @@ class RemoteAccess:
         (runs of rows that follow each other on both sides as one), no Python object per
         entry; two windows in flight, each waited for by its one signaled completion. An
         error leaves ``out``'s rows unspecified."""
-        if not len(src) or not out.nbytes:
-            return
-        until = _Wait(timeout, cancel)
-        with self._lock:
-            self._in_flight += 1
-        try:
-            while True:
-                link = self._link(buffer, until.deadline)
-                with link.lock:
-                    if not link.broken:
-                        self._run_rows(link, buffer, out, src, dst, until)
-                        return
-        finally:
-            with self._lock:
-                self._in_flight -= 1
+        self._on_link(buffer, _Wait(timeout, cancel),
+                      lambda link, until: self._run_rows(link, buffer, out, src, dst, until))
 
     def _run_rows(self, link: _Link, buffer: RemoteBuffer, out: np.ndarray, src: np.ndarray,
                   dst: np.ndarray, until: _Wait) -> None:
@@ -179,28 +166,25 @@ class RemoteAccess:
             regions.append(region)
         post = functools.partial(link.qp.post_rows, _core.WR_RDMA_READ, _address(flat), region.lkey, len(out),
                                  buffer.addr, buffer.rkey, buffer.nbytes // row_bytes, row_bytes, src, dst)
-        posted = ended = first = 0
-        failure: TensorverbsError | None = None
-        try:
-            while failure is None and (first < len(src) or ended < posted):
+
+        def windows() -> TensorverbsError | None:
+            posted = ended = first = 0
+            while first < len(src) or ended < posted:
                 if first < len(src) and posted - ended < 2:
                     first = post(first, ROW_WINDOW)
                     posted += 1
                     continue
                 wait_ms, failure = until.next_slice(str(buffer))
                 if failure is not None:
-                    break
+                    return failure
                 for wc in link.cq.wait(posted - ended, wait_ms):
                     ended += bool(wc.wr_id & _core.ROW_WINDOW_END)
-                    if not wc.ok and failure is None:
+                    if not wc.ok:  # (the first: later ones are its flushes)
                         entry = wc.wr_id & ~_core.ROW_WINDOW_END
-                        failure = self._failure_of(f"entry {entry} ({buffer})", wc, link.qp.error_detail, buffer)
-        except BaseException:  # an interrupt: nothing may land after the caller goes on
-            self._break(link, regions, "the access was interrupted")
-            raise
-        if failure is not None:
-            self._break(link, regions, str(failure))
-            raise failure
+                        return self._failure(f"entry {entry} ({buffer})", wc, link.qp.error_detail, buffer)
+            return None
+
+        self._waited(link, regions, windows)
 
     def write(self, buffer: RemoteBuffer, data: np.ndarray, offset: int, timeout: float | None,
               cancel: threading.Event | None = None) -> None:
@@ -212,18 +196,22 @@ class RemoteAccess:
     def _access(self, items: list["_Item"], opcode: int, until: _Wait) -> None:
         """``items`` (of one owner) moved on its queue pair."""
         items = [item for item in items if item.nbytes]
-        if not items:
-            return
+        if items:
+            self._on_link(items[0].buffer, until, lambda link, until: self._run(link, items, opcode, until))
+
+    def _on_link(self, buffer: RemoteBuffer, until: _Wait, run: Callable[[_Link, _Wait], None]) -> None:
+        """``run(link, until)`` on the working queue pair to ``buffer``'s owner, its lock
+        held (set up again if another access failed it meanwhile); counted in flight."""
         with self._lock:
             self._in_flight += 1
         try:
-            link = self._link(items[0].buffer, until.deadline)
+            link = self._link(buffer, until.deadline)
             while True:
                 with link.lock:
                     if not link.broken:
-                        self._run(link, items, opcode, until)
+                        run(link, until)
                         return
-                link = self._link(items[0].buffer, until.deadline)  # another access failed it meanwhile
+                link = self._link(buffer, until.deadline)
         finally:
             with self._lock:
                 self._in_flight -= 1
@@ -279,16 +267,27 @@ class RemoteAccess:
                   until: _Wait) -> None:
         """Wait for ``count`` completions; a failure, a timeout, a cancel or an interrupt
         breaks the link (its requests flushed first) and raises."""
-        failure: TensorverbsError | None = None
-        try:
-            while count and failure is None:
+        def completions() -> TensorverbsError | None:
+            left = count
+            while left:
                 wait_ms, failure = until.next_slice(items[0].what)
                 if failure is not None:
-                    break
-                for wc in link.cq.wait(count, wait_ms):
-                    count -= 1
-                    if not wc.ok and failure is None:
-                        failure = self._failure(items[wc.wr_id], wc, link.qp.error_detail)
+                    return failure
+                for wc in link.cq.wait(left, wait_ms):
+                    left -= 1
+                    if not wc.ok:  # (the first: later ones are its flushes)
+                        item = items[wc.wr_id]
+                        return self._failure(item.what, wc, link.qp.error_detail, item.buffer)
+            return None
+
+        self._waited(link, regions, completions)
+
+    def _waited(self, link: _Link, regions: list[Any], wait: Callable[[], TensorverbsError | None]) -> None:
+        """``wait()`` for an access's completions (its failure, or None); a failure, a
+        timeout, a cancel or an interrupt breaks ``link`` (its requests flushed first) and
+        raises."""
+        try:
+            failure = wait()
         except BaseException:  # an interrupt: nothing may land after the caller goes on
             self._break(link, regions, "the access was interrupted")
             raise
@@ -296,11 +295,8 @@ class RemoteAccess:
             self._break(link, regions, str(failure))
             raise failure
 
-    def _failure(self, item: "_Item", wc: Any, detail: str) -> TensorverbsError:
-        return self._failure_of(item.what, wc, detail, item.buffer)
-
     @staticmethod
-    def _failure_of(what: str, wc: Any, detail: str, buffer: RemoteBuffer) -> TensorverbsError:
+    def _failure(what: str, wc: Any, detail: str, buffer: RemoteBuffer) -> TensorverbsError:
         if wc.status == WC_REM_ACCESS_ERR:
             return NotFoundError(f"{what} cannot be reached: it was unregistered, or the descriptor "
                                  f"is not one {buffer.task} made ({wc.status_name})")
