@@ -6,6 +6,7 @@ its tensor came gets it when asked again."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -112,6 +113,59 @@ def recv_into_another(server: tv.Server, name: str, nbytes: int, step: int) -> t
     out = np.zeros(nbytes, np.uint8)
     got = server.recv(name, TRAINER, step, WAIT, out=out)
     return got is out, same(out, pattern(nbytes, step)), not _outs[0].any()
+
+
+def _fetching(server: tv.Server, fut, step: int) -> bool:
+    """Whether the recv of ``fut`` fetches its relayed tensor (from the relay's parent)."""
+    receiver = server._rt.relays._receiver
+    with receiver._lock:
+        return any(call.future is fut and fetch is not None for call, fetch in receiver._fetching.get(step, {}).items())
+
+
+def _until(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+_lane: list = []
+
+
+def fetch_then_hold_the_lane(server: tv.Server, name: str, nbytes: int, step: int) -> None:
+    """Start a recv of ``name`` into an ``out`` and return once it fetches, with a recv of
+    "hold" from the trainer started whose done-callback, once the trainer sends it, holds
+    the trainer's lane (where tensorverbs' own callbacks of recvs from the trainer run too)
+    until :func:`cancel_then_ask_again` frees it."""
+    _outs[:] = [np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8)]
+    first = server.recv_async(name, TRAINER, step, WAIT, out=_outs[0])
+    _until(lambda: _fetching(server, first, step), "the first recv did not fetch")
+    held, free = threading.Event(), threading.Event()
+    hold = server.recv_async("hold", TRAINER, step, WAIT)
+    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
+    _lane[:] = [first, held, free]
+
+
+def cancel_then_ask_again(server: tv.Server, name: str, step: int) -> None:
+    """Once the lane is held (:func:`fetch_then_hold_the_lane`), cancel the first recv and
+    start a recv of ``name`` into the other ``out`` (its future kept); free the lane once
+    that recv fetches."""
+    first, held, free = _lane
+    try:
+        assert held.wait(WAIT), "the lane was not held"
+        assert first.cancel(), f"the first recv ended before its cancel: {first.exception()!r}"
+        _asked[:] = [server.recv_async(name, TRAINER, step, WAIT, out=_outs[1])]
+        _until(lambda: _fetching(server, _asked[0], step) or _asked[0].done(), "the second recv did not fetch")
+    finally:
+        free.set()
+
+
+def second_out(server: tv.Server, nbytes: int, step: int) -> tuple[bool, bool, bool]:
+    """Of the second recv :func:`cancel_then_ask_again` started: whether it returned
+    its ``out``, whether that holds the pattern, whether the cancelled recv's ``out`` was
+    left alone."""
+    got = _asked[0].result(WAIT)
+    return got is _outs[1], same(_outs[1], pattern(nbytes, step)), not _outs[0].any()
 
 
 def recv_into_one_out(server: tv.Server, names: list[str], nbytes: int, step: int) -> list[bool]:
@@ -233,6 +287,21 @@ def test_a_cancelled_relayed_recv_leaves_its_out_alone_and_the_next_recv_fills_i
     assert receivers[1].run(f"{__name__}:ask_into_then_cancel", "w0", nbytes, step)
     assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
     assert receivers[1].run(f"{__name__}:recv_into_another", "w0", nbytes, step) == (True, True, True)
+    handle.wait(timeout=WAIT)
+
+
+@pytest.mark.parametrize("nbytes", [SIZES[2], LARGE[0]])  # (whole, in parts)
+def test_a_cancelled_relayed_recv_stops_fetching_before_cancel_returns(job, step, nbytes):
+    """The cancel of a relayed recv that fetches ends its fetch before it returns, though
+    a callback holds the lane of the relay's sender: the next recv of the tensor, started
+    at once, fetches into its own ``out``, and the cancelled one's is left alone."""
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    receivers[1].run(f"{__name__}:fetch_then_hold_the_lane", "w0", nbytes, step)
+    trainer.send("hold", np.zeros(1, np.uint8), to=RECEIVERS[1], step_id=step)
+    receivers[1].run(f"{__name__}:cancel_then_ask_again", "w0", step)
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    assert receivers[1].run(f"{__name__}:second_out", nbytes, step) == (True, True, True)
     handle.wait(timeout=WAIT)
 
 

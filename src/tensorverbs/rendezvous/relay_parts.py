@@ -136,10 +136,7 @@ class PartFetch:
             if error is None:
                 self.landing.landed.add(part)
         if error is None:
-            try:
-                self._landed(part)
-            except Exception:  # (passing it on failed: its children fetch from the sender)
-                log.exception("passing part %d of a relayed tensor on failed", part)
+            self._pass_on(part)
         with self._lock:
             self._running -= 1
             if error is not None:
@@ -163,10 +160,24 @@ class PartFetch:
         return InternalError(f"parts {missing} of a relayed tensor did not land") if missing else None
 
     def cancel(self) -> None:
-        """Stop: cancel the fetches running, start no more."""
+        """Stop before returning: cancel the fetches running, start no more, and keep what
+        landed in an array of the library's (a recv's ``out`` is its caller's again). A part
+        whose fetch ended before its cancel counts as landed and is passed on (from there),
+        though its done-callback did not run yet."""
         with self._lock:
             self._cancelled = True
             self._queue.clear()
-            futures = list(self._futures.values())
-        for fut in futures:
-            fut.cancel()
+            futures = list(self._futures.items())
+        came = [part for part, fut in futures if not fut.cancel() and fut.exception() is None]
+        with self._lock:
+            came = [part for part in came if part not in self.landing.landed]
+            self.landing.landed.update(came)
+            self.landing.detach()
+        for part in came:
+            self._pass_on(part)
+
+    def _pass_on(self, part: int) -> None:
+        try:
+            self._landed(part)
+        except Exception:  # (passing it on failed: its children fetch from the sender)
+            log.exception("passing part %d of a relayed tensor on failed", part)

@@ -27,6 +27,7 @@ from ..out import Out
 from ..tensor import prepare
 from .completion import Sends
 from .key import RendezvousKey
+from .future import add_internal_callback
 from .recv_call import RecvCall, settle
 from .relay_offers import HAVE_IT, NEED_IT, RelayOffers, Transport
 from .relay_parts import Landing, PartFetch, result_of
@@ -63,6 +64,9 @@ class _Following:
     direct: bool = False
     kept: Any = None
     landing: Landing | None = None
+    #: a copy of the ``out`` of a recv cancelled just after its tensor filled it (kept for
+    #: the next recv: the cancelled one's caller may use its ``out`` again)
+    out_copy: np.ndarray | None = None
     passed: "_PassedOn | None" = None
     #: its step was cleaned up or aborted (what it passes on from now is kept a while only)
     dropped: bool = False
@@ -142,10 +146,16 @@ class RelayReceiver(RelayOffers):
         if call.out is not None and self.replicas:  # (what is kept there is overwritten)
             self.replicas.drop_sharing(call.out.landing)
         if state.kept is not None:  # came for a recv given up
+            kept, state.kept = state.kept, None
             self._taken(call, state)
-            call.future.returnable(self._keep, call.key.name, call.step_id, state, state.kept)
-            if not settle(call.future, None, state.kept):
-                self._keep(call.key.name, call.step_id, state, state.kept)
+            try:
+                result = kept if call.out is None and call.device is device_of(kept) else \
+                    result_of(host_array(kept, device_of(kept))[0], call)
+            except Exception as exc:
+                self._keep(call.key.name, call.step_id, state, kept)
+                settle(call.future, as_error(exc, f"{call.what}: making the received tensor"))
+                return
+            self._deliver(call, state, result)
             return
         if state.landing is not None and state.landing.complete():  # every part came, for a recv given up
             self._lanes.run(str(state.origin), self._landed, call, state, state.landing)
@@ -240,20 +250,22 @@ class RelayReceiver(RelayOffers):
                 fetching[call] = fetch
         if ended:
             fetch.cancel()
-        else:
-            call.future.add_done_callback(functools.partial(self._call_ended, call, state, fetch))
+        else:  # (in the thread that cancels it, before its cancel() returns)
+            add_internal_callback(call.future, functools.partial(self._call_ended, call, state, fetch))
         return not ended
 
     def _call_ended(self, call: RecvCall, state: _Following, fetch: concurrent.futures.Future | PartFetch,
                     fut: concurrent.futures.Future) -> None:
-        """``call`` ended; if cancelled, its fetch stops (a part or tensor on its way goes to
-        the next recv of it) and what landed in its ``out`` is kept apart for the next recv."""
+        """``call`` ended; if cancelled, its fetch stops before the cancel returns (a part or
+        tensor on its way goes to the next recv of it), and what landed in its ``out`` is
+        kept apart for the next recv: its caller may use ``out`` again at once."""
         if not fut.cancelled():
             return
-        fetch.cancel()
+        if isinstance(fetch, PartFetch):
+            fetch.cancel()
+        elif not fetch.cancel() and call.out is not None and fetch.exception() is None:
+            state.out_copy = call.out.landing.copy()  # its whole tensor filled out just before
         self._fetch_ended(call)
-        if state.landing is not None:
-            state.landing.detach()
 
     def _parts_ended(self, call: RecvCall, state: _Following, fetch: PartFetch) -> None:
         """Each fetch of ``call``'s parts ended: settle it with the whole tensor, fetch the
@@ -311,6 +323,8 @@ class RelayReceiver(RelayOffers):
                 return
         if error is None:
             result = fut.result()
+            if state.out_copy is not None and call.future.cancelled():  # (its caller may use out again)
+                result = state.out_copy
             if state.descriptor.children or state.descriptor.late:  # (in host memory once, for both)
                 array = prepare(host_array(result, device_of(result))[0])
                 self._replicate(call, state, array)
@@ -429,7 +443,8 @@ class RelayReceiver(RelayOffers):
         if state.landing is not None and state.landing.complete():
             state.landing.detach()
         else:
-            state.kept = result
+            state.kept = result if state.out_copy is None else state.out_copy
+            state.out_copy = None
         with self._lock:
             if not state.dropped:
                 self._following[(state.origin, name, step)] = state
