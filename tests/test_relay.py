@@ -5,6 +5,7 @@ that dies mid-relay is routed around and named in the handle, a recv that ended 
 its tensor came gets it when asked again."""
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -168,6 +169,19 @@ def second_out(server: tv.Server, nbytes: int, step: int) -> tuple[bool, bool, b
     return got is _outs[1], same(_outs[1], pattern(nbytes, step)), not _outs[0].any()
 
 
+def drop_then_recv_into_another(server: tv.Server, name: str, nbytes: int, step: int) -> tuple[bool, bool]:
+    """Start a recv of ``name`` into an ``out``, drop its future unread once it is done
+    (its tensor goes to the next recv of it), then receive ``name`` into another ``out``:
+    whether that recv returned its own ``out``, and whether it holds the pattern."""
+    first = server.recv_async(name, TRAINER, step, WAIT, out=np.zeros(nbytes, np.uint8))
+    concurrent.futures.wait([first], WAIT)
+    del first  # (freed once the lane that settled it let go of it too)
+    _until(server._rt.relays.followed, "the dropped recv's tensor was not kept")
+    out = np.zeros(nbytes, np.uint8)
+    got = server.recv(name, TRAINER, step, WAIT, out=out)
+    return got is out, same(out, pattern(nbytes, step))
+
+
 def recv_into_one_out(server: tv.Server, names: list[str], nbytes: int, step: int) -> list[bool]:
     """Receive each of ``names`` in turn into one ``out``; whether each held its pattern."""
     out = np.empty(nbytes, np.uint8)
@@ -302,6 +316,16 @@ def test_a_cancelled_relayed_recv_stops_fetching_before_cancel_returns(job, step
     receivers[1].run(f"{__name__}:cancel_then_ask_again", "w0", step)
     assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
     assert receivers[1].run(f"{__name__}:second_out", nbytes, step) == (True, True, True)
+    handle.wait(timeout=WAIT)
+
+
+@pytest.mark.parametrize("nbytes", [SIZES[2], LARGE[0]])  # (whole, in parts)
+def test_a_relayed_tensor_kept_for_a_dropped_recv_fills_the_next_recvs_out(job, step, nbytes):
+    trainer, receivers = job
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    receivers[1].post("run", f"{__name__}:drop_then_recv_into_another", "w0", nbytes, step)
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    assert receivers[1].result(WAIT) == (True, True)
     handle.wait(timeout=WAIT)
 
 

@@ -68,7 +68,8 @@ class Landing:
         """Keep what landed in an array of the library's: the recv whose ``out`` this is
         ended, and its caller may use ``out`` again."""
         if not self.own:
-            self.array, self.own = self.array.copy(), True
+            self.array = self.array.copy() if self.landed else np.empty_like(self.array)
+            self.own = True
 
     def result(self, call: "RecvCall") -> Any:
         """What ``call`` returns of the whole tensor: its ``out`` (filled), the landing, or
@@ -163,7 +164,7 @@ class PartFetch:
         """Stop before returning: cancel the fetches running, start no more, and keep what
         landed in an array of the library's (a recv's ``out`` is its caller's again). A part
         whose fetch ended before its cancel counts as landed and is passed on (from there),
-        though its done-callback did not run yet."""
+        though its done-callback did not run yet; ``ended`` is told if that was the last."""
         with self._lock:
             self._cancelled = True
             self._queue.clear()
@@ -173,8 +174,11 @@ class PartFetch:
             came = [part for part in came if part not in self.landing.landed]
             self.landing.landed.update(came)
             self.landing.detach()
+            complete = bool(came) and self.landing.complete()
         for part in came:
             self._pass_on(part)
+        if complete:  # (no done-callback of a fetch tells it now)
+            self._ended(self)
 
     def _pass_on(self, part: int) -> None:
         try:

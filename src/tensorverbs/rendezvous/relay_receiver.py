@@ -64,8 +64,8 @@ class _Following:
     direct: bool = False
     kept: Any = None
     landing: Landing | None = None
-    #: a copy of the ``out`` of a recv cancelled just after its tensor filled it (kept for
-    #: the next recv: the cancelled one's caller may use its ``out`` again)
+    #: a copy of the ``out`` of a recv cancelled just after its tensor filled it, which is
+    #: kept for the next recv and passed on (the cancelled one's caller may use ``out`` again)
     out_copy: np.ndarray | None = None
     passed: "_PassedOn | None" = None
     #: its step was cleaned up or aborted (what it passes on from now is kept a while only)
@@ -197,6 +197,9 @@ class RelayReceiver(RelayOffers):
         self._start(call, state)
 
     def _start(self, call: RecvCall, state: _Following) -> None:
+        if call.future.done():  # given up while its parent was reached: nothing is fetched into its out
+            self._fetch_ended(call)
+            return
         try:
             self._start_fetch(call, state)
         except Exception as exc:  # (the step ended, the peer is gone; no memory for the landing)
@@ -214,11 +217,12 @@ class RelayReceiver(RelayOffers):
             self._start_parts(call, state, source, step)
             return
         key = RendezvousKey(source, 0, self._task, descriptor.direct if state.direct else descriptor.data)
-        if state.direct and descriptor.served:  # (a late receiver's: the sender may say that nobody keeps it)
-            fut = self._rendezvous.recv_async(key, step, call.time_left())
-        else:
+        into_out = not (state.direct and descriptor.served)  # (a late receiver's: the sender may say that nobody keeps it)
+        if into_out:
             fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
-        if self._fetches(call, state, fut):
+        else:
+            fut = self._rendezvous.recv_async(key, step, call.time_left())
+        if self._fetches(call, state, fut, into_out):
             fut.add_done_callback(lambda f: self._fetched(call, state, f))
 
     def _start_parts(self, call: RecvCall, state: _Following, source: TaskName, step: int) -> None:
@@ -240,9 +244,11 @@ class RelayReceiver(RelayOffers):
         if self._fetches(call, state, fetch_parts):
             fetch_parts.start()
 
-    def _fetches(self, call: RecvCall, state: _Following, fetch: concurrent.futures.Future | PartFetch) -> bool:
-        """Note ``fetch`` as ``call``'s, cancelled if ``call`` is; False (the fetch cancelled)
-        if its step ended meanwhile."""
+    def _fetches(self, call: RecvCall, state: _Following, fetch: concurrent.futures.Future | PartFetch,
+                 into_out: bool = False) -> bool:
+        """Note ``fetch`` as ``call``'s, cancelled if ``call`` is (``into_out``: it fetches
+        the whole tensor into ``call``'s result); False (the fetch cancelled) if its step
+        ended meanwhile."""
         with self._lock:
             fetching = self._fetching.get(call.step_id, {})
             ended = call not in fetching
@@ -251,21 +257,30 @@ class RelayReceiver(RelayOffers):
         if ended:
             fetch.cancel()
         else:  # (in the thread that cancels it, before its cancel() returns)
-            add_internal_callback(call.future, functools.partial(self._call_ended, call, state, fetch))
+            add_internal_callback(call.future, functools.partial(self._call_ended, call, state, fetch, into_out))
         return not ended
 
     def _call_ended(self, call: RecvCall, state: _Following, fetch: concurrent.futures.Future | PartFetch,
-                    fut: concurrent.futures.Future) -> None:
+                    into_out: bool, fut: concurrent.futures.Future) -> None:
         """``call`` ended; if cancelled, its fetch stops before the cancel returns (a part or
-        tensor on its way goes to the next recv of it), and what landed in its ``out`` is
-        kept apart for the next recv: its caller may use ``out`` again at once."""
+        tensor on its way goes to the next recv of it), and what came of it is kept for the
+        next recv, apart from its ``out``: its caller may use ``out`` again at once. A whole
+        tensor that came just before is kept here (:meth:`_deliver` leaves it so), a copy if
+        it filled ``out``; what it passes on is that copy."""
         if not fut.cancelled():
             return
+        self._fetch_ended(call)
         if isinstance(fetch, PartFetch):
             fetch.cancel()
-        elif not fetch.cancel() and call.out is not None and fetch.exception() is None:
-            state.out_copy = call.out.landing.copy()  # its whole tensor filled out just before
-        self._fetch_ended(call)
+            return
+        if fetch.cancel() or fetch.exception() is not None:  # (nothing came: the next recv fetches it)
+            return
+        result = fetch.result()
+        if into_out and call.out is not None:
+            state.out_copy = result = call.out.landing.copy()
+        elif is_relay(result):  # (the sender's answer that nobody keeps it: _late_result)
+            return
+        self._keep(call.key.name, call.step_id, state, result)
 
     def _parts_ended(self, call: RecvCall, state: _Following, fetch: PartFetch) -> None:
         """Each fetch of ``call``'s parts ended: settle it with the whole tensor, fetch the
@@ -284,7 +299,10 @@ class RelayReceiver(RelayOffers):
 
     def _landed(self, call: RecvCall, state: _Following, landing: Landing) -> None:
         """Settle ``call`` with its tensor, every part landed (on its peer's lane: it may
-        be copied to a device)."""
+        be copied to a device); kept for the next recv if ``call`` ended meanwhile."""
+        if call.future.done():  # (its out is its caller's again)
+            self._keep(call.key.name, call.step_id, state, None)
+            return
         try:
             result = landing.result(call)
         except Exception as exc:
@@ -323,8 +341,8 @@ class RelayReceiver(RelayOffers):
                 return
         if error is None:
             result = fut.result()
-            if state.out_copy is not None and call.future.cancelled():  # (its caller may use out again)
-                result = state.out_copy
+            if call.future.cancelled() and state.out_copy is not None:  # (its caller may use out again)
+                result, state.out_copy = state.out_copy, None
             if state.descriptor.children or state.descriptor.late:  # (in host memory once, for both)
                 array = prepare(host_array(result, device_of(result))[0])
                 self._replicate(call, state, array)
@@ -333,7 +351,7 @@ class RelayReceiver(RelayOffers):
                     self._pass_on(call.step_id, state, array)
             finally:
                 self._confirm(call.step_id, state, HAVE_IT)
-            self._deliver(call, state, result)
+            self._deliver(call, state, result, fetched=True)
             return
         settle(call.future, as_error(error, f"{call.what}: fetching the relayed tensor from "
                                             f"{state.origin if state.direct else state.descriptor.parent}"))
@@ -348,24 +366,32 @@ class RelayReceiver(RelayOffers):
                 settle(call.future, NotFoundError(f"{call.what}: the task that served it is gone, and "
                                                   f"{state.origin}'s tensor may have changed since"))
                 return None
+            if call.future.cancelled():  # (its cancel kept the tensor: _call_ended)
+                self._confirm(call.step_id, state, HAVE_IT)
+                return None
             result = result_of(array, call)
         except Exception as exc:
             return exc
         self._confirm(call.step_id, state, HAVE_IT)
-        self._deliver(call, state, result)
+        self._deliver(call, state, result, fetched=True)
         return None
 
-    def _deliver(self, call: RecvCall, state: _Following, result: Any) -> None:
+    def _deliver(self, call: RecvCall, state: _Following, result: Any, fetched: bool = False) -> None:
         """Settle ``call`` with ``result``, its whole tensor (kept for the next recv of it
-        if ``call`` was given up)."""
-        self._taken(call, state)
+        if ``call`` was given up). ``fetched``: it came by the fetch whose cancel keeps it
+        (:meth:`_call_ended`), not kept here again if ``call`` was cancelled."""
+        with self._lock:
+            if fetched and call.future.cancelled():
+                return
+            self._taken_locked(call, state)
         try:
             call.future.returnable(self._keep, call.key.name, call.step_id, state, result)
             if settle(call.future, None, result):
                 return
         except ReferenceError:  # a parked recv's future, dropped
             pass
-        self._keep(call.key.name, call.step_id, state, result)
+        if not (fetched and call.future.cancelled()):
+            self._keep(call.key.name, call.step_id, state, result)
 
     def _replicate(self, call: RecvCall, state: _Following, array: np.ndarray) -> None:
         """Keep ``array``, ``call``'s tensor in host memory, for late receivers if its relay
@@ -443,16 +469,18 @@ class RelayReceiver(RelayOffers):
         if state.landing is not None and state.landing.complete():
             state.landing.detach()
         else:
-            state.kept = result if state.out_copy is None else state.out_copy
-            state.out_copy = None
+            state.kept = result
         with self._lock:
             if not state.dropped:
                 self._following[(state.origin, name, step)] = state
 
     def _taken(self, call: RecvCall, state: _Following) -> None:
         with self._lock:
-            if self._following.get((state.origin, call.key.name, call.step_id)) is state:
-                del self._following[(state.origin, call.key.name, call.step_id)]
+            self._taken_locked(call, state)
+
+    def _taken_locked(self, call: RecvCall, state: _Following) -> None:
+        if self._following.get((state.origin, call.key.name, call.step_id)) is state:
+            del self._following[(state.origin, call.key.name, call.step_id)]
 
     def holds(self) -> bool:
         """Whether this task follows a relay, or holds what it passed on."""
