@@ -161,6 +161,48 @@ def cancel_then_ask_again(server: tv.Server, name: str, step: int) -> None:
         free.set()
 
 
+def send_to(server: tv.Server, name: str, dst: str, step: int) -> None:
+    """Send a byte as ``name`` to ``dst`` (not waited for)."""
+    server.send(name, np.zeros(1, np.uint8), to=dst, step_id=step)
+
+
+def fetch_with_the_parents_lane_held(server: tv.Server, name: str, nbytes: int, step: int) -> None:
+    """Start a recv of ``name`` into an ``out`` (kept, with its future) and return once it
+    fetches, with a recv of "hold" from its relay's parent (the first receiver) started
+    whose done-callback, once the parent sends it, holds the parent's lane (where the
+    callbacks of the part fetches run) until :func:`cancel_once_every_part_came` frees it."""
+    _outs[:] = [np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8)]
+    first = server.recv_async(name, TRAINER, step, WAIT, out=_outs[0])
+    _until(lambda: _fetching(server, first, step), "the first recv did not fetch")
+    held, free = threading.Event(), threading.Event()
+    hold = server.recv_async("hold", RECEIVERS[0], step, WAIT)
+    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
+    _lane[:] = [first, held, free]
+
+
+def cancel_once_every_part_came(server: tv.Server, name: str, nbytes: int, step: int) -> tuple[bool, bool]:
+    """Once every part of the first recv's tensor came (their callbacks held up on the
+    parent's lane), cancel that recv, receive ``name`` into the other ``out`` and free the
+    lane: whether that recv returned its ``out``, and whether it holds the pattern."""
+    first, held, free = _lane
+    receiver = server._rt.relays._receiver
+    try:
+        assert held.wait(WAIT), "the lane was not held"
+
+        def parts_came() -> bool:
+            with receiver._lock:
+                fetch = next((f for call, f in receiver._fetching.get(step, {}).items() if call.future is first), None)
+            return fetch is not None and len(fetch._futures) == part_count(nbytes) and \
+                all(f.done() for f in fetch._futures.values())
+
+        _until(parts_came, "the parts did not come")
+        assert first.cancel(), f"the first recv ended before its cancel: {first.exception()!r}"
+        got = server.recv(name, TRAINER, step, WAIT, out=_outs[1])
+        return got is _outs[1], same(_outs[1], pattern(nbytes, step))
+    finally:
+        free.set()
+
+
 def second_out(server: tv.Server, nbytes: int, step: int) -> tuple[bool, bool, bool]:
     """Of the second recv :func:`cancel_then_ask_again` started: whether it returned
     its ``out``, whether that holds the pattern, whether the cancelled recv's ``out`` was
@@ -316,6 +358,20 @@ def test_a_cancelled_relayed_recv_stops_fetching_before_cancel_returns(job, step
     receivers[1].run(f"{__name__}:cancel_then_ask_again", "w0", step)
     assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
     assert receivers[1].run(f"{__name__}:second_out", nbytes, step) == (True, True, True)
+    handle.wait(timeout=WAIT)
+
+
+def test_a_relayed_recv_cancelled_once_its_parts_came_keeps_them_and_confirms(job, step):
+    """Every part came, but their fetches' callbacks wait on the parent's lane: the cancel
+    counts them landed, the next recv gets the tensor in its own ``out`` at once, and the
+    sender hears that the receiver has it (its handle completes)."""
+    trainer, receivers = job
+    nbytes = LARGE[0]
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    receivers[1].run(f"{__name__}:fetch_with_the_parents_lane_held", "w0", nbytes, step)
+    receivers[0].run(f"{__name__}:send_to", "hold", RECEIVERS[1], step)
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    assert receivers[1].run(f"{__name__}:cancel_once_every_part_came", "w0", nbytes, step) == (True, True)
     handle.wait(timeout=WAIT)
 
 
