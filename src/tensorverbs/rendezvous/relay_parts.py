@@ -122,8 +122,8 @@ class PartFetch:
         with self._lock:
             self._futures[part] = fut
             cancelled = self._cancelled
-        if cancelled:
-            fut.cancel()
+        if cancelled and not fut.cancel() and fut.exception() is None:  # (came as the cancel ran)
+            self._count([part], fut.result())
         fut.add_done_callback(functools.partial(self._done, part))
 
     def _done(self, part: int, fut: concurrent.futures.Future | None, error: BaseException | None = None) -> None:
@@ -169,11 +169,18 @@ class PartFetch:
             self._cancelled = True
             self._queue.clear()
             futures = list(self._futures.items())
-        came = [part for part, fut in futures if not fut.cancel() and fut.exception() is None]
+        self._count([part for part, fut in futures if not fut.cancel() and fut.exception() is None])
+
+    def _count(self, came: list[int], data: np.ndarray | None = None) -> None:
+        """Count the parts ``came`` (whose fetches ended as they were cancelled) landed, in
+        the landing of the library's (copied from ``data`` if the one part came there, into
+        the cancelled recv's ``out``); pass them on, and tell ``ended`` if they were the last."""
         with self._lock:
             came = [part for part in came if part not in self.landing.landed]
             self.landing.landed.update(came)
             self.landing.detach()
+            if data is not None and came and not np.shares_memory(self.landing.part(came[0]), data):
+                self.landing.part(came[0])[...] = data
             complete = bool(came) and self.landing.complete()
         for part in came:
             self._pass_on(part)
