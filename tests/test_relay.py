@@ -213,12 +213,15 @@ def second_out(server: tv.Server, nbytes: int, step: int) -> tuple[bool, bool, b
 
 def drop_then_recv_into_another(server: tv.Server, name: str, nbytes: int, step: int) -> tuple[bool, bool]:
     """Start a recv of ``name`` into an ``out``, drop its future unread once it is done
-    (its tensor goes to the next recv of it), then receive ``name`` into another ``out``:
-    whether that recv returned its own ``out``, and whether it holds the pattern."""
-    first = server.recv_async(name, TRAINER, step, WAIT, out=np.zeros(nbytes, np.uint8))
+    (its tensor goes to the next recv of it) and write into that ``out``, then receive
+    ``name`` into another ``out``: whether that recv returned its own ``out``, and whether
+    it holds the pattern."""
+    first_out = np.zeros(nbytes, np.uint8)
+    first = server.recv_async(name, TRAINER, step, WAIT, out=first_out)
     concurrent.futures.wait([first], WAIT)
     del first  # (freed once the lane that settled it let go of it too)
     _until(server._rt.relays.followed, "the dropped recv's tensor was not kept")
+    first_out[...] = 0  # (its caller's again)
     out = np.zeros(nbytes, np.uint8)
     got = server.recv(name, TRAINER, step, WAIT, out=out)
     return got is out, same(out, pattern(nbytes, step))

@@ -149,7 +149,7 @@ class RelayReceiver(RelayOffers):
             kept, state.kept = state.kept, None
             self._taken(call, state)
             try:
-                result = kept if call.out is None and call.device is device_of(kept) else \
+                result = kept if call.out is None and call.device.name == device_of(kept).name else \
                     result_of(host_array(kept, device_of(kept))[0], call)
             except Exception as exc:
                 self._keep(call.key.name, call.step_id, state, kept)
@@ -384,14 +384,15 @@ class RelayReceiver(RelayOffers):
             if fetched and call.future.cancelled():
                 return
             self._taken_locked(call, state)
+        keep = self._keep if call.out is None else self._keep_out
         try:
-            call.future.returnable(self._keep, call.key.name, call.step_id, state, result)
+            call.future.returnable(keep, call.key.name, call.step_id, state, result)
             if settle(call.future, None, result):
                 return
         except ReferenceError:  # a parked recv's future, dropped
             pass
         if not (fetched and call.future.cancelled()):
-            self._keep(call.key.name, call.step_id, state, result)
+            keep(call.key.name, call.step_id, state, result)
 
     def _replicate(self, call: RecvCall, state: _Following, array: np.ndarray) -> None:
         """Keep ``array``, ``call``'s tensor in host memory, for late receivers if its relay
@@ -473,6 +474,13 @@ class RelayReceiver(RelayOffers):
         with self._lock:
             if not state.dropped:
                 self._following[(state.origin, name, step)] = state
+
+    def _keep_out(self, name: str, step: int, state: _Following, result: Any) -> None:
+        """:meth:`_keep` of ``result``, a recv's ``out``: a copy (its caller may use ``out``
+        again once it gave the tensor back)."""
+        if state.landing is None or not state.landing.complete():  # (else the landing is copied)
+            result = host_array(result, device_of(result))[0].copy()
+        self._keep(name, step, state, result)
 
     def _taken(self, call: RecvCall, state: _Following) -> None:
         with self._lock:
