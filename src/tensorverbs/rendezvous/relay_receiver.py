@@ -145,8 +145,9 @@ class RelayReceiver(RelayOffers):
             return
         if call.out is not None and self.replicas:  # (what is kept there is overwritten)
             self.replicas.drop_sharing(call.out.landing)
-        if state.kept is not None:  # came for a recv given up
+        with self._lock:  # (taken once: a recv asked again at once beside waits for another)
             kept, state.kept = state.kept, None
+        if kept is not None:  # came for a recv given up
             self._taken(call, state)
             try:
                 result = kept if call.out is None and call.device.name == device_of(kept).name else \
