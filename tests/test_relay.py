@@ -79,13 +79,17 @@ def asked_errors(server: tv.Server) -> list[str]:
     return [type(fut.exception(WAIT)).__name__ if fut.exception(WAIT) else "" for fut in _asked]
 
 
-def wait_following(server: tv.Server) -> None:
-    """Return once a relay descriptor came for a recv of this task and is followed (a
-    condition, polled)."""
+def _until(condition, what: str) -> None:
+    """Return once ``condition()`` holds (polled); fail saying ``what`` after WAIT."""
     deadline = time.monotonic() + WAIT
-    while not server._rt.relays.followed():
-        assert time.monotonic() < deadline, "no relay followed"
+    while not condition():
+        assert time.monotonic() < deadline, what
         time.sleep(0.005)
+
+
+def wait_following(server: tv.Server) -> None:
+    """Return once a relay descriptor came for a recv of this task and is followed."""
+    _until(server._rt.relays.followed, "no relay followed")
 
 
 def recv_then_exit(server: tv.Server, name: str, step: int) -> None:
@@ -101,10 +105,8 @@ def ask_into_then_cancel(server: tv.Server, name: str, nbytes: int, step: int) -
     """Start a recv of ``name`` into an ``out`` (kept), and cancel it once its relay is followed."""
     _outs[:] = [np.zeros(nbytes, np.uint8)]
     fut = server.recv_async(name, TRAINER, step, WAIT, out=_outs[0])
-    deadline = time.monotonic() + WAIT
-    while not any(at[1:] == (name, step) for at in server._rt.relays._receiver._following):
-        assert time.monotonic() < deadline, "no relay followed"
-        time.sleep(0.005)
+    _until(lambda: any(at[1:] == (name, step) for at in server._rt.relays._receiver._following),
+           "no relay followed")
     return fut.cancel()
 
 
@@ -121,13 +123,6 @@ def _fetching(server: tv.Server, fut, step: int) -> bool:
     receiver = server._rt.relays._receiver
     with receiver._lock:
         return any(call.future is fut and fetch is not None for call, fetch in receiver._fetching.get(step, {}).items())
-
-
-def _until(condition, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
 
 
 _lane: list = []
