@@ -6,6 +6,7 @@ its tensor came gets it when asked again."""
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import os
 import threading
 import time
@@ -17,7 +18,8 @@ import tensorverbs as tv
 from receivers import TRAINER, receiver_names, trainer_and_receivers
 from tensorverbs.local_cluster import cluster_spec, pattern, same
 from tensorverbs.cluster import parse_task
-from tensorverbs.rendezvous.relay_plan import PREFIX, RelayDescriptor, part_count
+from tensorverbs.rendezvous.key import RendezvousKey
+from tensorverbs.rendezvous.relay_plan import PREFIX, RelayDescriptor, part_count, part_name
 from tensorverbs.tensor import dtype_enum
 from variants import VARIANTS
 
@@ -175,10 +177,12 @@ def fetch_with_the_parents_lane_held(server: tv.Server, name: str, nbytes: int, 
     _lane[:] = [first, held, free]
 
 
-def cancel_once_every_part_came(server: tv.Server, name: str, nbytes: int, step: int) -> tuple[bool, bool]:
+def cancel_once_every_part_came(server: tv.Server, name: str, nbytes: int, step: int,
+                                recv: bool = True) -> tuple[bool, bool]:
     """Once every part of the first recv's tensor came (their callbacks held up on the
-    parent's lane), cancel that recv, receive ``name`` into the other ``out`` and free the
-    lane: whether that recv returned its ``out``, and whether it holds the pattern."""
+    parent's lane), cancel that recv, receive ``name`` into the other ``out`` (unless not
+    ``recv``) and free the lane: whether that recv returned its ``out``, and whether it
+    holds the pattern."""
     first, held, free = _lane
     receiver = server._rt.relays._receiver
     try:
@@ -192,10 +196,79 @@ def cancel_once_every_part_came(server: tv.Server, name: str, nbytes: int, step:
 
         _until(parts_came, "the parts did not come")
         assert first.cancel(), f"the first recv ended before its cancel: {first.exception()!r}"
+        if not recv:
+            return True, True
         got = server.recv(name, TRAINER, step, WAIT, out=_outs[1])
         return got is _outs[1], same(_outs[1], pattern(nbytes, step))
     finally:
         free.set()
+
+
+def drop(server: tv.Server, name: str, step: int) -> None:
+    """Receive ``name`` and drop the future unread (its tensor is kept for the next recv)."""
+    first = server.recv_async(name, TRAINER, step, WAIT)
+    concurrent.futures.wait([first], WAIT)
+    del first  # (freed once the lane that settled it let go of it too)
+
+
+def hold_the_lane_once_kept(server: tv.Server, name: str, step: int) -> None:
+    """Return once ``name``'s relayed tensor is kept for the next recv (or the landing its
+    parts came into), with a recv of "hold" from the trainer started whose
+    done-callback, once the trainer sends it, holds the trainer's lane (where a kept
+    landing is handed to a recv) until :func:`two_recvs_at_once` frees it."""
+    receiver = server._rt.relays._receiver
+
+    def kept() -> bool:
+        with receiver._lock:
+            state = receiver._following.get((parse_task(TRAINER), name, step))
+        return state is not None and (state.kept is not None or
+                                      state.landing is not None and state.landing.complete())
+
+    _until(kept, "the tensor was not kept")
+    held, free = threading.Event(), threading.Event()
+    hold = server.recv_async("hold", TRAINER, step, WAIT)
+    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
+    _lane[:] = [held, free]
+
+
+def two_recvs_at_once(server: tv.Server, name: str, nbytes: int, step: int, timeout: float) -> list[str]:
+    """Once the lane is held (:func:`hold_the_lane_once_kept`), start two recvs of
+    ``name`` and free the lane: what each got ("pattern", or its error's type), sorted."""
+    held, free = _lane
+    try:
+        assert held.wait(WAIT), "the lane was not held"
+        futures = [server.recv_async(name, TRAINER, step, timeout) for _ in range(2)]
+    finally:
+        free.set()
+    got = []
+    for fut in futures:
+        error = fut.exception(WAIT)
+        got.append(type(error).__name__ if error is not None else
+                   "pattern" if same(fut.result(), pattern(nbytes, step)) else "other bytes")
+    return sorted(got)
+
+
+def parts_kept_after_a_recv(server: tv.Server, name: str, nbytes: int, step: int) -> list[str]:
+    """Receive ``name`` (relayed in parts), then ask the rendezvous again for each part it
+    fetched from its parent: what each of those recvs got ("" for a tensor, else its error's
+    type), once the futures of the fetches are freed."""
+    receiver = server._rt.relays._receiver
+    fut = server.recv_async(name, TRAINER, step, WAIT)
+    _until(lambda: fut.done() or any(at[1:] == (name, step) for at in receiver._following), "no relay followed")
+    with receiver._lock:
+        descriptor = next((state.descriptor for at, state in receiver._following.items() if at[1:] == (name, step)),
+                          None)
+    assert descriptor is not None, "the recv ended before its relay was seen"
+    assert same(fut.result(WAIT), pattern(nbytes, step))
+    del fut
+    gc.collect()
+    parent = parse_task(descriptor.parent)
+    got = []
+    for part in range(descriptor.parts):
+        key = RendezvousKey(parent, 0, receiver._task, part_name(descriptor.tag, part))
+        error = receiver._rendezvous.recv_async(key, descriptor.step, 0.2).exception(WAIT)
+        got.append(type(error).__name__ if error is not None else "")
+    return got
 
 
 def second_out(server: tv.Server, nbytes: int, step: int) -> tuple[bool, bool, bool]:
@@ -372,6 +445,43 @@ def test_a_relayed_recv_cancelled_once_its_parts_came_keeps_them_and_confirms(jo
     assert receivers[1].run(f"{__name__}:cancel_once_every_part_came", "w0", nbytes, step) == (True, True)
     handle.wait(timeout=WAIT)
 
+
+def test_a_receiver_keeps_no_part_of_a_relayed_tensor_it_received(job, step):
+    """The parts a receiver fetched from its parent are taken, not handed back to the next
+    recv of them when the fetches are freed (a copy of the whole tensor, kept until the
+    relay's step is cleaned up)."""
+    trainer, receivers = job
+    nbytes = LARGE[0]
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    receivers[1].post("run", f"{__name__}:parts_kept_after_a_recv", "w0", nbytes, step)
+    assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+    assert receivers[1].result(WAIT) == ["DeadlineExceededError"] * part_count(nbytes)
+    handle.wait(timeout=WAIT)
+
+
+@pytest.mark.parametrize("how", ["dropped", "cancelled"])
+def test_a_relayed_tensor_kept_in_parts_goes_to_one_of_two_recvs_asked_at_once(job, step, how):
+    """A relayed tensor that came in parts, kept for the next recv (its recv's future was
+    dropped unread, or the recv was cancelled once every part came); two recvs of it asked
+    at once: one gets the tensor, the other waits for another (until its timeout), as two
+    recvs of one tensor not relayed."""
+    trainer, receivers = job
+    nbytes = LARGE[0]
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True)
+    if how == "dropped":
+        receivers[1].post("run", f"{__name__}:drop", "w0", step)
+        assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+        receivers[1].result(WAIT)
+    else:
+        receivers[1].run(f"{__name__}:fetch_with_the_parents_lane_held", "w0", nbytes, step)
+        receivers[0].run(f"{__name__}:send_to", "hold", RECEIVERS[1], step)
+        assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
+        receivers[1].run(f"{__name__}:cancel_once_every_part_came", "w0", nbytes, step, recv=False)
+    receivers[1].run(f"{__name__}:hold_the_lane_once_kept", "w0", step)
+    trainer.send("hold", np.zeros(1, np.uint8), to=RECEIVERS[1], step_id=step)
+    got = receivers[1].run(f"{__name__}:two_recvs_at_once", "w0", nbytes, step, 2.0)
+    assert got == ["DeadlineExceededError", "pattern"], got
+    handle.wait(timeout=WAIT)
 
 @pytest.mark.parametrize("nbytes", [SIZES[2], LARGE[0]])  # (whole, in parts)
 def test_a_relayed_tensor_kept_for_a_dropped_recv_fills_the_next_recvs_out(job, step, nbytes):

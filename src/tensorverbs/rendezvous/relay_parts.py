@@ -122,7 +122,7 @@ class PartFetch:
         with self._lock:
             self._futures[part] = fut
             cancelled = self._cancelled
-        if cancelled and not fut.cancel() and fut.exception() is None:  # (came as the cancel ran)
+        if cancelled and not fut.cancel() and _took(fut):  # (came as the cancel ran)
             self._count([part], fut.result())
         fut.add_done_callback(functools.partial(self._done, part))
 
@@ -130,7 +130,7 @@ class PartFetch:
         if fut is not None:
             if fut.cancelled():  # (cancel: whoever cancelled settles the recv)
                 return
-            error = fut.exception()
+            error = None if _took(fut) else fut.exception()
         with self._lock:
             if self._cancelled:  # a fetch that ended as it was cancelled: nothing more
                 return
@@ -169,7 +169,7 @@ class PartFetch:
             self._cancelled = True
             self._queue.clear()
             futures = list(self._futures.items())
-        self._count([part for part, fut in futures if not fut.cancel() and fut.exception() is None])
+        self._count([part for part, fut in futures if not fut.cancel() and _took(fut)])
 
     def _count(self, came: list[int], data: np.ndarray | None = None) -> None:
         """Count the parts ``came`` (whose fetches ended as they were cancelled) landed, in
@@ -192,3 +192,12 @@ class PartFetch:
             self._landed(part)
         except Exception:  # (passing it on failed: its children fetch from the sender)
             log.exception("passing part %d of a relayed tensor on failed", part)
+
+
+def _took(fut: concurrent.futures.Future) -> bool:
+    """Whether ``fut``, a part's fetch that ended, got its part, which is then taken: read,
+    so that the future, dropped, does not give the part back to the next recv of it."""
+    if fut.exception() is not None:
+        return False
+    fut.result()
+    return True

@@ -158,8 +158,9 @@ class RelayReceiver(RelayOffers):
                 return
             self._deliver(call, state, result)
             return
-        if state.landing is not None and state.landing.complete():  # every part came, for a recv given up
-            self._lanes.run(str(state.origin), self._landed, call, state, state.landing)
+        landing = state.landing
+        if landing is not None and landing.complete():  # every part came, for a recv given up
+            self._lanes.run(str(state.origin), self._landed, call, state, landing)
             return
         with self._lock:  # (the fetch may be at the relay's own step: drop_step ends it)
             self._fetching.setdefault(call.step_id, {})[call] = None
@@ -299,15 +300,26 @@ class RelayReceiver(RelayOffers):
                                                 f"{state.descriptor.parent}"))
 
     def _landed(self, call: RecvCall, state: _Following, landing: Landing) -> None:
-        """Settle ``call`` with its tensor, every part landed (on its peer's lane: it may
-        be copied to a device); kept for the next recv if ``call`` ended meanwhile."""
+        """Settle ``call`` with its tensor, every part landed in ``landing`` (on its peer's
+        lane, one at a time: it may be copied to a device); kept for the next recv if
+        ``call`` ended meanwhile. The landing goes to one recv: a recv that finds it taken
+        by another (both asked for it at once) fetches the tensor again, as a recv of a
+        tensor taken."""
+        with self._lock:
+            ours = state.landing is landing
+            if ours and not call.future.done():
+                state.landing = None  # (taken: kept again below if making the result fails)
         if call.future.done():  # (its out is its caller's again)
-            self._keep(call.key.name, call.step_id, state, None)
+            if ours:
+                self._keep(call.key.name, call.step_id, state, landing)
+            return
+        if not ours:
+            self.follow(call, state)
             return
         try:
             result = landing.result(call)
         except Exception as exc:
-            landing.detach()
+            self._keep(call.key.name, call.step_id, state, landing)
             settle(call.future, as_error(exc, f"{call.what}: making the received tensor"))
             return
         self._deliver(call, state, result)
@@ -466,22 +478,23 @@ class RelayReceiver(RelayOffers):
 
     def _keep(self, name: str, step: int, state: _Following, result: Any) -> None:
         """Keep ``result``, the tensor of ``state``, for the next recv of ``name`` at ``step``
-        (its recv was given up, or gave it back): the landing of one whose parts all came (a
-        copy if it was the recv's ``out``: the next recv fills its own), else ``result``."""
-        if state.landing is not None and state.landing.complete():
-            state.landing.detach()
-        else:
-            state.kept = result
+        (its recv was given up, or gave it back): a tensor, or the :class:`Landing` of one
+        whose parts all came (a copy if it was the recv's ``out``: the next recv fills its
+        own). The tensor and the relay are registered at once, under the lock."""
+        if isinstance(result, Landing):
+            result.detach()
         with self._lock:
+            if isinstance(result, Landing):
+                state.landing = result
+            else:
+                state.kept = result
             if not state.dropped:
                 self._following[(state.origin, name, step)] = state
 
     def _keep_out(self, name: str, step: int, state: _Following, result: Any) -> None:
         """:meth:`_keep` of ``result``, a recv's ``out``: a copy (its caller may use ``out``
         again once it gave the tensor back)."""
-        if state.landing is None or not state.landing.complete():  # (else the landing is copied)
-            result = host_array(result, device_of(result))[0].copy()
-        self._keep(name, step, state, result)
+        self._keep(name, step, state, host_array(result, device_of(result))[0].copy())
 
     def _taken(self, call: RecvCall, state: _Following) -> None:
         with self._lock:
