@@ -148,15 +148,12 @@ class RelayReceiver(RelayOffers):
         with self._lock:  # (taken once: a recv asked again at once beside waits for another)
             kept, state.kept = state.kept, None
         if kept is not None:  # came for a recv given up
-            self._taken(call, state)
             try:
-                result = kept if call.out is None and call.device.name == device_of(kept).name else \
-                    result_of(host_array(kept, device_of(kept))[0], call)
-            except Exception as exc:
-                self._keep(call.key.name, call.step_id, state, kept)
-                settle(call.future, as_error(exc, f"{call.what}: making the received tensor"))
-                return
-            self._deliver(call, state, result)
+                self._hand_over(call, state, kept)
+            except BaseException:  # (a signal's: kept again unless call has it, which its future gives back)
+                if not call.future.done():
+                    self._keep(call.key.name, call.step_id, state, kept)
+                raise
             return
         landing = state.landing
         if landing is not None and landing.complete():  # every part came, for a recv given up
@@ -165,6 +162,19 @@ class RelayReceiver(RelayOffers):
         with self._lock:  # (the fetch may be at the relay's own step: drop_step ends it)
             self._fetching.setdefault(call.step_id, {})[call] = None
         self._fetch(call, state)
+
+    def _hand_over(self, call: RecvCall, state: _Following, kept: Any) -> None:
+        """Settle ``call`` with ``kept``, its tensor kept for it (kept again if making its
+        result fails)."""
+        self._taken(call, state)
+        try:
+            result = kept if call.out is None and call.device.name == device_of(kept).name else \
+                result_of(host_array(kept, device_of(kept))[0], call)
+        except Exception as exc:
+            self._keep(call.key.name, call.step_id, state, kept)
+            settle(call.future, as_error(exc, f"{call.what}: making the received tensor"))
+            return
+        self._deliver(call, state, result)
 
     def _fetch(self, call: RecvCall, state: _Following) -> None:
         """Fetch ``call``'s tensor from the relay's parent, once it answers (from the sender
