@@ -185,3 +185,28 @@ def test_a_cancelled_task_awaiting_a_recv_future_raises_asyncios_cancelled_error
         assert fut.cancelled()  # the recv was given up with it
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("tensor_type", ["numpy", "torch"])
+def test_a_task_awaiting_a_recv_future_cancelled_as_its_tensor_is_handed_over_drops_it_not(pair, step,
+                                                                                           tensor_type):
+    """The tensor came before the task awaited the future; the task is cancelled before the
+    loop handed the tensor over (an ``asyncio.wait_for`` timing out just then): the future,
+    dropped unread, gives the tensor back to the next recv of it."""
+    if tensor_type == "torch":
+        pytest.importorskip("torch", reason="torch results need torch")
+    sent = pattern(64 << 10, 8)
+    fut = pair.worker.recv_async("h", pair.PS, step, timeout=60, tensor_type=tensor_type)
+    pair.ps.send("h", sent, to=pair.WORKER, step_id=step)
+    concurrent.futures.wait([fut], timeout=60)
+
+    async def main():
+        task = asyncio.ensure_future(_awaited(fut))
+        await asyncio.sleep(0)  # (a yield: the task awaits, the hand-over is scheduled after this)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    del fut
+    assert same(np.asarray(pair.worker.recv("h", pair.PS, step, timeout=5)), sent)

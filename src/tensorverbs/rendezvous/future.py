@@ -165,7 +165,11 @@ class RecvFuture(concurrent.futures.Future[Any]):
         except asyncio.CancelledError:
             if waiter.cancelled():
                 raise CancelledError("the recv was cancelled") from None
-            self.cancel()  # the awaiting task was cancelled: the recv with it
+            if not self.cancel():  # the awaiting task was cancelled: the recv with it, unless it ended
+                # (its tensor, which the loop may have taken for the task meanwhile, stays
+                # unread: this future, dropped, gives it back)
+                waiter.cancel()
+                self._read = False
             raise
 
     def settled_by(self, native: NativeRecv, parked: tuple[Callable[..., bool], Any] | None = None) -> None:
