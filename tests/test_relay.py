@@ -248,18 +248,29 @@ def two_recvs_at_once(server: tv.Server, name: str, nbytes: int, step: int, time
     return sorted(got)
 
 
-def parts_kept_after_a_recv(server: tv.Server, name: str, nbytes: int, step: int) -> list[str]:
-    """Receive ``name`` (relayed in parts), then ask the rendezvous again for each part it
-    fetched from its parent: what each of those recvs got ("" for a tensor, else its error's
-    type), once the futures of the fetches are freed."""
+def follow_a_recv(server: tv.Server, name: str, step: int) -> None:
+    """Start a recv of ``name`` (kept, with its relay's descriptor) and return once its relay
+    is followed."""
     receiver = server._rt.relays._receiver
     fut = server.recv_async(name, TRAINER, step, WAIT)
-    _until(lambda: fut.done() or any(at[1:] == (name, step) for at in receiver._following), "no relay followed")
-    with receiver._lock:
-        descriptor = next((state.descriptor for at, state in receiver._following.items() if at[1:] == (name, step)),
-                          None)
-    assert descriptor is not None, "the recv ended before its relay was seen"
+
+    def descriptor():
+        with receiver._lock:
+            return next((state.descriptor for at, state in receiver._following.items() if at[1:] == (name, step)),
+                        None)
+
+    _until(lambda: descriptor() is not None, "no relay followed")
+    _asked[:] = [fut, descriptor()]
+
+
+def parts_kept_after_a_recv(server: tv.Server, nbytes: int, step: int) -> list[str]:
+    """Once the recv :func:`follow_a_recv` started got the tensor (relayed in parts), ask
+    the rendezvous again for each part it fetched from its parent: what each of those recvs
+    got ("" for a tensor, else its error's type), once the futures of the fetches are freed."""
+    receiver = server._rt.relays._receiver
+    fut, descriptor = _asked
     assert same(fut.result(WAIT), pattern(nbytes, step))
+    _asked.clear()
     del fut
     gc.collect()
     parent = parse_task(descriptor.parent)
@@ -453,9 +464,10 @@ def test_a_receiver_keeps_no_part_of_a_relayed_tensor_it_received(job, step):
     trainer, receivers = job
     nbytes = LARGE[0]
     handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS[:2], step_id=step, relay=True)
-    receivers[1].post("run", f"{__name__}:parts_kept_after_a_recv", "w0", nbytes, step)
+    receivers[1].run(f"{__name__}:follow_a_recv", "w0", step)
     assert receivers[0].run(f"{__name__}:recv_all", ["w0"], [nbytes], step) == [True]
-    assert receivers[1].result(WAIT) == ["DeadlineExceededError"] * part_count(nbytes)
+    assert receivers[1].run(f"{__name__}:parts_kept_after_a_recv", nbytes, step) == \
+        ["DeadlineExceededError"] * part_count(nbytes)
     handle.wait(timeout=WAIT)
 
 

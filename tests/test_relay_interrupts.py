@@ -1,21 +1,31 @@
-"""A recv of a relayed tensor that was kept for it (the first recv's future was dropped
-unread), interrupted (Ctrl-C) at any point of the relay's code it runs, loses no tensor and
-delivers none twice: either the interrupted recv returned it, or a retry gets it."""
+"""A recv of a relayed tensor interrupted (Ctrl-C) loses no tensor and delivers none twice:
+either the interrupted recv returned it, or a retry gets it; and nothing of it is left for
+another recv. Interrupted at any point of the relay's code it runs, once the tensor was
+kept for it (the first recv's future was dropped unread); and by a real SIGINT as it waits,
+once its fetch from the relay's parent got the tensor."""
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import signal
+import threading
 import time
 
 import pytest
 
 import tensorverbs as tv
 from interrupt_points import interrupt_at
+from interrupting import _interrupted
 from receivers import TRAINER, receiver_names, trainer_and_receivers
 from tensorverbs.cluster import parse_task
+from tensorverbs.rendezvous.key import RendezvousKey
+from tensorverbs.rendezvous.relay_parts import PartFetch
+from tensorverbs.rendezvous.relay_plan import part_name
 from tensorverbs.local_cluster import pattern, same
 
 WAIT = 60.0
-RECEIVER = receiver_names(1)[0]
+RECEIVERS = receiver_names(2)
+RECEIVER = RECEIVERS[0]
 #: the relay's code a recv that follows a relay runs on the caller's thread
 RELAY_CODE = ("tensorverbs/rendezvous/relay_receiver.py", "tensorverbs/rendezvous/relay_parts.py",
               "tensorverbs/rendezvous/relay.py")
@@ -58,17 +68,89 @@ def interrupted_recv_of_kept(server: tv.Server, name: str, nbytes: int, step: in
     return where, "retried"
 
 
+_lane: list = []
+
+
+def hold_the_parents_lane(server: tv.Server, step: int) -> None:
+    """Start a recv of "hold" from the relay's parent (the first receiver) whose
+    done-callback, once the parent sends it, holds the parent's lane (where the callbacks of
+    the fetches from it run) until :func:`interrupted_fetching_recv` frees it."""
+    held, free = threading.Event(), threading.Event()
+    hold = server.recv_async("hold", RECEIVERS[0], step, WAIT)
+    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
+    _lane[:] = [held, free]
+
+
+def _fetched(server: tv.Server, step: int) -> tuple[RendezvousKey, int] | None:
+    """The key and step of the (last) fetch from the parent of the recv fetching at
+    ``step``, once it got every byte (None before)."""
+    receiver = server._rt.relays._receiver
+    with receiver._lock:
+        fetches = list(receiver._fetching.get(step, {}).values())
+        states = [state for at, state in receiver._following.items() if at[2] == step]
+    if len(fetches) != 1 or fetches[0] is None or len(states) != 1:
+        return None
+    fetch, descriptor = fetches[0], states[0].descriptor
+    if isinstance(fetch, PartFetch):
+        futures = list(fetch._futures.values())
+        if len(futures) < descriptor.parts or not all(f.done() for f in futures):
+            return None
+        name = part_name(descriptor.tag, descriptor.parts - 1)
+    elif fetch.done():
+        name = descriptor.data
+    else:
+        return None
+    return RendezvousKey(parse_task(descriptor.parent), 0, receiver._task, name), descriptor.step
+
+
+def interrupted_fetching_recv(server: tv.Server, name: str, nbytes: int, step: int) -> tuple[str | None, str, str]:
+    """Receive ``name`` (relayed) on the main thread, interrupted by a SIGINT once its
+    fetch from the parent got the tensor (whose callbacks wait on the parent's lane, held:
+    :func:`hold_the_parents_lane`); then free the lane and receive it again: (the
+    interruption's exception, what became of the tensor as :func:`interrupted_recv_of_kept`
+    says, and what a recv of the last fetch's key then gets: "" or its error's type)."""
+    held, free = _lane
+    fetched: list[tuple[RendezvousKey, int]] = []
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + WAIT
+        while (fetch := _fetched(server, step)) is None:  # a condition, polled
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
+        fetched.append(fetch)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    got: list = []
+    try:
+        assert held.wait(WAIT), "the parent's lane was not held"
+        interrupted = _interrupted(lambda: got.append(server.recv(name, TRAINER, step, WAIT)), False)
+    finally:
+        free.set()
+    assert fetched, "the fetch did not get the tensor"
+    try:
+        again = server.recv(name, TRAINER, step, 0.5 if got else 5.0)
+    except tv.DeadlineExceededError:
+        again = None
+    outcome = ("twice" if again is not None else "returned") if got else "lost" if again is None else "retried"
+    assert same(got[0] if got else again, pattern(nbytes, step)) or outcome == "lost", "wrong bytes"
+    error = server._rt.relays._receiver._rendezvous.recv_async(*fetched[0], 0.5).exception(WAIT)
+    return interrupted and interrupted[0], outcome, type(error).__name__ if error is not None else ""
+
+
 # -- in the trainer's (this) process ----------------------------------------------------------
-@pytest.fixture(scope="module")
-def job():
-    """(the trainer, here; its receiver, in a process of its own)."""
-    with trainer_and_receivers("grpc", 1) as job:
+@pytest.fixture(scope="module", params=["grpc", "verbs"])
+def job(request):
+    """(the trainer, here; its receivers, each in a process of its own): on grpc a relay's
+    descriptor is followed on a lane, on grpc+verbs a blocking recv follows it itself."""
+    with trainer_and_receivers(request.param, len(RECEIVERS)) as job:
         yield job
 
 
 @pytest.mark.parametrize("nbytes", SIZES)
 def test_a_recv_of_a_kept_relayed_tensor_interrupted_at_any_point_loses_it_not(job, nbytes):
-    trainer, (receiver,) = job
+    trainer, (receiver, _) = job
     step, points = 3000 if nbytes == SIZES[0] else 4000, 0
     while True:
         step += 1
@@ -80,3 +162,19 @@ def test_a_recv_of_a_kept_relayed_tensor_interrupted_at_any_point_loses_it_not(j
             break
         points += 1
     assert points > 3, points  # (the relay's code was traced)
+
+
+@pytest.mark.parametrize("nbytes", SIZES)
+def test_a_relayed_recv_interrupted_once_its_fetch_got_the_tensor_keeps_it_once(job, nbytes):
+    """Ctrl-C in the wait of a relayed recv whose fetch from the relay's parent got the
+    tensor: the tensor goes to the next recv, and the fetch (the library's own recv) is not
+    given back as well (a second copy, kept for nobody)."""
+    trainer, receivers = job
+    step = 5000 if nbytes == SIZES[0] else 6000
+    receivers[1].run(f"{__name__}:hold_the_parents_lane", step)
+    handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS, step_id=step, relay=True)
+    receivers[1].post("run", f"{__name__}:interrupted_fetching_recv", "w0", nbytes, step)
+    receivers[0].run("test_relay:send_to", "hold", RECEIVERS[1], step)
+    assert receivers[0].run("test_relay:recv_all", ["w0"], [nbytes], step) == [True]
+    assert receivers[1].result(WAIT) == ("KeyboardInterrupt", "retried", "DeadlineExceededError")
+    handle.wait(timeout=WAIT)

@@ -231,9 +231,9 @@ class RelayReceiver(RelayOffers):
         key = RendezvousKey(source, 0, self._task, descriptor.direct if state.direct else descriptor.data)
         into_out = not (state.direct and descriptor.served)  # (a late receiver's: the sender may say that nobody keeps it)
         if into_out:
-            fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out)
+            fut = self._rendezvous.recv_async(key, step, call.time_left(), call.device, call.out, own=True)
         else:
-            fut = self._rendezvous.recv_async(key, step, call.time_left())
+            fut = self._rendezvous.recv_async(key, step, call.time_left(), own=True)
         if self._fetches(call, state, fut, into_out):
             fut.add_done_callback(lambda f: self._fetched(call, state, f))
 
@@ -246,7 +246,7 @@ class RelayReceiver(RelayOffers):
 
         def fetch(part: int) -> concurrent.futures.Future:
             key = RendezvousKey(source, 0, self._task, part_name(tag, part))
-            return self._rendezvous.recv_async(key, step, call.time_left(), HOST, Out(landing.part(part)))
+            return self._rendezvous.recv_async(key, step, call.time_left(), HOST, Out(landing.part(part)), own=True)
 
         def landed(part: int) -> None:
             if state.descriptor.children:

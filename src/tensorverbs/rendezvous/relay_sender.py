@@ -234,7 +234,7 @@ class RelaySender(RelayOffers):
         """Receive late receiver ``dst``'s ``attempt``-th confirmation: a replica once it
         has the tensor; sent it directly if its parent is gone."""
         key = RendezvousKey(dst, 0, self._task, ack_name(sent.tag, attempt))
-        fut = self._rendezvous.recv_async(key, sent.step, None)
+        fut = self._rendezvous.recv_async(key, sent.step, None, own=True)
         with self._lock:
             sent.late_acks.append(fut)
         fut.add_done_callback(functools.partial(self._late_acked, sent, dst, attempt))
@@ -261,7 +261,7 @@ class RelaySender(RelayOffers):
     def _await_ack(self, sent: _Sent, i: int, attempt: int) -> None:
         """Receive receiver ``i``'s ``attempt``-th confirmation."""
         key = RendezvousKey(sent.receivers[i], 0, self._task, ack_name(sent.tag, attempt))
-        fut = sent.acks[i] = self._rendezvous.recv_async(key, sent.step, None)
+        fut = sent.acks[i] = self._rendezvous.recv_async(key, sent.step, None, own=True)
         fut.add_done_callback(lambda f: self._acked(sent, i, attempt, f))
 
     def _acked(self, sent: _Sent, i: int, attempt: int, fut: concurrent.futures.Future) -> None:

@@ -201,12 +201,15 @@ class RemoteRendezvous(abc.ABC):
                 op.cancel()
 
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
-                   device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
+                   device: Device = HOST, out: Out | None = None, *, own: bool = False) -> concurrent.futures.Future:
         """Start a recv; the future yields the tensor (on ``device``, or ``out`` filled
-        with it) or raises a TensorverbsError."""
+        with it) or raises a TensorverbsError. ``own``: the library's own recv (a relay's
+        fetch), which the public call that runs it does not give up or back when
+        interrupted: whoever started it does."""
         call = RecvCall(key, step_id, device, timeout, out=out, future=self.future(key))
         try:
-            started(call.future)
+            if not own:
+                started(call.future)
             self._begin(call)
         except BaseException:  # a signal's exception as it started
             self.give_up(call.future)
@@ -223,6 +226,7 @@ class RemoteRendezvous(abc.ABC):
         """The future of a recv of ``key`` that follows ``relay``, a relay descriptor that
         came for it (:class:`~.relay_plan.Relayed`, now or for an earlier recv of it)."""
         call = RecvCall(key, step_id, device, timeout, self.future(key), out=out)
+        started(call.future)  # (interrupted, the public call gives it up: its fetch ends with it)
         self.rt.relays.follow(call, relay)
         return call.future
 

@@ -241,6 +241,7 @@ class VerbsRendezvous(VerbsBlocks, RemoteRendezvous):
         result = self.delivery.result(value, key.src, device, out)
         if type(result) is not Relayed:
             return result
+        IN_HAND.held = None  # (the relay's descriptor is the relay's now: not given back to the core)
         fut = self.follow(result, key, step_id, None if timeout is None else
                           max(0.0, timeout - (time.monotonic() - started)), device, out)
         try:
@@ -300,14 +301,15 @@ class VerbsRendezvous(VerbsBlocks, RemoteRendezvous):
             return as_error(exc, f"{describe_recv(key, step_id)}: receiving the tensor")
 
     def recv_async(self, key: RendezvousKey, step_id: int, timeout: float | None,
-                   device: Device = HOST, out: Out | None = None) -> concurrent.futures.Future:
+                   device: Device = HOST, out: Out | None = None, *, own: bool = False) -> concurrent.futures.Future:
         src = self._direct(key)
         if src is None:
-            return super().recv_async(key, step_id, timeout, device, out)
+            return super().recv_async(key, step_id, timeout, device, out, own=own)
         fut = self.future(key)
         call = RecvCall(key, step_id, device, timeout, fut, out=out)
         try:
-            started(fut)
+            if not own:
+                started(fut)
             self._start(call, src, _timeout(timeout))
         except BaseException:  # a signal's exception as it started: the core gives its tensor back
             self.give_up(fut)
