@@ -24,6 +24,7 @@ from typing import Any, Callable, Generator, Protocol
 from .. import _core
 from ..errors import CancelledError, DeadlineExceededError, TensorverbsError
 from ..in_hand import IN_HAND
+from .collected import collecting, later
 from .completion import wait_in_slices
 from .condition import Condition
 from .lanes import Lanes
@@ -345,8 +346,10 @@ class RecvFuture(concurrent.futures.Future[Any]):
             return
         try:
             if self._state == _base.FINISHED:
-                if self._exception is None:
+                if self._exception is None and not collecting():
                     self.give_back()
+                elif self._exception is None and self._return is not None:  # (freed in a collection: .collected)
+                    later(self._return, *self._return_args)
             elif self._state == _base.PENDING and self._parked_call is not None and self._on_cancel is not None:
                 self._on_cancel.cancel()
         except Exception:  # (as the interpreter finalizes, the rendezvous may be gone)

@@ -30,6 +30,7 @@ import numpy as np
 from ..devices import HOST, Device
 from ..errors import AbortedError, CancelledError, TensorverbsError, from_code
 from ..out import Out
+from . import collected
 from .blocks import Blocks
 from .deadlines import Deadline
 from .delivery import Delivery
@@ -72,6 +73,7 @@ class RemoteRendezvous(abc.ABC):
         self._ops: dict[concurrent.futures.Future, tuple[RecvCall, PendingRecv]] = {}
         self._late: dict[tuple[int, Hashable], collections.deque[Value]] = {}
         self._stopped = False
+        collected.start()  # (the give-backs of recv futures the garbage collector frees)
 
     def start(self) -> None:
         """Bring up what the protocol needs beyond gRPC."""
