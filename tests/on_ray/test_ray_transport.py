@@ -33,17 +33,30 @@ def _tensors(seed: int, nbytes: int = BIG) -> list:
 
 
 def _kill(actor) -> None:
-    """Kill ``actor`` (no restart) and return once it is dead: ``ray.kill`` returns before
-    the kill reaches it (through the GCS), and it may answer calls meanwhile."""
+    """Kill ``actor`` (no restart) and return once its process is gone: ``ray.kill``
+    returns before the kill reaches it (through the GCS), and it may answer calls
+    meanwhile; and Ray calls it dead before its process exited, whose tensorverbs server
+    may answer meanwhile."""
+    pid = ray.get(actor.pid.remote(), timeout=120)
     ray.kill(actor)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
             ray.get(actor.__ray_ready__.remote(), timeout=120)
         except ray.exceptions.RayActorError:
-            return
+            if _exited(pid):
+                return
         time.sleep(0.05)  # (a poll: Ray tells nothing when the process is gone)
     raise AssertionError("the actor did not die")
+
+
+def _exited(pid: int) -> bool:
+    """Whether process ``pid`` (of this host) exited (a zombie not yet reaped has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1][:1] in "ZX"
+    except FileNotFoundError:
+        return True
 
 
 def _made(ref) -> None:
@@ -72,6 +85,9 @@ class Actor:
         return all(got.dtype == want.dtype and got.shape == want.shape
                    and np.array_equal(got.view(torch.uint8).numpy(), want.view(torch.uint8).numpy())
                    for got, want in zip(tensors, _tensors(seed, nbytes), strict=True))
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def has_rdt_manager(self) -> bool:
         return ray._private.worker.global_worker._rdt_manager is not None
