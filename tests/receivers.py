@@ -2,8 +2,10 @@
 the tests of sends to many tasks."""
 from __future__ import annotations
 
+import threading
+import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import tensorverbs as tv
 from tensorverbs.local_cluster import TaskProcess, cluster_spec
@@ -11,6 +13,8 @@ from tensorverbs.verbs.config import RdmaConfig
 from variants import VARIANTS
 
 TRAINER = "/job:trainer/replica:0/task:0"
+#: how long a condition is waited for, or a held lane held
+WAIT = 60.0
 
 
 def receiver_names(count: int) -> list[str]:
@@ -29,3 +33,21 @@ def trainer_and_receivers(variant: str, count: int) -> Iterator[tuple[tv.Server,
     finally:
         for receiver in receivers:
             receiver.stop()
+
+
+def until(condition: Callable[[], object], what: str, seconds: float = WAIT) -> None:
+    """Return once ``condition()`` holds (polled); fail saying ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def hold_lane(server: tv.Server, peer: str, step: int) -> tuple[threading.Event, threading.Event]:
+    """Start a recv of "hold" from ``peer`` whose done-callback, once ``peer`` sends it,
+    holds the lane of ``peer`` (where tensorverbs' own callbacks of recvs from it run too):
+    (set once the lane is held, to set to free it)."""
+    held, free = threading.Event(), threading.Event()
+    hold = server.recv_async("hold", peer, step, WAIT)
+    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
+    return held, free

@@ -7,12 +7,11 @@ from __future__ import annotations
 import concurrent.futures
 import gc
 import threading
-import time
 
 import numpy as np
 
 import tensorverbs as tv
-from receivers import TRAINER, receiver_names, trainer_and_receivers
+from receivers import TRAINER, receiver_names, trainer_and_receivers, until
 from tensorverbs.local_cluster import pattern, same
 
 WAIT = 60.0
@@ -45,10 +44,7 @@ def drop_in_a_cycle_then_collect_under_the_relays_lock(server: tv.Server, name: 
             return False, False
     finally:
         gc.enable()
-    deadline = time.monotonic() + WAIT  # (given back on a thread of its own, soon after)
-    while not receiver.followed():
-        assert time.monotonic() < deadline, "the collected future's tensor was not given back"
-        time.sleep(0.005)
+    until(receiver.followed, "the collected future's tensor was not given back")  # (on a thread of its own)
     return True, same(server.recv(name, TRAINER, step, WAIT), pattern(NBYTES, step))
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 import concurrent.futures
 import gc
 import os
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import tensorverbs as tv
-from receivers import TRAINER, receiver_names, trainer_and_receivers
+from receivers import TRAINER, hold_lane, receiver_names, trainer_and_receivers, until
 from tensorverbs.local_cluster import cluster_spec, pattern, same
 from tensorverbs.cluster import parse_task
 from tensorverbs.rendezvous.key import RendezvousKey
@@ -81,17 +80,9 @@ def asked_errors(server: tv.Server) -> list[str]:
     return [type(fut.exception(WAIT)).__name__ if fut.exception(WAIT) else "" for fut in _asked]
 
 
-def _until(condition, what: str) -> None:
-    """Return once ``condition()`` holds (polled); fail saying ``what`` after WAIT."""
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
-
-
 def wait_following(server: tv.Server) -> None:
     """Return once a relay descriptor came for a recv of this task and is followed."""
-    _until(server._rt.relays.followed, "no relay followed")
+    until(server._rt.relays.followed, "no relay followed")
 
 
 def recv_then_exit(server: tv.Server, name: str, step: int) -> None:
@@ -107,7 +98,7 @@ def ask_into_then_cancel(server: tv.Server, name: str, nbytes: int, step: int) -
     """Start a recv of ``name`` into an ``out`` (kept), and cancel it once its relay is followed."""
     _outs[:] = [np.zeros(nbytes, np.uint8)]
     fut = server.recv_async(name, TRAINER, step, WAIT, out=_outs[0])
-    _until(lambda: any(at[1:] == (name, step) for at in server._rt.relays._receiver._following),
+    until(lambda: any(at[1:] == (name, step) for at in server._rt.relays._receiver._following),
            "no relay followed")
     return fut.cancel()
 
@@ -137,10 +128,8 @@ def fetch_then_hold_the_lane(server: tv.Server, name: str, nbytes: int, step: in
     until :func:`cancel_then_ask_again` frees it."""
     _outs[:] = [np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8)]
     first = server.recv_async(name, TRAINER, step, WAIT, out=_outs[0])
-    _until(lambda: _fetching(server, first, step), "the first recv did not fetch")
-    held, free = threading.Event(), threading.Event()
-    hold = server.recv_async("hold", TRAINER, step, WAIT)
-    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
+    until(lambda: _fetching(server, first, step), "the first recv did not fetch")
+    held, free = hold_lane(server, TRAINER, step)
     _lane[:] = [first, held, free]
 
 
@@ -153,7 +142,7 @@ def cancel_then_ask_again(server: tv.Server, name: str, step: int) -> None:
         assert held.wait(WAIT), "the lane was not held"
         assert first.cancel(), f"the first recv ended before its cancel: {first.exception()!r}"
         _asked[:] = [server.recv_async(name, TRAINER, step, WAIT, out=_outs[1])]
-        _until(lambda: _fetching(server, _asked[0], step) or _asked[0].done(), "the second recv did not fetch")
+        until(lambda: _fetching(server, _asked[0], step) or _asked[0].done(), "the second recv did not fetch")
     finally:
         free.set()
 
@@ -170,10 +159,8 @@ def fetch_with_the_parents_lane_held(server: tv.Server, name: str, nbytes: int, 
     callbacks of the part fetches run) until :func:`cancel_once_every_part_came` frees it."""
     _outs[:] = [np.zeros(nbytes, np.uint8), np.zeros(nbytes, np.uint8)]
     first = server.recv_async(name, TRAINER, step, WAIT, out=_outs[0])
-    _until(lambda: _fetching(server, first, step), "the first recv did not fetch")
-    held, free = threading.Event(), threading.Event()
-    hold = server.recv_async("hold", RECEIVERS[0], step, WAIT)
-    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
+    until(lambda: _fetching(server, first, step), "the first recv did not fetch")
+    held, free = hold_lane(server, RECEIVERS[0], step)
     _lane[:] = [first, held, free]
 
 
@@ -194,7 +181,7 @@ def cancel_once_every_part_came(server: tv.Server, name: str, nbytes: int, step:
             return fetch is not None and len(fetch._futures) == part_count(nbytes) and \
                 all(f.done() for f in fetch._futures.values())
 
-        _until(parts_came, "the parts did not come")
+        until(parts_came, "the parts did not come")
         assert first.cancel(), f"the first recv ended before its cancel: {first.exception()!r}"
         if not recv:
             return True, True
@@ -224,10 +211,8 @@ def hold_the_lane_once_kept(server: tv.Server, name: str, step: int) -> None:
         return state is not None and (state.kept is not None or
                                       state.landing is not None and state.landing.complete())
 
-    _until(kept, "the tensor was not kept")
-    held, free = threading.Event(), threading.Event()
-    hold = server.recv_async("hold", TRAINER, step, WAIT)
-    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
+    until(kept, "the tensor was not kept")
+    held, free = hold_lane(server, TRAINER, step)
     _lane[:] = [held, free]
 
 
@@ -259,7 +244,7 @@ def follow_a_recv(server: tv.Server, name: str, step: int) -> None:
             return next((state.descriptor for at, state in receiver._following.items() if at[1:] == (name, step)),
                         None)
 
-    _until(lambda: descriptor() is not None, "no relay followed")
+    until(lambda: descriptor() is not None, "no relay followed")
     _asked[:] = [fut, descriptor()]
 
 
@@ -299,7 +284,7 @@ def drop_then_recv_into_another(server: tv.Server, name: str, nbytes: int, step:
     first = server.recv_async(name, TRAINER, step, WAIT, out=first_out)
     concurrent.futures.wait([first], WAIT)
     del first  # (freed once the lane that settled it let go of it too)
-    _until(server._rt.relays.followed, "the dropped recv's tensor was not kept")
+    until(server._rt.relays.followed, "the dropped recv's tensor was not kept")
     first_out[...] = 0  # (its caller's again)
     out = np.zeros(nbytes, np.uint8)
     got = server.recv(name, TRAINER, step, WAIT, out=out)

@@ -16,7 +16,7 @@ import pytest
 import tensorverbs as tv
 from interrupt_points import interrupt_at
 from interrupting import _interrupted
-from receivers import TRAINER, receiver_names, trainer_and_receivers
+from receivers import TRAINER, hold_lane, receiver_names, trainer_and_receivers, until
 from tensorverbs.cluster import parse_task
 from tensorverbs.rendezvous.key import RendezvousKey
 from tensorverbs.rendezvous.relay_parts import PartFetch
@@ -49,10 +49,7 @@ def interrupted_recv_of_kept(server: tv.Server, name: str, nbytes: int, step: in
     first = server.recv_async(name, TRAINER, step, WAIT)
     concurrent.futures.wait([first], WAIT)
     del first  # (freed once the lane that settled it let go of it too)
-    deadline = time.monotonic() + WAIT
-    while not _kept(server, name, step):
-        assert time.monotonic() < deadline, "the dropped recv's tensor was not kept"
-        time.sleep(0.005)
+    until(lambda: _kept(server, name, step), "the dropped recv's tensor was not kept")
     got: list = []
     where = interrupt_at(k, lambda: got.append(server.recv(name, TRAINER, step, WAIT)), RELAY_CODE)
     try:  # (a tensor kept is handed over at once; one given back too)
@@ -75,10 +72,7 @@ def hold_the_parents_lane(server: tv.Server, step: int) -> None:
     """Start a recv of "hold" from the relay's parent (the first receiver) whose
     done-callback, once the parent sends it, holds the parent's lane (where the callbacks of
     the fetches from it run) until :func:`interrupted_fetching_recv` frees it."""
-    held, free = threading.Event(), threading.Event()
-    hold = server.recv_async("hold", RECEIVERS[0], step, WAIT)
-    hold.add_done_callback(lambda _: (held.set(), free.wait(WAIT)))  # (pending: it runs on the lane)
-    _lane[:] = [held, free]
+    _lane[:] = hold_lane(server, RECEIVERS[0], step)
 
 
 def _fetched(server: tv.Server, step: int) -> tuple[RendezvousKey, int] | None:
