@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import tensorverbs as tv
@@ -75,6 +76,13 @@ def hold_the_parents_lane(server: tv.Server, step: int) -> None:
     _lane[:] = hold_lane(server, RECEIVERS[0], step)
 
 
+def _fetching(server: tv.Server, step: int) -> bool:
+    """Whether a recv at ``step`` fetches its tensor from the relay's parent."""
+    receiver = server._rt.relays._receiver
+    with receiver._lock:
+        return any(fetch is not None for fetch in receiver._fetching.get(step, {}).values())
+
+
 def _fetched(server: tv.Server, step: int) -> tuple[RendezvousKey, int] | None:
     """The key and step of the (last) fetch from the parent of the recv fetching at
     ``step``, once it got every byte (None before)."""
@@ -108,7 +116,14 @@ def interrupted_fetching_recv(server: tv.Server, name: str, nbytes: int, step: i
 
     def interrupt() -> None:
         deadline = time.monotonic() + WAIT
-        while (fetch := _fetched(server, step)) is None:  # a condition, polled
+        while not _fetching(server, step):  # a condition, polled
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
+        # (the parent passes the tensor on only now: had it done so before, the fetch would
+        # have ended as it started, its callbacks run here rather than on the held lane)
+        server.send("fetching", np.zeros(1, np.uint8), to=TRAINER, step_id=step)
+        while (fetch := _fetched(server, step)) is None:
             if time.monotonic() > deadline:
                 return
             time.sleep(0.001)
@@ -169,6 +184,7 @@ def test_a_relayed_recv_interrupted_once_its_fetch_got_the_tensor_keeps_it_once(
     handle = trainer.send("w0", pattern(nbytes, step), to=RECEIVERS, step_id=step, relay=True)
     receivers[1].post("run", f"{__name__}:interrupted_fetching_recv", "w0", nbytes, step)
     receivers[0].run("test_relay:send_to", "hold", RECEIVERS[1], step)
+    trainer.recv("fetching", RECEIVERS[1], step, timeout=WAIT)  # (its recv fetches: the parent may have it now)
     assert receivers[0].run("test_relay:recv_all", ["w0"], [nbytes], step) == [True]
     assert receivers[1].result(WAIT) == ("KeyboardInterrupt", "retried", "DeadlineExceededError")
     handle.wait(timeout=WAIT)
