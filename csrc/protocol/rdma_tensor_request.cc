@@ -193,8 +193,13 @@ void RdmaTensorRequest::on_meta(const RdmaMessage& message) {
   std::uint32_t lkey = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // its ERROR_STATUS ends it; held: from the broken channel (the successor asks again)
-    if (state_ == State::kDone || state_ == State::kHeld || cancel_sent_) return;
+    // its ERROR_STATUS ends it; held, or waiting for the drain: from the broken channel,
+    // taken before it broke (the request is asked again on the next one; a re-request here
+    // would leave the drain nothing to wait for, and nobody to ask again)
+    if (state_ == State::kDone || state_ == State::kHeld || state_ == State::kDraining ||
+        cancel_sent_) {
+      return;
+    }
     rendezvous_.update_meta(key_.key.src, key_.key.name, *message.meta);
     meta_ = message.meta;
     if (rendezvous_.read_mode()) {  // the address field holds where to read from

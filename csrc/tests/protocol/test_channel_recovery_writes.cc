@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "protocol/rdma_rendezvous.h"
+#include "protocol/rdma_tensor_request.h"
 #include "protocol/send_completion.h"
 #include "rendezvous_pair.h"
 
@@ -44,7 +45,7 @@ class ChannelRecoveryWrites : public RendezvousPair {
   }
   void expect_received() {
     RecvResult got = caller_->get();
-    ASSERT_TRUE(got.status.ok()) << "the ps's send says delivered; the worker: " << got.status.message();
+    ASSERT_TRUE(got.status.ok()) << "the worker's recv: " << got.status.message();
     EXPECT_TRUE(same(got.value, sent_));
   }
 
@@ -72,6 +73,30 @@ TEST_P(ChannelRecoveryWrites, AWriteTheSenderSawFinishReachesItsRecvAsTheWorkerS
   gate_->release();
   ASSERT_TRUE(delivered);
   ASSERT_TRUE(connect_tasks(*ps_, 7, *worker_, 8));
+  expect_received();
+}
+
+// The completion thread read a META_DATA_RESPONSE (the tensor's meta-data changed) just
+// before the channel broke, and handles it once the request waits for the old queue pair's
+// drain: the request is still asked again on the next channel. (It was lost: the handling
+// re-requested on the broken channel, the drain then passed it by, and nothing held it, so
+// that neither the tensor nor its deadline ever reached its caller.)
+TEST_P(ChannelRecoveryWrites, AMetaDataResponseHandledAsTheRequestAwaitsTheDrainLeavesItAskedAgain) {
+  // the worker caches the meta-data of 'w': its next request carries a landing
+  ASSERT_TRUE(ps_->send(1, kWorker, "w", floats(kLarge, 0.5f)).ok());
+  ASSERT_TRUE(recv(1, "w").status.ok());
+  const std::weak_ptr<PendingRecv> asked = worker_->recv(2, kPs, "w", 30, caller_);
+  while (ps_->pending().second < 1) std::this_thread::yield();
+  worker_->recv(0, kWorker, "freeze", 0, gate_);
+  gate_->wait_entered();
+  worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
+  // what the completion thread does with the message it took before the failure
+  sent_ = floats(2 * kLarge, 3.0f);
+  const RdmaMessage meta{MessageType::kMetaDataResponse, 0, "w", 2, 0, 0, sent_.meta, 0, ""};
+  std::static_pointer_cast<RdmaTensorRequest>(asked.lock())->on_message(meta);
+  gate_->release();
+  ASSERT_TRUE(connect_tasks(*worker_, 8, *ps_, 7));
+  ASSERT_TRUE(ps_->send(2, kWorker, "w", sent_).ok());
   expect_received();
 }
 
