@@ -83,6 +83,14 @@ def _fetching(server: tv.Server, step: int) -> bool:
         return any(fetch is not None for fetch in receiver._fetching.get(step, {}).values())
 
 
+def _got(fetch: concurrent.futures.Future | PartFetch, descriptor) -> bool:
+    """Whether ``fetch``, from the parent of ``descriptor``'s tensor, got every byte."""
+    if isinstance(fetch, PartFetch):
+        futures = list(fetch._futures.values())
+        return len(futures) >= descriptor.parts and all(f.done() for f in futures)
+    return fetch.done()
+
+
 def _fetched(server: tv.Server, step: int) -> tuple[RendezvousKey, int] | None:
     """The key and step of the (last) fetch from the parent of the recv fetching at
     ``step``, once it got every byte (None before)."""
@@ -93,16 +101,20 @@ def _fetched(server: tv.Server, step: int) -> tuple[RendezvousKey, int] | None:
     if len(fetches) != 1 or fetches[0] is None or len(states) != 1:
         return None
     fetch, descriptor = fetches[0], states[0].descriptor
-    if isinstance(fetch, PartFetch):
-        futures = list(fetch._futures.values())
-        if len(futures) < descriptor.parts or not all(f.done() for f in futures):
-            return None
-        name = part_name(descriptor.tag, descriptor.parts - 1)
-    elif fetch.done():
-        name = descriptor.data
-    else:
+    if not _got(fetch, descriptor):
         return None
+    name = part_name(descriptor.tag, descriptor.parts - 1) if isinstance(fetch, PartFetch) else descriptor.data
     return RendezvousKey(parse_task(descriptor.parent), 0, receiver._task, name), descriptor.step
+
+
+def _fetches(server: tv.Server, step: int) -> tuple[int, int]:
+    """(the recvs at ``step`` fetching from the relay's parent, those of them whose fetch
+    got every byte)."""
+    receiver = server._rt.relays._receiver
+    with receiver._lock:
+        fetches = {call.key.name: f for call, f in receiver._fetching.get(step, {}).items() if f is not None}
+        descriptors = {at[1]: state.descriptor for at, state in receiver._following.items() if at[2] == step}
+    return len(fetches), sum(name in descriptors and _got(f, descriptors[name]) for name, f in fetches.items())
 
 
 def interrupted_fetching_recv(server: tv.Server, name: str, nbytes: int, step: int) -> tuple[str | None, str, str]:
@@ -148,6 +160,53 @@ def interrupted_fetching_recv(server: tv.Server, name: str, nbytes: int, step: i
     return interrupted and interrupted[0], outcome, type(error).__name__ if error is not None else ""
 
 
+def interrupted_fetching_recv_many(server: tv.Server, names: list[str], nbytes: int, step: int
+                                   ) -> tuple[str | None, list[str]]:
+    """``recv_many`` of ``names`` (``w<i>``, relayed) on the main thread, interrupted by a
+    SIGINT once every entry's fetch from the parent got its tensor (whose callbacks wait on
+    the parent's lane, held: :func:`hold_the_parents_lane`); then free the lane and receive
+    each again: (the interruption's exception, what became of each tensor as
+    :func:`interrupted_recv_of_kept` says)."""
+    held, free = _lane
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + WAIT
+        while _fetches(server, step)[0] < len(names):  # a condition, polled
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
+        server.send("fetching", np.zeros(1, np.uint8), to=TRAINER, step_id=step)  # (see above)
+        while _fetches(server, step)[1] < len(names):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    got: list = []
+    try:
+        assert held.wait(WAIT), "the parent's lane was not held"
+        interrupted = _interrupted(
+            lambda: got.append(server.recv_many([(name, TRAINER, step) for name in names], timeout=WAIT)), False)
+    finally:
+        free.set()
+    assert not got, "recv_many returned before it was interrupted"
+    outcomes = []
+    for i, name in enumerate(names):
+        try:
+            again = server.recv(name, TRAINER, step, 5.0)
+        except tv.DeadlineExceededError:
+            outcomes.append("lost")
+            continue
+        assert same(again, pattern(nbytes, step + i)), f"wrong bytes of {name}"
+        try:
+            server.recv(name, TRAINER, step, 0.5)
+            outcomes.append("twice")
+        except tv.DeadlineExceededError:
+            outcomes.append("retried")
+    return interrupted and interrupted[0], outcomes
+
+
 # -- in the trainer's (this) process ----------------------------------------------------------
 @pytest.fixture(scope="module", params=["grpc", "verbs"])
 def job(request):
@@ -188,3 +247,23 @@ def test_a_relayed_recv_interrupted_once_its_fetch_got_the_tensor_keeps_it_once(
     assert receivers[0].run("test_relay:recv_all", ["w0"], [nbytes], step) == [True]
     assert receivers[1].result(WAIT) == ("KeyboardInterrupt", "retried", "DeadlineExceededError")
     handle.wait(timeout=WAIT)
+
+
+@pytest.mark.parametrize("nbytes", SIZES)
+def test_a_recv_many_of_relayed_tensors_interrupted_once_their_fetches_got_them_keeps_each_once(job, nbytes):
+    """Ctrl-C in the wait of a ``recv_many`` whose entries follow relays, once every fetch
+    from the relay's parent got its tensor: each tensor goes to the next recv of it, once
+    (none is lost with a future read before the interruption, and no relay descriptor is
+    handed back to the protocol as well, for a recv that would follow it again)."""
+    trainer, receivers = job
+    step, names = 7000 if nbytes == SIZES[0] else 8000, ["w0", "w1"]
+    receivers[1].run(f"{__name__}:hold_the_parents_lane", step)
+    handles = [trainer.send(name, pattern(nbytes, step + i), to=RECEIVERS, step_id=step, relay=True)
+               for i, name in enumerate(names)]
+    receivers[1].post("run", f"{__name__}:interrupted_fetching_recv_many", names, nbytes, step)
+    receivers[0].run("test_relay:send_to", "hold", RECEIVERS[1], step)
+    trainer.recv("fetching", RECEIVERS[1], step, timeout=WAIT)
+    assert receivers[0].run("test_relay:recv_all", names, [nbytes] * len(names), step) == [True, True]
+    assert receivers[1].result(WAIT) == ("KeyboardInterrupt", ["retried", "retried"])
+    for handle in handles:
+        handle.wait(timeout=WAIT)

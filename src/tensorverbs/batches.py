@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence,
 
 from . import arguments as check
 from .errors import InvalidArgumentError, TensorverbsError, from_code
-from .in_hand import IN_HAND
-from .rendezvous.future import RecvFuture, starting
+from .rendezvous.future import give_up_all, giving_up
 from .rendezvous.key import RendezvousKey
 
 if TYPE_CHECKING:
@@ -74,7 +73,7 @@ def describe(entry: RecvEntry) -> str:
 def each(batch: Sequence[RecvEntry], fn: Callable[[RecvEntry], T]) -> list[T]:
     """``fn`` of each entry; a TensorverbsError it raises for one (a bad argument) is
     raised again naming the entry (the caller gives up what was started:
-    :func:`_giving_up`)."""
+    :func:`~.rendezvous.future.giving_up`)."""
     made: list[T] = []
     for i, entry in enumerate(batch):
         try:
@@ -104,7 +103,7 @@ def start(batch: Sequence[RecvEntry], start_one: Callable[[RecvEntry], concurren
     """Each entry's recv started; if one cannot start (a bad argument), or a signal's
     exception interrupts the start (Ctrl-C), every recv started is given up and the
     error raised, a bad entry's naming it."""
-    return _giving_up(lambda: each(batch, start_one))
+    return giving_up(lambda: each(batch, start_one))
 
 
 def run(batch: Sequence[RecvEntry], start_one: Callable[[RecvEntry], concurrent.futures.Future[Any]]
@@ -117,33 +116,7 @@ def run(batch: Sequence[RecvEntry], start_one: Callable[[RecvEntry], concurrent.
         for fut in futures:
             fut.exception()  # waits (on the main thread in slices: signal handlers run)
         return _outcomes(batch, futures)
-    return _giving_up(start_and_wait)
-
-
-def _giving_up(body: Callable[[], T]) -> T:
-    """``body()``, which starts recvs; if it raises, each recv it started is given up
-    (the rendezvous tells them before they can go out: :func:`~.rendezvous.future.started`)."""
-    lists, mine = starting(), list[RecvFuture]()
-    try:
-        lists.append(mine)
-        result = body()
-        lists.pop()  # (a signal's handler may run as it returns: here, mine are given up)
-        IN_HAND.started = mine  # until the public call returns them
-        return result
-    except BaseException:
-        give_back(mine)
-        raise
-    finally:
-        if lists and lists[-1] is mine:
-            lists.pop()
-
-
-def give_back(futures: Iterable[concurrent.futures.Future[Any]]) -> None:
-    """Give every recv up: a pending one is cancelled, a settled one's tensor is kept for
-    the next recv of it."""
-    for fut in futures:
-        if not fut.cancel() and isinstance(fut, RecvFuture):
-            fut.give_back()
+    return giving_up(start_and_wait)
 
 
 @dataclass
@@ -175,7 +148,7 @@ async def await_all(batch: Sequence[RecvEntry], futures: Sequence[concurrent.fut
         if futures:
             await asyncio.wait([asyncio.wrap_future(fut) for fut in futures])
     except BaseException:
-        give_back(futures)
+        give_up_all(futures)
         raise
     return _outcomes(batch, futures)
 

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import _base
-from typing import Any, Callable, Generator, Protocol
+from typing import Any, Callable, Generator, Iterable, Protocol, TypeVar
 
 from .. import _core
 from ..errors import CancelledError, DeadlineExceededError, TensorverbsError
@@ -28,6 +28,8 @@ from .collected import collecting, later
 from .completion import wait_in_slices
 from .condition import Condition
 from .lanes import Lanes
+
+T = TypeVar("T")
 
 #: the longest a wait of the main thread for a recv sleeps before signal handlers run
 _SIGNAL_SLICE = 0.02
@@ -427,6 +429,33 @@ def started(fut: RecvFuture) -> None:
     lists = _starting.lists
     if lists:
         lists[-1].append(fut)
+
+
+def giving_up(body: Callable[[], T]) -> T:
+    """``body()``, which starts recvs (a batch's); if it raises (a signal's exception
+    too), each recv it started is given up (:func:`started` tells them before they can go
+    out); if it returns, the public call's hand holds them until the call returns."""
+    lists, mine = starting(), list[RecvFuture]()
+    try:
+        lists.append(mine)
+        result = body()
+        lists.pop()  # (a signal's handler may run as it returns: here, mine are given up)
+        IN_HAND.started = mine
+        return result
+    except BaseException:
+        give_up_all(mine)
+        raise
+    finally:
+        if lists and lists[-1] is mine:
+            lists.pop()
+
+
+def give_up_all(futures: Iterable[concurrent.futures.Future[Any]]) -> None:
+    """Give every recv up: a pending one is cancelled, a settled one's tensor is kept for
+    the next recv of it."""
+    for fut in futures:
+        if not fut.cancel() and isinstance(fut, RecvFuture):
+            fut.give_back()
 
 
 def add_internal_callback(fut: concurrent.futures.Future[Any],

@@ -29,7 +29,7 @@ from ..errors import Code, DeadlineExceededError, TensorverbsError, UnavailableE
 from ..in_hand import IN_HAND, give_back
 from ..out import Out
 from ..rendezvous.key import RendezvousKey
-from ..rendezvous.future import RecvFuture, started
+from ..rendezvous.future import RecvFuture, giving_up, started
 from ..rendezvous.local import Value
 from ..rendezvous.recv_call import PendingRecv, RecvCall, describe_recv, settle
 from ..rendezvous.relay_plan import Relayed
@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 
 
 atexit.register(_core.shutdown)  # the core's Python threads end before the interpreter
+
+#: an answer of recv_many in hand whose relay descriptor the relay took: an interrupted call
+#: gives the core nothing back for it (see :mod:`tensorverbs.in_hand`)
+_RELAYED = (int(Code.CANCELLED), "", 0, (), False, None)
 
 
 class _Connecting(PendingRecv):
@@ -264,17 +268,29 @@ class VerbsRendezvous(VerbsBlocks, RemoteRendezvous):
         started = time.monotonic()
         names = [key.name for key in keys]
         answers = self.core.recv_many(steps, srcs, names, _timeout(timeout), IN_HAND)  # (in hand, as recv)
+        peers = {src: str(task) for task, src in ready.items() if src is not None}
+        relayed: dict[int, RecvFuture] = {}
+        results = giving_up(lambda: self._results(keys, steps, srcs, answers, peers, started, timeout, relayed))
+        for i, fut in relayed.items():  # (interrupted, the public call gives every one back)
+            error = fut.exception()
+            results[i] = fut.result() if error is None else error
+        return results
+
+    def _results(self, keys: Sequence[RendezvousKey], steps: Sequence[int], srcs: list[int], answers: list,
+                 peers: dict[int, str], started: float, timeout: float | None,
+                 relayed: dict[int, RecvFuture]) -> list[Any]:
+        """The result of each of :meth:`recv_many`'s ``answers``, but those that follow a
+        relay (their futures in ``relayed``, each settled by the time this returns)."""
         seconds = time.monotonic() - started
         results: list[Any] = []
         arrived: list[tuple[str, int]] = []
-        peers = {src: str(task) for task, src in ready.items()}
-        relayed: dict[int, concurrent.futures.Future] = {}
-        for key, step, src, answer in zip(keys, steps, srcs, answers):
+        for i, (key, step, src, answer) in enumerate(zip(keys, steps, srcs, answers)):
             code, _, dtype, shape, is_dead, payload = answer
             array = None if code or src == self.task_id else plain_array(dtype, shape, is_dead, payload)
             if array is None:
                 result = self._answer(key, step, src, answer, started)
                 if type(result) is Relayed:  # fetched from the relay's parent, all at once below
+                    answers[i] = _RELAYED  # (the relay's descriptor now: not given back to the core)
                     left = None if timeout is None else max(0.0, timeout - seconds)
                     relayed[len(results)] = self.follow(result, key, step, left)
                 results.append(result)
@@ -282,9 +298,8 @@ class VerbsRendezvous(VerbsBlocks, RemoteRendezvous):
             results.append(array)  # as _answer makes it, without its calls
             arrived.append((peers[src], array.nbytes))
         self.rt.recvs.observe_all(arrived, seconds)
-        for i, fut in relayed.items():
-            error = fut.exception()
-            results[i] = fut.result() if error is None else error
+        for fut in relayed.values():
+            fut.exception()  # waits (on the main thread in slices: signal handlers run)
         return results
 
     def _answer(self, key: RendezvousKey, step_id: int, src: int, answer: tuple, started: float) -> Any:
