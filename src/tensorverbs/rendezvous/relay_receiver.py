@@ -366,18 +366,29 @@ class RelayReceiver(RelayOffers):
             result = fut.result()
             if call.future.cancelled() and state.out_copy is not None:  # (its caller may use out again)
                 result, state.out_copy = state.out_copy, None
-            if state.descriptor.children or state.descriptor.late:  # (in host memory once, for both)
-                array = prepare(host_array(result, device_of(result))[0])
-                self._replicate(call, state, array)
             try:
-                if state.descriptor.children:
-                    self._pass_on(call.step_id, state, array)
-            finally:
-                self._confirm(call.step_id, state, HAVE_IT)
+                self._pass_on_fetched(call, state, result)
+            except Exception as exc:  # (no memory for its host copy): the next recv gets it
+                if not call.future.cancelled():  # (a cancelled one's is kept: _call_ended)
+                    (self._keep if call.out is None else self._keep_out)(call.key.name, call.step_id, state, result)
+                    settle(call.future, as_error(exc, f"{call.what}: passing the relayed tensor on"))
+                return
             self._deliver(call, state, result, fetched=True)
             return
         settle(call.future, as_error(error, f"{call.what}: fetching the relayed tensor from "
                                             f"{state.origin if state.direct else state.descriptor.parent}"))
+
+    def _pass_on_fetched(self, call: RecvCall, state: _Following, result: Any) -> None:
+        """Pass ``result``, the tensor fetched for ``call``, on to the relay's children and
+        keep it for its late receivers; confirm that this task has it."""
+        try:
+            if state.descriptor.children or state.descriptor.late:  # (in host memory once, for both)
+                array = prepare(host_array(result, device_of(result))[0])
+                self._replicate(call, state, array)
+                if state.descriptor.children:
+                    self._pass_on(call.step_id, state, array)
+        finally:
+            self._confirm(call.step_id, state, HAVE_IT)
 
     def _late_result(self, call: RecvCall, state: _Following, array: np.ndarray) -> BaseException | None:
         """Settle late receiver ``call`` with ``array``, fetched from the sender directly
