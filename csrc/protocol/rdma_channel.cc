@@ -33,11 +33,6 @@ void RdmaChannel::abandon_reads() {
   reads_.clear();
 }
 
-void RdmaChannel::track_read(std::uint32_t index, std::shared_ptr<std::atomic<bool>> seen) {
-  std::lock_guard<std::mutex> lock(mu_);
-  reads_[index] = std::move(seen);
-}
-
 Status RdmaChannel::start() {
   std::vector<verbs::RecvWr> recvs(std::size_t{message_receives(buffer_->slots())} + max_requests_);
   for (std::size_t i = 0; i < recvs.size(); ++i) {
@@ -270,12 +265,17 @@ Status RdmaChannel::buffer_send_locked(RdmaMessage& message, std::vector<verbs::
 void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
                                 std::uint64_t total, std::uint32_t lkey,
                                 std::uint64_t remote_addr, std::uint32_t rkey,
-                                std::uint64_t wr_id, std::uint32_t imm) {
+                                std::uint64_t wr_id, std::uint32_t imm,
+                                std::shared_ptr<std::atomic<bool>> seen) {
   const std::uint64_t step = std::min<std::uint64_t>(max_message_bytes_.load(), 1u << 30);
   Status status;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (error_) return;  // fail() ended whatever this was for
+    if (error_) {  // fail() ended whatever this was for: nothing is read
+      if (seen) seen->store(true, std::memory_order_release);
+      return;
+    }
+    if (seen) reads_[work_value(wr_id)] = std::move(seen);
     std::vector<verbs::SendWr>& wrs = scratch_locked();
     std::uint64_t offset = 0;
     do {
@@ -355,6 +355,7 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
   std::deque<std::shared_ptr<RdmaTensorRequest>> queued;
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> waiting;
+  std::vector<std::shared_ptr<std::atomic<bool>>> unposted;
   Status failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -384,10 +385,21 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
       if (response) waiting.emplace_back(0, std::move(response));
     }
     early_.clear();
+    // reads waiting to be posted never are: once the queue pair is in error, nothing of
+    // them (of their operations posted already) lands
+    for (const verbs::SendWr& wr : backlog_) {
+      auto read = wr.signaled && work_kind(wr.wr_id) == WorkKind::kTensorRead
+                      ? reads_.find(work_value(wr.wr_id))
+                      : reads_.end();
+      if (read == reads_.end()) continue;
+      unposted.push_back(std::move(read->second));
+      reads_.erase(read);
+    }
     backlog_.clear();
     buffer_->drop_waiting();  // (answers among them: their responses are abandoned below)
   }
   qp_->to_error(failed.message());
+  for (auto& seen : unposted) seen->store(true, std::memory_order_release);
   // what a caller throws as its recv fails is the caller's: the other recvs fail all the same
   for (auto& entry : requests) {  // (no structured bindings: a lambda captures none in C++17)
     const std::uint32_t index = entry.first;

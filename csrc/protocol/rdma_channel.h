@@ -110,13 +110,14 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
 
   // Writes (with immediate) or reads `length` bytes at `local` (under `lkey`) to or from
   // `remote_addr`, as operations of at most the channel's message size; only the last is
-  // signaled (and carries the immediate).
+  // signaled (and carries the immediate). A read's `seen` is set once its completion
+  // (success, error or flush) has been seen, or once nothing of it can land any more (the
+  // channel failed before it was posted, the queue pair is gone): until then the read may
+  // still place bytes.
   void post_transfer(verbs::WrOpcode opcode, std::uint64_t local, std::uint64_t length,
                      std::uint32_t lkey, std::uint64_t remote_addr, std::uint32_t rkey,
-                     std::uint64_t wr_id, std::uint32_t imm);
-  // Sets `seen` once the completion of our read `index` (success, error or flush) has been
-  // seen, or the queue pair is gone: until then the read may still place bytes.
-  void track_read(std::uint32_t index, std::shared_ptr<std::atomic<bool>> seen);
+                     std::uint64_t wr_id, std::uint32_t imm,
+                     std::shared_ptr<std::atomic<bool>> seen = nullptr);
   // The task stops (its adapter no longer takes completions): every read counts as seen.
   void abandon_reads();
   // A window over [addr, +length) of `region` that only the peer reaches (bound to the queue

@@ -191,6 +191,7 @@ void RdmaTensorRequest::on_meta(const RdmaMessage& message) {
   bool read = false;
   std::uint64_t local = 0, length = 0;
   std::uint32_t lkey = 0;
+  std::shared_ptr<std::atomic<bool>> seen;  // our read's (see RdmaChannel::post_transfer)
   {
     std::lock_guard<std::mutex> lock(mu_);
     // its ERROR_STATUS ends it; held, or waiting for the drain: from the broken channel,
@@ -207,7 +208,7 @@ void RdmaTensorRequest::on_meta(const RdmaMessage& message) {
       if (failed.ok()) {
         state_ = State::kReading;
         read = true;
-        read_seen_ = std::make_shared<std::atomic<bool>>(false);
+        read_seen_ = seen = std::make_shared<std::atomic<bool>>(false);
         length = meta_->nbytes;
         if (landing_) {
           local = reinterpret_cast<std::uint64_t>(landing_->data());
@@ -240,9 +241,8 @@ void RdmaTensorRequest::on_meta(const RdmaMessage& message) {
       return;
     }
     rendezvous_.counters().add(rendezvous_.counters().rdma_reads);
-    channel_->track_read(index_, read_seen_);
     channel_->post_transfer(verbs::WrOpcode::kRdmaRead, local, length, lkey, message.remote_addr,
-                            message.rkey, work_id(WorkKind::kTensorRead, index_), 0);
+                            message.rkey, work_id(WorkKind::kTensorRead, index_), 0, seen);
   }
 }
 

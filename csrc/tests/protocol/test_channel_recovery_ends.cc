@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "protocol/rdma_rendezvous.h"
+#include "protocol/rdma_tensor_request.h"
 #include "rendezvous_pair.h"
 
 namespace tensorverbs {
@@ -99,6 +100,51 @@ TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWhoseReadWasCutShortByARecov
     return;
   }
   FAIL() << "every read ended before the adapter could be held";
+}
+
+// Read mode: META_DATA_RESPONSEs the completion thread took just before the channel failed
+// for good, handled as the failure ends the channel's recvs one by one: their reads are
+// never posted, and their recvs into the callers' memory still end. (They waited for the
+// completions of reads never posted, past their deadlines, until the task stopped.)
+TEST_P(ChannelRecoveryReads, ARecvWhoseReadWasNeverPostedOnAFailedChannelEnds) {
+  constexpr std::size_t kCount = std::size_t{1} << 18;
+  constexpr std::size_t kRecvs = 4;
+  std::vector<std::shared_ptr<PendingRecv>> recvs;
+  std::vector<std::shared_ptr<Waiting>> callers;
+  for (std::size_t i = 0; i < kRecvs; ++i) {
+    callers.push_back(std::make_shared<Waiting>());
+    recvs.push_back(worker_->recv(1, kPs, "y" + std::to_string(i), 30, callers.back(),
+                                  zeros(kCount, {static_cast<std::int64_t>(kCount)})));
+  }
+  // the last recv made, whose answer holds the thread that fails the channel (the failure
+  // ends the channel's recvs from the last made, where the standard library's map keeps
+  // its entries so)
+  auto holding = std::make_shared<Gate>();
+  worker_->recv(1, kPs, "g", 30, holding);
+  while (ps_->pending().second < kRecvs + 1) std::this_thread::yield();
+  auto frozen = std::make_shared<Gate>();
+  worker_->recv(0, kWorker, "freeze", 0, frozen);
+  frozen->wait_entered();
+  std::thread failing(
+      [&] { worker_->fail_channel(kPs, Status(Code::kUnavailable, "the ps is gone"), false); });
+  holding->wait_entered();
+  // what the completion thread does with the messages it took before the failure
+  int staged = 0;
+  for (std::size_t i = 0; i < kRecvs; ++i) {
+    if (recvs[i]->progress().rfind("requested", 0) != 0) continue;  // ended already
+    const RdmaMessage meta{MessageType::kMetaDataResponse, 0, "y" + std::to_string(i), 1, 0x1000, 1,
+                           floats(kCount, 0.0f).meta, 0, ""};
+    std::static_pointer_cast<RdmaTensorRequest>(recvs[i])->on_message(meta);
+    ++staged;
+  }
+  holding->release();
+  failing.join();
+  frozen->release();
+  ASSERT_GT(staged, 0) << "the failure ended every recv before the one holding it";
+  for (std::size_t i = 0; i < kRecvs; ++i) {
+    const RecvResult got = callers[i]->get();
+    EXPECT_EQ(got.status.code(), Code::kUnavailable) << "y" << i << ": " << got.status.message();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ChannelRecoveryEnds, all_modes(), mode_name);
