@@ -169,6 +169,7 @@ void RdmaAdapter::run() {
     }
     for (auto& channel : touched) run_guarded([&] { channel->after_batch(); }, failing(channel));
     touched.clear();
+    if (n < kBatch) caught_up_.fetch_add(1, std::memory_order_acq_rel);
     expire();
     if (housekeeping_wanted_.exchange(false)) {
       // a housekeeping that throws is tried again after the next batch

@@ -45,6 +45,10 @@ class RdmaAdapter {
   // `what` expires at `when` (`timeout` seconds after now) unless it is gone by then.
   void add_deadline(Clock::time_point when, double timeout, std::weak_ptr<Expiring> what);
   void wants_housekeeping();
+  // How many times the thread took every completion the queue held and handled them: a
+  // completion queued before this count was read has been handled once it has grown.
+  // (Time passing says nothing of it: the thread may have been held meanwhile.)
+  std::uint64_t caught_up() const { return caught_up_.load(std::memory_order_acquire); }
   void start();
   // Waits (at most `bound`) until every channel has acknowledged the messages it took and
   // what it posted has left (RdmaChannel::quiet), the completion thread going on meanwhile.
@@ -76,6 +80,7 @@ class RdmaAdapter {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> housekeeping_wanted_{false};
   std::atomic<bool> lingering_{false};
+  std::atomic<std::uint64_t> caught_up_{0};
   std::condition_variable quiet_;  // lingering_ ended (with mu_)
   std::thread thread_;
 };

@@ -134,6 +134,8 @@ class RdmaRendezvous final : public ChannelOwner {
   void keep_late(const StepKey& key, TensorValue value);
   void forget(const PendingRecv* recv) { recvs_.forget(recv); }
   bool recovers() const { return settings_.recover; }
+  // The adapter's count of times it caught up with its completion queue (see RdmaAdapter).
+  std::uint64_t completions_caught_up() const { return adapter_->caught_up(); }
   // Holds `request` (its channel broke) until the peer's channel is set up again, or asks
   // again at once if it is; false when the rendezvous does not recover channels, stopped,
   // or the peer's channel failed for good (`why_not`, when given, says which).

@@ -90,10 +90,10 @@ void RdmaTensorRequest::start() {
   // queued behind the requests in flight: the channel sends it when one of them ends
   if (!admitted.value()) return;
   const std::uint32_t index = *admitted.value();
-  if (!send_request(index)) {  // it ended first (a successor may be given up as it starts)
-    channel_->remove_request(index);
-    rendezvous_.forget(this);
-  }
+  // it ended first (a successor may be given up as it starts: whatever ended it, it forgot
+  // it), or its channel broke first: then it is held, tracked still (a step's abort and the
+  // task's stop reach it there)
+  if (!send_request(index)) channel_->remove_request(index);
 }
 
 bool RdmaTensorRequest::send_request(std::uint32_t index) {

@@ -2,6 +2,8 @@
 // why not), after waiting for what its old queue pair may still land (the peer's write, our
 // read), and asked again there by a successor.
 #include <chrono>
+#include <cstdint>
+#include <optional>
 
 #include "protocol/rdma_channel.h"
 #include "protocol/rdma_rendezvous.h"
@@ -68,14 +70,23 @@ bool RdmaTensorRequest::await_drain(const Status& why) {
     broke_ = why;
   }
   rendezvous_.quarantine([self = shared_from_this(),
-                          until = std::chrono::steady_clock::now() + kDrainBound] {
+                          until = std::chrono::steady_clock::now() + kDrainBound,
+                          caught_up = std::optional<std::uint64_t>()]() mutable {
     bool read_over = false;
     {
       std::lock_guard<std::mutex> lock(self->mu_);
       if (self->state_ != State::kDraining) return true;
       read_over = self->read_seen_ && !self->read_outstanding_locked();
     }
-    const bool waited_out = std::chrono::steady_clock::now() >= until;
+    // waited out once the bound passed and the completion thread caught up with its queue
+    // after that: held meanwhile (a callback of its took long), it has not seen the write
+    // or the flush that may wait there
+    bool waited_out = false;
+    if (std::chrono::steady_clock::now() >= until) {
+      const std::uint64_t now = self->rendezvous_.completions_caught_up();
+      if (!caught_up) caught_up = now;
+      waited_out = now > *caught_up;
+    }
     if (!read_over && !waited_out) return false;
     // the read's completion came; or no flush came: held as if nothing could have landed
     self->drained(waited_out);

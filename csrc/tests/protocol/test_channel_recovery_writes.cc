@@ -2,6 +2,7 @@
 // receiver's channel was set up again before its completion thread saw the write.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -22,9 +23,9 @@ constexpr std::size_t kLarge = std::size_t{1} << 18;
 class ChannelRecoveryWrites : public RendezvousPair {
  protected:
   // With the worker's completion thread held (released by `gate_`), the ps writes `sent_`
-  // for the worker's recv at step 2 (answered to `caller_`); whether the ps's send said
+  // for the worker's recv at step 2 (answered to `caller_`, within `timeout`); whether the ps's send said
   // delivered.
-  bool write_while_held() {
+  bool write_while_held(double timeout = 5) {
     auto ledger = std::make_shared<SendLedger>();
     // the worker caches the meta-data (later requests carry their landing), and the ps maps
     // the worker's pool block: the soft provider's first write there takes the stream, and
@@ -34,7 +35,7 @@ class ChannelRecoveryWrites : public RendezvousPair {
     EXPECT_TRUE(ps_->send(1, kWorker, "w", warm).ok());
     EXPECT_TRUE(recv(1, "w").status.ok());
     EXPECT_TRUE(ledger->wait_all(60));
-    worker_->recv(2, kPs, "w", 5, caller_);
+    worker_->recv(2, kPs, "w", timeout, caller_);
     while (ps_->pending().second < 1) std::this_thread::yield();
     worker_->recv(0, kWorker, "freeze", 0, gate_);
     gate_->wait_entered();
@@ -73,6 +74,21 @@ TEST_P(ChannelRecoveryWrites, AWriteTheSenderSawFinishReachesItsRecvAsTheWorkerS
   gate_->release();
   ASSERT_TRUE(delivered);
   ASSERT_TRUE(connect_tasks(*ps_, 7, *worker_, 8));
+  expect_received();
+}
+
+// The worker's completion thread stalls (a callback it runs takes long) past the bound of the
+// wait for its old queue pair's drain, with the write the ps saw finish, and the flush, in its
+// queue: the write still reaches its recv. (The bound was checked before the thread took them:
+// the recv was asked again of a ps that had nothing left to send, and timed out.)
+TEST_P(ChannelRecoveryWrites, AWriteTheSenderSawFinishReachesItsRecvThoughTheWorkerStalledPastTheDrainBound) {
+  const bool delivered = write_while_held(30);
+  worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
+  // the stall: time passing, not a wait for anything
+  std::this_thread::sleep_for(RdmaTensorRequest::kDrainBound + std::chrono::milliseconds(500));
+  gate_->release();
+  ASSERT_TRUE(delivered);
+  ASSERT_TRUE(connect_tasks(*worker_, 8, *ps_, 7));
   expect_received();
 }
 
