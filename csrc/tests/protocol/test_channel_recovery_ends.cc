@@ -102,6 +102,53 @@ TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWhoseReadWasCutShortByARecov
   FAIL() << "every read ended before the adapter could be held";
 }
 
+// Read mode: a recv into the caller's memory whose read was outstanding as its channel broke,
+// and whose wait for the old queue pair's drain ran out, ends only once its read is seen to
+// end: nothing lands in the caller's memory after it raised. (It raised at once.)
+TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWaitedOutDuringItsReadEndsOnceTheReadHas) {
+  constexpr std::size_t kCount = std::size_t{16} << 20;  // 64 MiB: a read that takes a while
+  const TensorValue sent = floats(kCount, 1.0f);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const std::int64_t step = 40 + attempt;
+    auto caller = std::make_shared<Waiting>();
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    struct Marking : RecvCallback {
+      Marking(std::shared_ptr<Waiting> to, std::shared_ptr<std::atomic<bool>> mark)
+          : to_(std::move(to)), mark_(std::move(mark)) {}
+      void complete(RecvResult result) override {
+        mark_->store(true);
+        to_->complete(std::move(result));
+      }
+      std::shared_ptr<Waiting> to_;
+      std::shared_ptr<std::atomic<bool>> mark_;
+    };
+    std::shared_ptr<PendingRecv> pending =
+        worker_->recv(step, kPs, "big", 60, std::make_shared<Marking>(caller, answered),
+                      zeros(kCount, {static_cast<std::int64_t>(kCount)}));
+    ASSERT_TRUE(ps_->send(step, kWorker, "big", sent).ok());
+    while (pending->progress().find("requested") != std::string::npos) std::this_thread::yield();
+    auto gate = std::make_shared<Gate>();
+    worker_->recv(step, kWorker, "freeze", 0, gate);
+    gate->wait_entered();
+    if (pending->progress().find("being read") == std::string::npos) {  // the read ended first
+      gate->release();
+      caller->get();
+      continue;
+    }
+    worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
+    // what the completion thread does once the drain's bound ran out
+    std::static_pointer_cast<RdmaTensorRequest>(pending)->drained(true);
+    const bool early = answered->load();
+    gate->release();
+    ASSERT_TRUE(connect_tasks(*worker_, 8, *ps_, 7));  // (a recv held is asked again there)
+    RecvResult got = caller->get();
+    EXPECT_FALSE(early) << "the recv ended before its read into the caller's memory: "
+                        << got.status.message();
+    return;
+  }
+  FAIL() << "every read ended before the adapter could be held";
+}
+
 // Read mode: META_DATA_RESPONSEs the completion thread took just before the channel failed
 // for good, handled as the failure ends the channel's recvs one by one: their reads are
 // never posted, and their recvs into the callers' memory still end. (They waited for the
