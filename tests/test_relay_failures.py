@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 
+import numpy as np
 import pytest
 
 import tensorverbs as tv
@@ -17,9 +18,10 @@ RECEIVER = receiver_names(1)[0]
 
 
 # -- in the receiver's process (TaskProcess.run) ----------------------------------------------
-def recv_with_a_failing_host_copy(server: tv.Server, name: str, nbytes: int, step: int) -> tuple[str, str]:
-    """Receive ``name`` (relayed, served to late receivers) while the host copy made to pass
-    it on raises MemoryError once; then receive it again: (the first recv's error type, or
+def recv_with_a_failing_host_copy(server: tv.Server, name: str, nbytes: int, step: int, into_out: bool
+                                  ) -> tuple[str, str]:
+    """Receive ``name`` (relayed, served to late receivers; into an ``out`` if ``into_out``)
+    while the host copy made to pass it on raises MemoryError once; then receive it again: (the first recv's error type, or
     "hung"/"returned"; what the next recvs got: "retried", "lost" or "twice")."""
     prepare = relay_receiver.prepare
 
@@ -29,7 +31,8 @@ def recv_with_a_failing_host_copy(server: tv.Server, name: str, nbytes: int, ste
 
     relay_receiver.prepare = failing_once
     try:
-        first = server.recv_async(name, TRAINER, step, 10.0).exception(WAIT)
+        out = np.zeros(nbytes, np.uint8) if into_out else None
+        first = server.recv_async(name, TRAINER, step, 10.0, out=out).exception(WAIT)
         what = "returned" if first is None else type(first).__name__
     except concurrent.futures.TimeoutError:
         what = "hung"
@@ -54,10 +57,11 @@ def job(request):
         yield job
 
 
-def test_a_relayed_tensor_that_could_not_be_passed_on_fails_its_recv_and_goes_to_the_next(job):
+@pytest.mark.parametrize("into_out", [False, True], ids=["result", "out"])
+def test_a_relayed_tensor_that_could_not_be_passed_on_fails_its_recv_and_goes_to_the_next(job, into_out):
     trainer, (receiver,) = job
-    nbytes, step = 64 << 10, 100
+    nbytes, step = 64 << 10, 200 if into_out else 100
     handle = trainer.send("w", pattern(nbytes, step), to=[RECEIVER], step_id=step, relay=True, late=True)
-    assert receiver.run(f"{__name__}:recv_with_a_failing_host_copy", "w", nbytes, step) == \
+    assert receiver.run(f"{__name__}:recv_with_a_failing_host_copy", "w", nbytes, step, into_out) == \
         ("ResourceExhaustedError", "retried")
     handle.wait(timeout=WAIT)

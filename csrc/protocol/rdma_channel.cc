@@ -29,7 +29,7 @@ RdmaChannel::~RdmaChannel() {
 
 void RdmaChannel::abandon_reads() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [index, seen] : reads_) seen->store(true, std::memory_order_release);
+  for (auto& [index, read] : reads_) read.seen->store(true, std::memory_order_release);
   reads_.clear();
 }
 
@@ -275,7 +275,6 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
       if (seen) seen->store(true, std::memory_order_release);
       return;
     }
-    if (seen) reads_[work_value(wr_id)] = std::move(seen);
     std::vector<verbs::SendWr>& wrs = scratch_locked();
     std::uint64_t offset = 0;
     do {
@@ -293,6 +292,7 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
       wrs.push_back(wr);
       offset += length;
     } while (offset < total);
+    if (seen) reads_[work_value(wr_id)] = Read{std::move(seen), wrs.size()};
     status = post_locked(wrs);
   }
   if (!status.ok()) fail(status);
@@ -385,14 +385,14 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
       if (response) waiting.emplace_back(0, std::move(response));
     }
     early_.clear();
-    // reads waiting to be posted never are: once the queue pair is in error, nothing of
-    // them (of their operations posted already) lands
-    for (const verbs::SendWr& wr : backlog_) {
-      auto read = wr.signaled && work_kind(wr.wr_id) == WorkKind::kTensorRead
-                      ? reads_.find(work_value(wr.wr_id))
-                      : reads_.end();
-      if (read == reads_.end()) continue;
-      unposted.push_back(std::move(read->second));
+    // reads none of whose operations was posted never are: nothing of them lands (a read's
+    // operations went to the backlog together, in order, and those posted left its front)
+    for (std::size_t at = 0; at < backlog_.size(); ++at) {
+      const verbs::SendWr& wr = backlog_[at];
+      if (!wr.signaled || work_kind(wr.wr_id) != WorkKind::kTensorRead) continue;
+      auto read = reads_.find(work_value(wr.wr_id));
+      if (read == reads_.end() || at + 1 < read->second.operations) continue;
+      unposted.push_back(std::move(read->second.seen));
       reads_.erase(read);
     }
     backlog_.clear();

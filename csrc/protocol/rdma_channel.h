@@ -236,7 +236,13 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // the work requests being made to post, kept with their capacity (no allocation per
   // message): scratch_locked() hands it out cleared, with mu_ held
   std::vector<verbs::SendWr> scratch_;
-  std::unordered_map<std::uint32_t, std::shared_ptr<std::atomic<bool>>> reads_;  // not yet seen
+  // Our reads not seen to end yet, by request index: the flag to set then, and how many
+  // operations the read was posted as.
+  struct Read {
+    std::shared_ptr<std::atomic<bool>> seen;
+    std::size_t operations = 0;
+  };
+  std::unordered_map<std::uint32_t, Read> reads_;
   RecyclingMap<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
   // inline answers waiting for the peer to take their message: (sequence, response), in
   // the order of their sequences from inline_head_ on (those before it were delivered)

@@ -17,7 +17,7 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = reads_.find(work_value(wc.wr_id));
     if (it != reads_.end()) {
-      it->second->store(true, std::memory_order_release);
+      it->second.seen->store(true, std::memory_order_release);
       reads_.erase(it);
     }
   }

@@ -47,7 +47,8 @@ class RdmaTensorRequest : public PendingRecv,
  public:
   static constexpr std::uint32_t kMaxAttempts = 8;
   // How long a request waits for its old queue pair's receives to be flushed (await_drain)
-  // before it is held all the same.
+  // before it is held all the same: past it, once the completion thread has caught up with
+  // its queue (what waited there was seen).
   static constexpr std::chrono::seconds kDrainBound{5};
 
   // A tensor that fits `destination` lands in it (see TensorLanding). `previous`: the

@@ -37,11 +37,11 @@ void RdmaTensorRequest::fail(const Status& why, bool transient) {
       // Its queue pair is in the error state: nothing new lands there. A copy into the
       // caller's memory that may still be finishing (the soft provider's) ends the recv
       // as before instead: the successor would land there too.
-      // (a read into it that may still land: the landing stays for finish(), which tells
-      // the caller once the read is seen to end)
       const bool in_destination = landing_ && landing_->in_destination();
-      if (!(in_destination && read_outstanding_locked()) &&
-          (!release_landing() || !in_destination)) {
+      if (in_destination && read_outstanding_locked()) {
+        // the landing stays for finish(), which tells the caller once the read is seen to end
+        why_not = "its read into the destination may still be landing";
+      } else if (!release_landing() || !in_destination) {
         state_ = State::kHeld;
         sent_ = false;  // nothing is asked for until the successor asks
         broke_ = why;

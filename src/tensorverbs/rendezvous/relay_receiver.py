@@ -370,8 +370,11 @@ class RelayReceiver(RelayOffers):
                 self._pass_on_fetched(call, state, result)
             except Exception as exc:  # (no memory for its host copy): the next recv gets it
                 if not call.future.cancelled():  # (a cancelled one's is kept: _call_ended)
-                    (self._keep if call.out is None else self._keep_out)(call.key.name, call.step_id, state, result)
-                    settle(call.future, as_error(exc, f"{call.what}: passing the relayed tensor on"))
+                    try:  # (an out's copy may fail too: the recv ends all the same)
+                        (self._keep if call.out is None else self._keep_out)(call.key.name, call.step_id, state,
+                                                                             result)
+                    finally:
+                        settle(call.future, as_error(exc, f"{call.what}: passing the relayed tensor on"))
                 return
             self._deliver(call, state, result, fetched=True)
             return
