@@ -127,7 +127,10 @@ TEST_P(SendCompletionPair, AReceiverThatStopsAsItsRecvReturnsStillTellsTheSender
     RecvResult got = recv(round, "w");
     ASSERT_TRUE(got.status.ok()) << got.status.message();
     worker_->stop();
-    ASSERT_TRUE(completion->wait(10)) << "the sender never learned that the receiver has it";
+    ASSERT_TRUE(completion->wait(10))
+        << "the sender never learned that the receiver has it; the ps holds " << ps_->pending().first
+        << " tensors and " << ps_->pending().second << " requests; its channel: "
+        << ps_->describe_channels();
     EXPECT_TRUE(completion->status()->ok()) << completion->status()->message();
     worker_.reset();
   }
