@@ -68,24 +68,37 @@ TEST_P(ChannelRecoveryEnds, ARecvGivenUpAsItIsAskedAgainEnds) {
 // set up again ends, with its tensor: it waits for its read's completion (nothing lands in
 // its memory after that), though the channel it read on was replaced before that came, and
 // is asked again on the new channel.
-class ChannelRecoveryReads : public RendezvousPair {};
+class ChannelRecoveryReads : public RendezvousPair {
+ protected:
+  static constexpr std::size_t kBig = std::size_t{16} << 20;  // 64 MiB: a read that takes a while
 
-TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWhoseReadWasCutShortByARecoveryEnds) {
-  constexpr std::size_t kCount = std::size_t{16} << 20;  // 64 MiB: a read that takes a while
-  const TensorValue sent = floats(kCount, 1.0f);
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    const std::int64_t step = 30 + attempt;
-    const RecvDestination destination = zeros(kCount, {static_cast<std::int64_t>(kCount)});
-    auto caller = std::make_shared<Waiting>();
-    std::shared_ptr<PendingRecv> pending = worker_->recv(step, kPs, "big", 60, caller, destination);
-    ASSERT_TRUE(ps_->send(step, kWorker, "big", sent).ok());
-    while (pending->progress().find("requested") != std::string::npos) std::this_thread::yield();
-    // the worker's adapter stops taking completions: its read's completion waits there
+  // Starts the recv of `sent` as "big" at `step` into the caller's memory (answered to
+  // `caller`), and once its read is under way stops the worker's adapter from taking
+  // completions (the read's waits there): the gate that holds it; null if the read ended
+  // first (the adapter goes on).
+  std::shared_ptr<Gate> read_held(std::int64_t step, const TensorValue& sent,
+                                  std::shared_ptr<RecvCallback> caller,
+                                  std::shared_ptr<PendingRecv>* pending) {
+    *pending = worker_->recv(step, kPs, "big", 60, std::move(caller),
+                             zeros(kBig, {static_cast<std::int64_t>(kBig)}));
+    EXPECT_TRUE(ps_->send(step, kWorker, "big", sent).ok());
+    while ((*pending)->progress().find("requested") != std::string::npos) std::this_thread::yield();
     auto gate = std::make_shared<Gate>();
     worker_->recv(step, kWorker, "freeze", 0, gate);
     gate->wait_entered();
-    if (pending->progress().find("being read") == std::string::npos) {  // the read ended first
-      gate->release();
+    if ((*pending)->progress().find("being read") != std::string::npos) return gate;
+    gate->release();
+    return nullptr;
+  }
+};
+
+TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWhoseReadWasCutShortByARecoveryEnds) {
+  const TensorValue sent = floats(kBig, 1.0f);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto caller = std::make_shared<Waiting>();
+    std::shared_ptr<PendingRecv> pending;
+    const std::shared_ptr<Gate> gate = read_held(30 + attempt, sent, caller, &pending);
+    if (!gate) {  // the read ended first
       ASSERT_TRUE(caller->get().status.ok());
       continue;
     }
@@ -106,10 +119,8 @@ TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWhoseReadWasCutShortByARecov
 // and whose wait for the old queue pair's drain ran out, ends only once its read is seen to
 // end: nothing lands in the caller's memory after it raised. (It raised at once.)
 TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWaitedOutDuringItsReadEndsOnceTheReadHas) {
-  constexpr std::size_t kCount = std::size_t{16} << 20;  // 64 MiB: a read that takes a while
-  const TensorValue sent = floats(kCount, 1.0f);
+  const TensorValue sent = floats(kBig, 1.0f);
   for (int attempt = 0; attempt < 5; ++attempt) {
-    const std::int64_t step = 40 + attempt;
     auto caller = std::make_shared<Waiting>();
     auto answered = std::make_shared<std::atomic<bool>>(false);
     struct Marking : RecvCallback {
@@ -122,16 +133,10 @@ TEST_P(ChannelRecoveryReads, ARecvIntoItsDestinationWaitedOutDuringItsReadEndsOn
       std::shared_ptr<Waiting> to_;
       std::shared_ptr<std::atomic<bool>> mark_;
     };
-    std::shared_ptr<PendingRecv> pending =
-        worker_->recv(step, kPs, "big", 60, std::make_shared<Marking>(caller, answered),
-                      zeros(kCount, {static_cast<std::int64_t>(kCount)}));
-    ASSERT_TRUE(ps_->send(step, kWorker, "big", sent).ok());
-    while (pending->progress().find("requested") != std::string::npos) std::this_thread::yield();
-    auto gate = std::make_shared<Gate>();
-    worker_->recv(step, kWorker, "freeze", 0, gate);
-    gate->wait_entered();
-    if (pending->progress().find("being read") == std::string::npos) {  // the read ended first
-      gate->release();
+    std::shared_ptr<PendingRecv> pending;
+    const std::shared_ptr<Gate> gate =
+        read_held(40 + attempt, sent, std::make_shared<Marking>(caller, answered), &pending);
+    if (!gate) {  // the read ended first
       caller->get();
       continue;
     }
