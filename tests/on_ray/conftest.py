@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
+from typing import Any, Callable
 
 import pytest
 
 HERE = pathlib.Path(__file__).parent
-#: how many times a Ray node is started before its start-up failure fails the module
-STARTS = 2
 
 # Ray runs its workers (the actors) at nice 15, where anything else busy on the machine
 # starves them: beside the soft-RoCE lane (a qemu guest) a 64 MiB transfer between two
@@ -21,23 +21,37 @@ os.environ["RAY_worker_niceness"] = "0"
 os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "120")
 
 
+#: how long the fixture lets a Ray node's raylet take to register with its GCS server
+REGISTER_S = 180.0
+
+
+def _patient(get_node: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
+    """``get_node`` asked again until the node registered or REGISTER_S passed: Ray gives
+    the raylet of ``ray.init`` a fixed 30 s, which a loaded 2-core machine (the soft-RoCE
+    lane's guest booting beside the suite) outlasted twice in a row."""
+    def ask(gcs_address: str, node_id: str) -> Any:
+        deadline = time.monotonic() + REGISTER_S
+        while True:
+            try:
+                return get_node(gcs_address, node_id)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    return ask
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """``ray`` after ``ray.init()``; the actors import this directory's helpers by name."""
     ray = pytest.importorskip("ray", reason="the Ray integration needs ray (pip install 'tensorverbs[ray]')")
+    import ray._private.services as services
+
     path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    for attempt in range(STARTS):
-        try:
-            ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
-                     runtime_env={"env_vars": {"PYTHONPATH": path}})
-            break
-        except Exception as exc:
-            # Ray gives its raylet a fixed 30 s to register; on a loaded 2-core machine (the
-            # soft-RoCE lane beside the suite) it once took longer: start the node again
-            ray.shutdown()
-            slow = any(s in str(exc) for s in ("timed out during startup", "Timed out waiting"))
-            if not slow or attempt == STARTS - 1:
-                raise
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(services, "get_node", _patient(services.get_node))
+        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
+                 runtime_env={"env_vars": {"PYTHONPATH": path}})
     try:
         yield ray
     finally:
