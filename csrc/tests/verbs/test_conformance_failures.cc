@@ -209,6 +209,39 @@ TEST_P(Conformance, AWriteWithImmediateToAQueuePairInTheErrorStateIsNotReportedD
                             << to_string(b_->completions(1).at(0).status);
 }
 
+// A write the responder took and acknowledged stays done for the requester whatever its next
+// operation meets: a NIC processed the acknowledgements it received before the link went.
+// The soft provider's requester is stopped (nothing reads its socket, where b's ACK waits)
+// when b's queue pair goes to the error state, and its next write then meets a stream the
+// peer shut (on one host at once: EPIPE).
+TEST_P(Conformance, AWriteTheResponderAcknowledgedStaysDoneThoughTheNextWriteFindsTheLinkGone) {
+  const std::uint32_t size = 64u << 10;  // whole in one send, whatever the socket buffers
+  auto region = b_->region(size, kAllAccess, kPoison);
+  auto src = a_->region(size);
+  fill_random(src->data(), size, 17);
+  a_->stop();
+  a_->cq->wake();
+  RecvWr r{3};
+  ASSERT_TRUE(b_->qp->post_recv(&r, 1).ok());
+  SendWr taken = wr(1, WrOpcode::kRdmaWriteWithImm, src.get(), 0, size, region->addr(), region->rkey());
+  taken.imm = 7;
+  ASSERT_TRUE(a_->qp->post_send(&taken, 1).ok());
+  auto received = b_->completions(1);
+  ASSERT_EQ(received.size(), 1u);
+  ASSERT_TRUE(received[0].ok()) << to_string(received[0].status);
+  ASSERT_EQ(std::memcmp(region->data(), src->data(), size), 0);
+  b_->qp->to_error("its channel broke");
+  SendWr next = wr(2, WrOpcode::kRdmaWrite, src.get(), 0, 64, region->addr(), region->rkey());
+  ASSERT_TRUE(a_->qp->post_send(&next, 1).ok());
+  auto wcs = wait_for(*a_->cq, 2, 60000);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess)
+      << "the write b took was reported " << to_string(wcs[0].status) << ": " << a_->qp->error_detail();
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_FALSE(wcs[1].ok());
+}
+
 TEST_P(Conformance, AWindowRefusesAccessOutsideItsRange) {
   auto region = b_->region(3 * 4096, kAllAccess, kPoison);
   auto window = b_->pd->bind_window(*region, region->addr() + 4096, 4096, kRemoteWrite);

@@ -13,6 +13,9 @@
 namespace tensorverbs::verbs::soft {
 namespace {
 
+// Payload bytes a salvage reads at most: more than a socket's buffers at both ends hold.
+constexpr std::size_t kSalvageBytes = 64u << 20;
+
 std::uint32_t ring_capacity(int max_recv_wr) {
   std::uint32_t capacity = 64;
   while (capacity < static_cast<std::uint32_t>(max_recv_wr) && capacity < kMaxRingCapacity) {
@@ -301,6 +304,7 @@ void SoftQueuePair::teardown_locked() {
 void SoftQueuePair::enter_error_locked(const std::string& why) {
   if (state_.load() == QpState::kError) return;
   state_.store(QpState::kError, std::memory_order_release);
+  send_broke_.store(false, std::memory_order_relaxed);
   if (detail_.empty()) detail_ = why;
   // closed first (before anything of ours is revoked: the peer tells why its access fails),
   // then drained: a write the peer publishes from now on finds the ring closed and fails at
@@ -319,7 +323,28 @@ void SoftQueuePair::enter_error_locked(const std::string& why) {
 void SoftQueuePair::send_frames_locked(TxItem* items, std::size_t count) {
   if (!stream_) return;
   Status sent = stream_->send(items, count);
-  if (!sent.ok()) enter_error_locked(sent.message());
+  if (!sent.ok()) send_failed_locked(sent.message());
+}
+
+void SoftQueuePair::send_failed_locked(const std::string& why) {
+  // not at once: the caller may be anywhere (posting, reading a frame, draining the ring),
+  // where reading the socket again is not safe; what it sends from now on is dropped, and
+  // its operations are flushed with the rest
+  if (state_.load() != QpState::kRts || send_broke_.load(std::memory_order_relaxed)) return;
+  send_broke_why_ = why;
+  send_broke_.store(true, std::memory_order_release);
+  context_->progress().kick();
+}
+
+void SoftQueuePair::salvage_locked() {
+  if (!stream_ || state_.load() != QpState::kRts) {
+    send_broke_.store(false, std::memory_order_relaxed);
+    return;
+  }
+  // what the peer sent before it shut the stream: all a socket's buffers hold, bounded for a
+  // peer that stopped reading but goes on writing
+  read_frames_locked(kSalvageBytes);
+  if (stream_ && state_.load() == QpState::kRts) stream_ended_locked(send_broke_why_);
 }
 
 }  // namespace tensorverbs::verbs::soft

@@ -125,7 +125,14 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // written as it stopped), then the error state.
   void stream_ended_locked(const std::string& why);
   void teardown_locked();
+  // Sends, or notes that the stream broke as this side wrote (send_failed_locked).
   void send_frames_locked(TxItem* items, std::size_t count);
+  // The stream broke as this side wrote (the peer shut it: it went to the error state or
+  // exited): the driver's next pass salvages, or this side's reader when it is the caller.
+  void send_failed_locked(const std::string& why);
+  // What the peer sent before it shut the stream is taken, as a NIC processed the ACKs it
+  // received before the link went (a write the peer took stays done), then the error state.
+  void salvage_locked();
   void send_frame_locked(const FrameHeader& header) {
     TxItem item = frame_item(stamp_ack_locked(header));
     send_frames_locked(&item, 1);
@@ -155,7 +162,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   Status local_buffer(const Sge& sge, std::uint32_t need, std::uint8_t** out) const;
 
   // responder (soft_queue_pair_responder.cc)
-  void read_frames_locked();
+  // Reads and carries out frames until the socket is empty, or `budget` payload bytes.
+  void read_frames_locked(std::size_t budget);
   bool start_frame_locked();
   void payload_locked(bool* progress);
   void finish_frame_locked();
@@ -190,6 +198,9 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   bool have_remote_ = false;
   Token remote_token_{};
   std::string detail_;
+  // the stream broke as this side wrote, why: salvage_locked() is due
+  std::atomic<bool> send_broke_{false};
+  std::string send_broke_why_;
   // connection
   std::shared_ptr<Stream> stream_;
   bool data_socket_ = false;  // its stream carries the data (no rings), counted by Progress

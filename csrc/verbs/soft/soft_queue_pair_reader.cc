@@ -24,11 +24,16 @@ void SoftQueuePair::on_socket(std::uint32_t events) {
   if ((events & EPOLLOUT) != 0) {
     Status ok = stream_->flush();
     if (!ok.ok()) {
-      stream_ended_locked(ok.message());
+      send_failed_locked(ok.message());
+      salvage_locked();
       return;
     }
   }
-  if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0) read_frames_locked();
+  if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0) read_frames_locked(kPassBudget);
+  if (send_broke_.load(std::memory_order_relaxed)) {  // (an answer the frames asked for)
+    salvage_locked();
+    return;
+  }
   if (state_ready_locked()) drain_held_locked();  // ring events that waited for a frame
   emit_locked();
   if (ack_owed_ && !ack_due_.load(std::memory_order_relaxed)) {
@@ -43,8 +48,7 @@ void SoftQueuePair::stream_ended_locked(const std::string& why) {
   enter_error_locked(why);
 }
 
-void SoftQueuePair::read_frames_locked() {
-  std::size_t budget = kPassBudget;
+void SoftQueuePair::read_frames_locked(std::size_t budget) {
   while (stream_ && state_.load() == QpState::kRts) {
     if (!rx_.active) {
       if (stream_->buffered() < kFrameHeaderBytes) {

@@ -46,6 +46,7 @@ Status SoftQueuePair::post_recv(const RecvWr* wrs, std::size_t count) {
 
 // ----------------------------------------------------------------- memory (the driver)
 bool SoftQueuePair::memory_ready() const {
+  if (send_broke_.load(std::memory_order_acquire)) return true;
   if (copy_->landed.load(std::memory_order_acquire)) return true;
   if (ring_->published() != ring_seen_tail_.load(std::memory_order_relaxed)) return true;
   if (ack_due_.load(std::memory_order_acquire)) return true;
@@ -60,6 +61,10 @@ bool SoftQueuePair::poll_memory() {
   if (!memory_ready()) return false;
   std::lock_guard lock(mu_);
   land_copy_locked();
+  if (send_broke_.load(std::memory_order_relaxed)) {
+    salvage_locked();
+    return true;
+  }
   if (!state_ready_locked()) {
     ring_seen_tail_.store(ring_->published(), std::memory_order_relaxed);
     return false;
