@@ -301,6 +301,42 @@ TEST(SoftProvider, AnIdleWaitUsesNoCpu) {
   EXPECT_LT(used, 50000u) << "a 1-second idle wait used " << used << " us of CPU";
 }
 
+// A queue pair whose peer sent it a request and then closed the stream owes an ACK it can no
+// longer send: in the error state that is no work for the driver, which sleeps. (It spun:
+// the ACK's timer, armed as the stream ended, kept the context's memory "ready".)
+TEST(SoftProvider, AnIdleWaitAfterThePeerSentAndClosedUsesNoCpu) {
+  Pair p("no");
+  ASSERT_TRUE(p.a.ok() && p.b.ok());
+  ASSERT_TRUE(connect_pair(*p.a.qp, *p.b.qp));
+  auto src = p.a.region(4096, kAllAccess, 0x5A);
+  auto dst = p.b.region(4096);
+  p.b.stop();  // b's socket now holds what a sends, until the wait below reads it
+  p.b.cq->wake();
+  SendWr w;
+  w.wr_id = 1;
+  w.opcode = WrOpcode::kRdmaWrite;
+  w.sge = src->sge(0, 4096);
+  w.remote_addr = dst->addr();
+  w.rkey = dst->rkey();
+  ASSERT_TRUE(p.a.qp->post_send(&w, 1).ok());  // over TCP: on the stream as it is posted
+  p.a.qp->to_error("a is done");
+  std::uint64_t used = 0;
+  std::thread waiter([&] {
+    WorkCompletion wc;
+    const std::uint64_t start = thread_cpu_us();
+    while (p.b.qp->state() != QpState::kError && thread_cpu_us() - start < 10000000u) {
+      p.b.cq->wait(&wc, 1, 100);
+    }
+    const std::uint64_t idle = thread_cpu_us();
+    EXPECT_EQ(p.b.cq->wait(&wc, 1, 1000), 0);
+    used = thread_cpu_us() - idle;
+  });
+  waiter.join();
+  ASSERT_EQ(p.b.qp->state(), QpState::kError);
+  EXPECT_EQ(std::memcmp(dst->data(), src->data(), 4096), 0);
+  EXPECT_LT(used, 50000u) << "a 1-second idle wait used " << used << " us of CPU";
+}
+
 // Run as root: a process of another user that dials the Unix socket is refused.
 TEST(SoftProvider, AnotherUserGetsNoSharedMemory) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (to run a child as another user)";

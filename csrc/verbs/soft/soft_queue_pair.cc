@@ -13,7 +13,7 @@
 namespace tensorverbs::verbs::soft {
 namespace {
 
-// Payload bytes a salvage reads at most: more than a socket's buffers at both ends hold.
+// Bytes a salvage reads at most: more than a socket's buffers at both ends hold.
 constexpr std::size_t kSalvageBytes = 64u << 20;
 
 std::uint32_t ring_capacity(int max_recv_wr) {
@@ -305,6 +305,9 @@ void SoftQueuePair::enter_error_locked(const std::string& why) {
   if (state_.load() == QpState::kError) return;
   state_.store(QpState::kError, std::memory_order_release);
   send_broke_.store(false, std::memory_order_relaxed);
+  // an ACK owed goes nowhere now: no timer for it (else the driver never sleeps)
+  ack_owed_ = false;
+  ack_due_.store(false, std::memory_order_relaxed);
   if (detail_.empty()) detail_ = why;
   // closed first (before anything of ours is revoked: the peer tells why its access fails),
   // then drained: a write the peer publishes from now on finds the ring closed and fails at

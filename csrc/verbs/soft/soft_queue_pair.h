@@ -162,7 +162,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   Status local_buffer(const Sge& sge, std::uint32_t need, std::uint8_t** out) const;
 
   // responder (soft_queue_pair_responder.cc)
-  // Reads and carries out frames until the socket is empty, or `budget` payload bytes.
+  // Reads and carries out frames until the socket is empty or about `budget` bytes (headers
+  // and payloads) were read; frames the stream buffered already are carried out regardless.
   void read_frames_locked(std::size_t budget);
   bool start_frame_locked();
   void payload_locked(bool* progress);

@@ -68,6 +68,7 @@ void SoftQueuePair::read_frames_locked(std::size_t budget) {
         continue;
       }
       if (!start_frame_locked()) return;
+      budget = budget > kFrameHeaderBytes ? budget - kFrameHeaderBytes : 0;  // (frames of headers only too)
       continue;
     }
     bool progress = false;

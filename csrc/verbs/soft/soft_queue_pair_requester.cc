@@ -40,7 +40,8 @@ Status SoftQueuePair::post_send(const SendWr* wrs, std::size_t count) {
     if (state_.load() == QpState::kError) {
       op.done = true;
       op.status = WcStatus::kWrFlushErr;
-    } else if (!pending_.empty() || !stream_ || !state_ready_locked()) {
+    } else if (!pending_.empty() || !stream_ || !state_ready_locked() ||
+               send_broke_.load(std::memory_order_relaxed)) {  // (flushed by the salvage)
       pending_.push_back(&op);
     } else if (!execute_locked(op)) {
       pending_.push_back(&op);
@@ -279,7 +280,8 @@ void SoftQueuePair::stream_request_locked(SendOp& op, FrameOp code, const std::u
 }
 
 void SoftQueuePair::retry_pending_locked() {
-  while (!pending_.empty() && state_ready_locked() && copying_ == nullptr) {
+  while (!pending_.empty() && state_ready_locked() && copying_ == nullptr &&
+         !send_broke_.load(std::memory_order_relaxed)) {
     SendOp& op = *pending_.front();
     const bool finished = op.copied ? complete_copied_locked(op) : execute_locked(op);
     if (!finished) break;
