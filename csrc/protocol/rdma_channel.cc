@@ -333,6 +333,7 @@ Status RdmaChannel::credit_locked(std::uint32_t count,
   const std::uint64_t taken = buffer_->credit(count, &wrs);
   // (in the order of their sequences, which only grow: those taken are at the front)
   while (inline_head_ < inline_.size() && inline_[inline_head_].first <= taken) {
+    inline_[inline_head_].second->credited();  // (a fail() after this lock delivers it too)
     delivered->push_back(std::move(inline_[inline_head_++].second));
   }
   if (inline_head_ == inline_.size()) {

@@ -175,7 +175,8 @@ void RdmaTensorResponse::abandon() {
     rendezvous_.table().withdraw(waiter);
     return;
   }
-  finish(lock, false);
+  // an inline answer the peer's credit covered was taken: the failure came after it
+  finish(lock, state_ == State::kInline && credited_.load(std::memory_order_acquire));
 }
 
 void RdmaTensorResponse::error(std::unique_lock<std::mutex>& lock, Code code,

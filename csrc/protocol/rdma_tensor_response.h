@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,6 +42,9 @@ class RdmaTensorResponse : public Expiring,
   void on_message(const RdmaMessage& message);  // TENSOR_RE_REQUEST, RELEASE, CANCEL
   void on_written();    // the content write completed
   void on_delivered();  // the peer took the inline message
+  // The peer's credit covered the inline message (the channel marks it under its lock):
+  // the tensor is delivered, whatever befalls the channel before on_delivered() runs.
+  void credited() { credited_.store(true, std::memory_order_release); }
   void abandon();       // the channel failed (idempotent)
   // The hold passed: a tensor still waiting for its receiver's re-request or release goes
   // back to the table, and the request is answered DEADLINE_EXCEEDED.
@@ -73,6 +77,7 @@ class RdmaTensorResponse : public Expiring,
   std::optional<TensorValue> value_;
   std::unique_ptr<TensorSource> source_;
   bool counted_ = false;
+  std::atomic<bool> credited_{false};
 };
 
 }  // namespace tensorverbs

@@ -11,10 +11,12 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../verbs/ibverbs_fixture.h"
@@ -52,9 +54,12 @@ class Gate : public RecvCallback {
   void wait_entered() {
     ASSERT_EQ(entered_future_.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   }
-  void release() { release_.set_value(); }
+  void release() {  // (once; later calls do nothing)
+    std::call_once(released_once_, [this] { release_.set_value(); });
+  }
 
  private:
+  std::once_flag released_once_;
   std::promise<void> entered_, release_;
   std::future<void> entered_future_ = entered_.get_future();
   std::shared_future<void> released_ = release_.get_future().share();
@@ -65,6 +70,17 @@ inline TensorValue floats(std::size_t count, float first) {
   std::iota(data->begin(), data->end(), first);
   return TensorValue{TensorMeta{kFloat, {static_cast<std::int64_t>(count)}, false, count * 4},
                      reinterpret_cast<const std::uint8_t*>(data->data()), data};
+}
+
+// Whether `condition()` came to hold within 60 s (asked again after each yield).
+template <typename Condition>
+bool eventually(Condition condition) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
 }
 
 inline bool same(const TensorValue& got, const TensorValue& want) {

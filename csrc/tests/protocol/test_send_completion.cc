@@ -136,6 +136,53 @@ TEST_P(SendCompletionPair, AReceiverThatStopsAsItsRecvReturnsStillTellsTheSender
   }
 }
 
+// The receiver's credit for a small tensor's message rides on a message it sends back, and
+// the sender's channel fails (transient) while its completion thread handles that message:
+// the tensor was delivered (the credit says the receiver took it), so the send is, and the
+// sender keeps no copy to send again. (The failure gave it back to the sender's table: the
+// send stayed open, to fail as never taken once its step was cleaned up.)
+TEST_P(SendCompletionPair, ASendWhoseCreditCameAsItsChannelFailedIsDelivered) {
+  if (GetParam().provider != "soft" || GetParam().same_host == "no") {
+    GTEST_SKIP() << "staged on one host: messages published in shared memory as they are "
+                    "posted, taken together";
+  }
+  auto ledger = std::make_shared<SendLedger>();
+  auto got_t = std::make_shared<Waiting>();
+  auto worker_held = std::make_shared<Gate>(), ps_held = std::make_shared<Gate>();
+  struct Released {  // whatever fails, the threads go on (the tasks stop at the end)
+    std::shared_ptr<Gate> a, b;
+    ~Released() {
+      a->release();
+      b->release();
+    }
+  } released{worker_held, ps_held};
+  worker_->recv(1, kPs, "t", 60, got_t);
+  ASSERT_TRUE(eventually([&] { return ps_->pending().second == 1; }));
+  ASSERT_TRUE(worker_->send(1, kPs, "freeze", floats(4, 5.0f)).ok());
+  worker_->recv(0, kWorker, "hold", 0, worker_held);  // (ends at once: the thread holds)
+  worker_held->wait_entered();
+  // behind 't' comes the ps's request for 'freeze', which the worker, handling both in one
+  // batch, answers with its credit for 't'
+  TensorValue sent = floats(4, 1.0f);
+  sent.ticket = ledger->open("'t' at step 1");
+  std::shared_ptr<SendCompletion> completion = sent.ticket->completion();
+  ASSERT_TRUE(ps_->send(1, kWorker, "t", sent).ok());
+  sent.ticket.reset();
+  const std::uint64_t before = ps_->counters().messages_sent.load();
+  ps_->recv(1, kWorker, "freeze", 60, ps_held);
+  ASSERT_TRUE(eventually([&] { return ps_->counters().messages_sent.load() > before; }));
+  worker_held->release();
+  ps_held->wait_entered();  // the ps's thread, in the message with the credit for 't'
+  RecvResult got = got_t->get();
+  ASSERT_TRUE(got.status.ok()) << got.status.message();
+  ASSERT_FALSE(completion->status()) << "not staged: the credit for 't' came on its own";
+  ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
+  ps_held->release();
+  ASSERT_TRUE(completion->wait(60));
+  EXPECT_TRUE(completion->status()->ok()) << completion->status()->message();
+  EXPECT_EQ(ps_->pending().first, 0u) << "the ps kept a tensor its receiver has";
+}
+
 TEST_P(SendCompletionPair, AbortAndCleanupFailTheSendsNobodyTook) {
   auto ledger = std::make_shared<SendLedger>();
   TensorValue aborted = floats(8, 1.0f), cleaned = floats(8, 1.0f);
