@@ -72,13 +72,13 @@ inline TensorValue floats(std::size_t count, float first) {
                      reinterpret_cast<const std::uint8_t*>(data->data()), data};
 }
 
-// Whether `condition()` came to hold within 60 s (asked again after each yield).
+// Whether `condition()` came to hold within 60 s (asked again every 100 us).
 template <typename Condition>
 bool eventually(Condition condition) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!condition()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   return true;
 }

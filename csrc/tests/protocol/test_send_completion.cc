@@ -160,7 +160,7 @@ TEST_P(SendCompletionPair, ASendWhoseCreditCameAsItsChannelFailedIsDelivered) {
   ASSERT_TRUE(eventually([&] { return ps_->pending().second == 1; }));
   ASSERT_TRUE(worker_->send(1, kPs, "freeze", floats(4, 5.0f)).ok());
   worker_->recv(0, kWorker, "hold", 0, worker_held);  // (ends at once: the thread holds)
-  worker_held->wait_entered();
+  ASSERT_NO_FATAL_FAILURE(worker_held->wait_entered());
   // behind 't' comes the ps's request for 'freeze', which the worker, handling both in one
   // batch, answers with its credit for 't'
   TensorValue sent = floats(4, 1.0f);
@@ -172,14 +172,14 @@ TEST_P(SendCompletionPair, ASendWhoseCreditCameAsItsChannelFailedIsDelivered) {
   ps_->recv(1, kWorker, "freeze", 60, ps_held);
   ASSERT_TRUE(eventually([&] { return ps_->counters().messages_sent.load() > before; }));
   worker_held->release();
-  ps_held->wait_entered();  // the ps's thread, in the message with the credit for 't'
+  ASSERT_NO_FATAL_FAILURE(ps_held->wait_entered());  // the ps's thread, in the message with the credit for 't'
   RecvResult got = got_t->get();
   ASSERT_TRUE(got.status.ok()) << got.status.message();
   ASSERT_FALSE(completion->status()) << "not staged: the credit for 't' came on its own";
   ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
-  ps_held->release();
-  ASSERT_TRUE(completion->wait(60));
+  ASSERT_TRUE(completion->status()) << "the failure took 't' back from its receiver";
   EXPECT_TRUE(completion->status()->ok()) << completion->status()->message();
+  ps_held->release();
   EXPECT_EQ(ps_->pending().first, 0u) << "the ps kept a tensor its receiver has";
 }
 
