@@ -33,6 +33,17 @@ void RdmaChannel::abandon_reads() {
   reads_.clear();
 }
 
+void RdmaChannel::abandon_writes() {
+  std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_) return;  // (a live channel's are failed with it)
+    writes_.clear();
+    responses = responses_.take_all();
+  }
+  for (auto& [index, response] : responses) response->abandon();
+}
+
 Status RdmaChannel::start() {
   std::vector<verbs::RecvWr> recvs(std::size_t{message_receives(buffer_->slots())} + max_requests_);
   for (std::size_t i = 0; i < recvs.size(); ++i) {
@@ -293,6 +304,7 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
       offset += length;
     } while (offset < total);
     if (seen) reads_[work_value(wr_id)] = Read{std::move(seen), wrs.size()};
+    if (work_kind(wr_id) == WorkKind::kTensorWrite) writes_.insert(work_value(wr_id));
     status = post_locked(wrs);
   }
   if (!status.ok()) fail(status);
@@ -378,6 +390,31 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
     }
     queued.swap(queued_);
     responses = responses_.take_all();
+    // reads none of whose operations was posted never are: nothing of them lands (a read's
+    // operations went to the backlog together, in order, and those posted left its front);
+    // a write whose signaled operation waits there is never done either
+    for (std::size_t at = 0; at < backlog_.size(); ++at) {
+      const verbs::SendWr& wr = backlog_[at];
+      if (!wr.signaled) continue;
+      if (work_kind(wr.wr_id) == WorkKind::kTensorWrite) {
+        writes_.erase(work_value(wr.wr_id));
+        continue;
+      }
+      if (work_kind(wr.wr_id) != WorkKind::kTensorRead) continue;
+      auto read = reads_.find(work_value(wr.wr_id));
+      if (read == reads_.end() || at + 1 < read->second.operations) continue;
+      unposted.push_back(std::move(read->second.seen));
+      reads_.erase(read);
+    }
+    backlog_.clear();
+    // a posted write's completion tells whether the peer has the tensor (a flush: it goes
+    // back); its response stays registered until then
+    for (const std::uint32_t index : writes_) {
+      auto written = responses.find(index);
+      if (written == responses.end()) continue;
+      responses_.insert(index, std::move(written->second));
+      responses.erase(written);
+    }
     waiting.assign(std::make_move_iterator(inline_.begin() + static_cast<std::ptrdiff_t>(inline_head_)),
                    std::make_move_iterator(inline_.end()));
     inline_.clear();
@@ -386,17 +423,6 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
       if (response) waiting.emplace_back(0, std::move(response));
     }
     early_.clear();
-    // reads none of whose operations was posted never are: nothing of them lands (a read's
-    // operations went to the backlog together, in order, and those posted left its front)
-    for (std::size_t at = 0; at < backlog_.size(); ++at) {
-      const verbs::SendWr& wr = backlog_[at];
-      if (!wr.signaled || work_kind(wr.wr_id) != WorkKind::kTensorRead) continue;
-      auto read = reads_.find(work_value(wr.wr_id));
-      if (read == reads_.end() || at + 1 < read->second.operations) continue;
-      unposted.push_back(std::move(read->second.seen));
-      reads_.erase(read);
-    }
-    backlog_.clear();
     buffer_->drop_waiting();  // (answers among them: their responses are abandoned below)
   }
   qp_->to_error(failed.message());

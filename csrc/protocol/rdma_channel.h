@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -120,6 +121,9 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
                      std::shared_ptr<std::atomic<bool>> seen = nullptr);
   // The task stops (its adapter no longer takes completions): every read counts as seen.
   void abandon_reads();
+  // The task stops: the responses a failure left waiting for their write's completion
+  // give their tensors back.
+  void abandon_writes();
   // A window over [addr, +length) of `region` that only the peer reaches (bound to the queue
   // pair; see QueuePair::bind_window for what each provider gives).
   Result<std::unique_ptr<verbs::MemoryWindow>> bind_window(const verbs::MemoryRegion& region,
@@ -243,6 +247,9 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
     std::size_t operations = 0;
   };
   std::unordered_map<std::uint32_t, Read> reads_;
+  // Responses whose write was posted, by index, until its completion is seen: a failure
+  // leaves them registered, and the completion tells whether the peer has the tensor.
+  std::unordered_set<std::uint32_t> writes_;
   RecyclingMap<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
   // inline answers waiting for the peer to take their message: (sequence, response), in
   // the order of their sequences from inline_head_ on (those before it were delivered)

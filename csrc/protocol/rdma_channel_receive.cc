@@ -20,6 +20,9 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
       it->second.seen->store(true, std::memory_order_release);
       reads_.erase(it);
     }
+  } else if (kind == WorkKind::kTensorWrite) {  // (and so is the write)
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.erase(work_value(wc.wr_id));
   }
   if (!wc.ok()) {
     std::string detail = qp_->error_detail();
@@ -30,6 +33,10 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
              transient) &&
         transient) {
       owner_.channel_lost(peer_);
+    }
+    // a write a failure left registered: not done, its tensor goes back
+    if (kind == WorkKind::kTensorWrite) {
+      if (auto response = find_response(work_value(wc.wr_id))) response->abandon();
     }
     // the receive queue completes in order: every write with immediate that reached it came first
     if (kind == WorkKind::kRecv) drained();

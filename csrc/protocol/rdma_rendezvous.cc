@@ -463,6 +463,7 @@ void RdmaRendezvous::stop() {
   // let go now (on the channels replaced earlier too)
   for (auto& channel : adapter_->channels()) {
     channel->abandon_reads();
+    channel->abandon_writes();
     channel->drained();
   }
   quarantine_.check();

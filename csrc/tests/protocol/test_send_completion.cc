@@ -183,6 +183,49 @@ TEST_P(SendCompletionPair, ASendWhoseCreditCameAsItsChannelFailedIsDelivered) {
   EXPECT_EQ(ps_->pending().first, 0u) << "the ps kept a tensor its receiver has";
 }
 
+// The sender's write of a tensor finished, and its channel fails (transient) before its
+// completion thread took the write's completion: the receiver has the tensor, so the send is
+// delivered once that completion comes, and the sender keeps no copy to send again. (The
+// failure gave it back to the sender's table at once; the completion then found nothing.)
+TEST_P(SendCompletionPair, ASendWhoseWriteFinishedAsItsChannelFailedIsDelivered) {
+  if (GetParam().provider != "soft" || GetParam().same_host == "no" || GetParam().read_mode ||
+      GetParam().validate) {
+    GTEST_SKIP() << "staged in write mode on one host: a write into the receiver's mapped pool "
+                    "block is done as it is posted (the recv ends without a new channel)";
+  }
+  auto ledger = std::make_shared<SendLedger>();
+  // the worker caches the meta-data (its next request carries its landing), and the ps maps
+  // the worker's pool block
+  TensorValue warm = floats(std::size_t{1} << 18, 0.5f);
+  warm.ticket = ledger->open("'w' at step 1");
+  ASSERT_TRUE(ps_->send(1, kWorker, "w", warm).ok());
+  ASSERT_TRUE(recv(1, "w").status.ok());
+  ASSERT_TRUE(ledger->wait_all(60));
+  auto got = std::make_shared<Waiting>();
+  worker_->recv(2, kPs, "w", 60, got);
+  ASSERT_TRUE(eventually([&] { return ps_->pending().second == 1; }));
+  auto held = std::make_shared<Gate>();
+  struct Released {  // whatever fails, the thread goes on (the tasks stop at the end)
+    std::shared_ptr<Gate> gate;
+    ~Released() { gate->release(); }
+  } released{held};
+  ps_->recv(0, kPs, "hold", 0, held);  // (ends at once: the ps's completion thread holds)
+  ASSERT_NO_FATAL_FAILURE(held->wait_entered());
+  TensorValue sent = floats(std::size_t{1} << 18, 2.0f);
+  sent.ticket = ledger->open("'w' at step 2");
+  std::shared_ptr<SendCompletion> completion = sent.ticket->completion();
+  ASSERT_TRUE(ps_->send(2, kWorker, "w", sent).ok());  // written at once
+  sent.ticket.reset();
+  ps_->fail_channel(kWorker, Status(Code::kUnavailable, "the ps's queue pair gave up"), true);
+  held->release();
+  RecvResult result = got->get();
+  ASSERT_TRUE(result.status.ok()) << result.status.message();
+  EXPECT_TRUE(same(result.value, sent));
+  ASSERT_TRUE(completion->wait(60)) << "the ps took 'w' back from its receiver";
+  EXPECT_TRUE(completion->status()->ok()) << completion->status()->message();
+  EXPECT_EQ(ps_->pending().first, 0u) << "the ps kept a tensor its receiver has";
+}
+
 TEST_P(SendCompletionPair, AbortAndCleanupFailTheSendsNobodyTook) {
   auto ledger = std::make_shared<SendLedger>();
   TensorValue aborted = floats(8, 1.0f), cleaned = floats(8, 1.0f);
