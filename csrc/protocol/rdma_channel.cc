@@ -304,8 +304,12 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
       offset += length;
     } while (offset < total);
     if (seen) reads_[work_value(wr_id)] = Read{std::move(seen), wrs.size()};
-    if (work_kind(wr_id) == WorkKind::kTensorWrite) writes_.insert(work_value(wr_id));
+    // (until its response is settled: its completion may wait behind others as a failure
+    // comes, and says then whether the peer has the tensor)
+    const bool write = work_kind(wr_id) == WorkKind::kTensorWrite;
+    if (write) writes_.insert(work_value(wr_id));
     status = post_locked(wrs);
+    if (!status.ok() && write) writes_.erase(work_value(wr_id));  // (its last was not posted)
   }
   if (!status.ok()) fail(status);
 }

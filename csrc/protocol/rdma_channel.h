@@ -247,8 +247,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
     std::size_t operations = 0;
   };
   std::unordered_map<std::uint32_t, Read> reads_;
-  // Responses whose write was posted, by index, until its completion is seen: a failure
-  // leaves them registered, and the completion tells whether the peer has the tensor.
+  // Responses whose write was posted, by index, until they are settled: a failure leaves
+  // them registered, and the write's completion tells whether the peer has the tensor.
   std::unordered_set<std::uint32_t> writes_;
   RecyclingMap<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
   // inline answers waiting for the peer to take their message: (sequence, response), in

@@ -20,9 +20,6 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
       it->second.seen->store(true, std::memory_order_release);
       reads_.erase(it);
     }
-  } else if (kind == WorkKind::kTensorWrite) {  // (and so is the write)
-    std::lock_guard<std::mutex> lock(mu_);
-    writes_.erase(work_value(wc.wr_id));
   }
   if (!wc.ok()) {
     std::string detail = qp_->error_detail();

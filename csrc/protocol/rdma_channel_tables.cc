@@ -76,6 +76,7 @@ bool RdmaChannel::add_response(const RdmaMessage& request,
 void RdmaChannel::remove_response(std::uint32_t index) {
   std::lock_guard<std::mutex> lock(mu_);
   responses_.erase(index);
+  writes_.erase(index);  // (settled: a failure from now on has nothing of it to keep)
 }
 
 std::shared_ptr<RdmaTensorRequest> RdmaChannel::find_request(std::uint32_t index) {
