@@ -307,7 +307,7 @@ void RdmaChannel::post_transfer(verbs::WrOpcode opcode, std::uint64_t local,
     // (until its response is settled: its completion may wait behind others as a failure
     // comes, and says then whether the peer has the tensor)
     const bool write = work_kind(wr_id) == WorkKind::kTensorWrite;
-    if (write) writes_.insert(work_value(wr_id));
+    if (write) writes_.insert(work_value(wr_id), true);
     status = post_locked(wrs);
     if (!status.ok() && write) writes_.erase(work_value(wr_id));  // (its last was not posted)
   }
@@ -413,7 +413,7 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
     backlog_.clear();
     // a posted write's completion tells whether the peer has the tensor (a flush: it goes
     // back); its response stays registered until then
-    for (const std::uint32_t index : writes_) {
+    for (const auto& [index, posted] : writes_) {
       auto written = responses.find(index);
       if (written == responses.end()) continue;
       responses_.insert(index, std::move(written->second));

@@ -29,7 +29,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -249,7 +248,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::unordered_map<std::uint32_t, Read> reads_;
   // Responses whose write was posted, by index, until they are settled: a failure leaves
   // them registered, and the write's completion tells whether the peer has the tensor.
-  std::unordered_set<std::uint32_t> writes_;
+  // (Its nodes are kept: a write per large tensor allocates nothing.)
+  RecyclingMap<std::uint32_t, bool> writes_;
   RecyclingMap<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
   // inline answers waiting for the peer to take their message: (sequence, response), in
   // the order of their sequences from inline_head_ on (those before it were delivered)
