@@ -438,8 +438,13 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
     run_guarded(
         [&] {
           // the peer's write may have reached the queue pair unseen: its completion comes
-          // before the receives' flush (drained())
-          if (transient && request->await_drain(failed)) return;
+          // before the receives' flush (drained()), unless the flush was seen already (the
+          // completion thread took it while this pass was held up in an earlier request's
+          // caller; drained() let go of this one then, as it was not waiting yet)
+          if (transient && request->await_drain(failed)) {
+            if (flushed()) request->drained();
+            return;
+          }
           if (transient) remove_request(index);
           request->fail(failed, transient);
         },
@@ -453,11 +458,17 @@ bool RdmaChannel::fail(const Status& why, bool transient) {
   return true;
 }
 
+bool RdmaChannel::flushed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flushed_;
+}
+
 void RdmaChannel::drained() {
   std::unordered_map<std::uint32_t, std::shared_ptr<RdmaTensorRequest>> requests;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failed_) return;
+    flushed_ = true;
     requests = requests_.take_all();
   }
   for (auto& entry : requests) {

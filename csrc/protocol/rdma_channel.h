@@ -174,7 +174,8 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   bool fail(const Status& why, bool transient = false);
   // Its queue pair's receives were flushed (or no completion is taken any more): the
   // requests that a transient failure left waiting for that (RdmaTensorRequest::await_drain)
-  // are held or fail now, and the channel lets go of them.
+  // are held or fail now, and the channel lets go of them. One that the failure's pass
+  // reaches after the flush was seen is held there and then.
   void drained();
   // Whether it failed for good (a fail() that was not transient, even after a transient
   // one): a request of it that its transient failure would hold fails instead.
@@ -183,6 +184,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::string gone_reason() const;
 
  private:
+  bool flushed() const;  // whether drained() ran
   // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.
   Status post_locked(std::vector<verbs::SendWr>& wrs);
   // The sending thread's HeldMessages scope if it does not hold this channel yet (then
@@ -226,6 +228,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   std::optional<Status> error_;
   std::optional<Status> gone_why_;  // the first fail() that was not transient
   bool failed_ = false;  // fail() ran
+  bool flushed_ = false;  // drained() ran: nothing more lands through the queue pair
   std::atomic<bool> gone_{false};
   // the smaller of both sides' once connected; read without mu_ by transfers
   std::atomic<std::uint64_t> max_message_bytes_;
