@@ -1,6 +1,6 @@
 // BlockCacheAllocator: an allocator whose blocks, once freed, wait for the next allocation of
-// their size instead of going back to the heap (at most kKept of each size: 64 KiB of a
-// std::deque's 512-byte chunks), so that a node-based container whose length stays about
+// their size instead of going back to the heap (at most kKept of each size by default: 64
+// KiB of a std::deque's 512-byte chunks), so that a node-based container whose length stays about
 // steady (a std::deque used as a queue, whose chunks it frees at the front and allocates
 // at the back) allocates nothing per element.
 // Copies and rebinds share one cache; not thread-safe (the container's owner locks it).
@@ -18,7 +18,8 @@ class BlockCache {
  public:
   static constexpr std::size_t kKept = 128;
 
-  BlockCache() = default;
+  // Keeps at most `most` blocks of each size.
+  explicit BlockCache(std::size_t most = kKept) : most_(most) {}
   BlockCache(const BlockCache&) = delete;
   BlockCache& operator=(const BlockCache&) = delete;
   ~BlockCache() {
@@ -41,7 +42,7 @@ class BlockCache {
   void give(void* block, std::size_t bytes) noexcept {
     for (auto& [size, blocks] : sizes_) {
       if (size == bytes) {
-        if (blocks.size() < kKept) {
+        if (blocks.size() < most_) {
           blocks.push_back(block);  // (capacity reserved: no throw)
           return;
         }
@@ -57,10 +58,11 @@ class BlockCache {
       if (entry.first == bytes) return;
     }
     sizes_.emplace_back(bytes, std::vector<void*>());
-    sizes_.back().second.reserve(kKept);
+    sizes_.back().second.reserve(most_);
   }
 
  private:
+  const std::size_t most_;
   std::vector<std::pair<std::size_t, std::vector<void*>>> sizes_;
 };
 
@@ -70,7 +72,9 @@ class BlockCacheAllocator {
   static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "blocks come from plain operator new");
   using value_type = T;
 
-  BlockCacheAllocator() : cache_(std::make_shared<BlockCache>()) {}
+  // (`most`: the blocks of each size it keeps at most)
+  explicit BlockCacheAllocator(std::size_t most = BlockCache::kKept)
+      : cache_(std::make_shared<BlockCache>(most)) {}
   template <class U>
   BlockCacheAllocator(const BlockCacheAllocator<U>& other) noexcept  // NOLINT: a rebind converts
       : cache_(other.cache()) {}

@@ -45,8 +45,11 @@ class RecyclingMap {
     std::size_t most = 0;
   };
 
-  // Keeps at most `spare` nodes of erased entries.
-  explicit RecyclingMap(std::size_t spare = 256) : own_{{}, spare} {}
+  // Keeps at most `spare` nodes of erased entries, or as many as it held entries at once, up
+  // to `grow_to` (a map that once held a batch in flight keeps the nodes for the next, as a
+  // vector keeps its capacity).
+  explicit RecyclingMap(std::size_t spare = 256, std::size_t grow_to = std::size_t{1} << 16)
+      : own_{{}, spare}, grow_to_(grow_to) {}
 
   // From now on keeps and takes its spare nodes in `shared` (which outlives it; its own go
   // there, as far as there is room).
@@ -59,6 +62,8 @@ class RecyclingMap {
 
   std::size_t size() const { return map_.size(); }
   bool empty() const { return map_.empty(); }
+  // The nodes kept for the next insertions (its own, or the shared ones).
+  std::size_t spare() const { return (shared_ ? *shared_ : own_).nodes.size(); }
   bool contains(const Key& key) const { return map_.count(key) != 0; }
 
   // The value of `key`; nullptr if there is none.
@@ -136,7 +141,10 @@ class RecyclingMap {
   // The entry of `key`, which has none, with an empty value: on a kept node if there is one.
   typename Map::iterator add(const Key& key) {
     Spares& spare = spares();
-    if (spare.nodes.empty()) return map_.try_emplace(key).first;
+    if (spare.nodes.empty()) {
+      if (!shared_ && map_.size() >= own_.most && own_.most < grow_to_) own_.most = map_.size() + 1;
+      return map_.try_emplace(key).first;
+    }
     typename Map::node_type node = std::move(spare.nodes.back());
     spare.nodes.pop_back();
     node.key() = key;
@@ -145,6 +153,7 @@ class RecyclingMap {
 
   Map map_;
   Spares own_;
+  std::size_t grow_to_;
   Spares* shared_ = nullptr;
 };
 

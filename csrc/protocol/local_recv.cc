@@ -6,10 +6,10 @@
 namespace tensorverbs {
 
 void LocalRecv::start() {
-  auto self = shared_from_this();
-  LocalTable::Waiter waiter = table_.recv(key_.step, key_.key, [self](Status status, TensorValue value) {
-    self->on_value(std::move(status), std::move(value));
-  });
+  LocalTable::Waiter waiter = table_.recv(
+      key_.step, key_.key,
+      [this](Status status, TensorValue value) { on_value(std::move(status), std::move(value)); },
+      shared_from_this());
   std::lock_guard<std::mutex> lock(mu_);
   waiter_ = waiter;
 }

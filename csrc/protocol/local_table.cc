@@ -87,7 +87,7 @@ void LocalTable::offer(std::int64_t step, const RendezvousKey& key, TensorValue 
 }
 
 LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
-                                    Callback callback) {
+                                    Callback callback, std::shared_ptr<const void> keep) {
   const StepKey match{step, key};
   Status error;
   std::optional<TensorValue> value;
@@ -100,7 +100,7 @@ LocalTable::Waiter LocalTable::recv(std::int64_t step, const RendezvousKey& key,
       value = pop_front(state.items, match);
       if (!value) {
         const std::uint64_t id = next_id_++;
-        state.waiters[match].push_back(Pending{id, std::move(callback)});
+        state.waiters[match].push_back(Pending{id, std::move(callback), std::move(keep)});
         if (!watched_.empty() && watched_.count({step, key.name}) != 0) unmatched_.note(match);
         return Waiter{match, id};
       }

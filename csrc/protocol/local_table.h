@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -50,8 +51,11 @@ class LocalTable {
   // Gives back a value a recv took but could not deliver: matched again before any later
   // send of the key. Dropped if the step was aborted or cleaned up meanwhile (its send fails).
   void requeue(std::int64_t step, const RendezvousKey& key, TensorValue value);
-  // Matches a recv: `callback` runs now if the value (or the step's abort) is there.
-  Waiter recv(std::int64_t step, const RendezvousKey& key, Callback callback);
+  // Matches a recv: `callback` runs now if the value (or the step's abort) is there. `keep`
+  // is held as long as the callback is (so that a callback of one pointer, which a
+  // std::function holds in place, can keep its target alive: no heap per recv).
+  Waiter recv(std::int64_t step, const RendezvousKey& key, Callback callback,
+              std::shared_ptr<const void> keep = nullptr);
   // Withdraws a waiting recv; false if its callback already ran (or is running).
   bool withdraw(const Waiter& waiter);
 
@@ -80,6 +84,7 @@ class LocalTable {
   struct Pending {
     std::uint64_t id;
     Callback callback;
+    std::shared_ptr<const void> keep;
   };
   // Queues by key, whose nodes and queue memory serve the next keys.
   template <typename T>
@@ -113,7 +118,7 @@ class LocalTable {
   mutable std::mutex mu_;
   Queues<TensorValue>::Spares item_spares_{{}, kSpareKeys};  // (before the steps: they outlive them)
   Queues<Pending>::Spares waiter_spares_{{}, kSpareKeys};
-  RecyclingMap<std::int64_t, Step, std::hash<std::int64_t>, ClearKeeping> steps_{kSpareSteps};
+  RecyclingMap<std::int64_t, Step, std::hash<std::int64_t>, ClearKeeping> steps_{kSpareSteps, kSpareSteps};
   CleanedSteps cleaned_;
   std::uint64_t next_id_ = 1;
   std::set<std::pair<std::int64_t, std::string>> watched_;  // (step, name)

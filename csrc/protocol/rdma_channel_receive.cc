@@ -54,10 +54,11 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (error_) return;
+        delivered.swap(delivered_spare_);
         status = credit_locked(buffer_->ack_word(), &delivered);
       }
       if (!status.ok()) fail(status);
-      for (auto& response : delivered) response->on_delivered();
+      on_delivered(delivered);
     } else if (auto request = find_request(wc.imm)) {
       request->on_content(wc.byte_len);
     }
@@ -80,7 +81,7 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
     data = buffer_->next_message(byte_len, &size);
   }
   DecodeResult decoded = decode(data, size);
-  std::vector<std::shared_ptr<RdmaTensorResponse>> delivered;
+  std::vector<std::shared_ptr<RdmaTensorResponse>> delivered;  // (the spare's memory, below)
   // A message decoded into copies is taken before it is handled, so that what handling it
   // sends (a request's answer) carries its credit and no ACK of its own is needed; an
   // inline tensor's payload lies in the slot until it is handled.
@@ -92,6 +93,7 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       owner_.counters().message(message.type);
+      delivered.swap(delivered_spare_);
       if (!error_) status = credit_locked(message.acked, &delivered);  // (failed meanwhile)
       if (copied) taken_locked();
     }
@@ -137,7 +139,7 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
     std::lock_guard<std::mutex> lock(mu_);
     taken_locked();
   }
-  for (auto& response : delivered) response->on_delivered();
+  on_delivered(delivered);
 }
 
 void RdmaChannel::taken_locked() {
@@ -201,6 +203,14 @@ bool RdmaChannel::quiet() {
     return true;
   }
   return false;
+}
+
+void RdmaChannel::on_delivered(std::vector<std::shared_ptr<RdmaTensorResponse>>& delivered) {
+  for (auto& response : delivered) response->on_delivered();
+  delivered.clear();
+  if (delivered.capacity() == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (delivered.capacity() > delivered_spare_.capacity()) delivered_spare_.swap(delivered);
 }
 
 }  // namespace tensorverbs

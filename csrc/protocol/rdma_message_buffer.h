@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block_cache.h"
 #include "core/status.h"
 #include "protocol/rdma_message.h"
 #include "verbs/memory_region.h"
@@ -128,7 +129,10 @@ class RdmaMessageBuffer {
   std::uint64_t received_ = 0;    // messages arrived so far
   std::uint64_t taken_ = 0;       // of those, handled here
   std::uint64_t told_ = 0;        // the taken count last sent to the peer
-  std::deque<Waiting> queue_;  // messages waiting for a credit, in order
+  // messages waiting for a credit, in order (its chunks kept, as many as a batch of answers
+  // left waiting: a queue of one-element chunks would allocate one for each message)
+  static constexpr std::size_t kWaitingKept = 2048;
+  std::deque<Waiting, BlockCacheAllocator<Waiting>> queue_{BlockCacheAllocator<Waiting>(kWaitingKept)};
   std::vector<std::uint8_t> scratch_;  // where a message that waits is encoded
 };
 

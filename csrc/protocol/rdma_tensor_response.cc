@@ -24,9 +24,9 @@ void RdmaTensorResponse::start() {
   // back. (The response holds only the waiter's key: no cycle; the table lets the waiter go
   // once it fired, was withdrawn or its step ended.)
   LocalTable::Waiter waiter = rendezvous_.table().recv(
-      step_, key_, [self = shared_from_this()](Status status, TensorValue value) {
-        self->on_tensor(std::move(status), std::move(value));
-      });
+      step_, key_,
+      [this](Status status, TensorValue value) { on_tensor(std::move(status), std::move(value)); },
+      shared_from_this());
   std::unique_lock<std::mutex> lock(mu_);
   waiter_ = waiter;
   if (state_ == State::kDone && waiter.id != 0) {  // abandoned while it was asking

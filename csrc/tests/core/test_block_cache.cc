@@ -36,6 +36,21 @@ TEST(BlockCache, KeepsAtMostSoManyBlocksOfASize) {
   for (std::uint64_t* block : again) allocator.deallocate(block, 16);
 }
 
+TEST(BlockCache, KeepsAsManyBlocksOfASizeAsItWasMadeFor) {
+  constexpr std::size_t kMost = 3 * BlockCache::kKept;
+  BlockCacheAllocator<std::uint64_t> allocator(kMost);
+  std::vector<std::uint64_t*> blocks;
+  for (std::size_t i = 0; i < kMost; ++i) blocks.push_back(allocator.allocate(16));
+  const std::set<std::uint64_t*> freed(blocks.begin(), blocks.end());
+  for (std::uint64_t* block : blocks) allocator.deallocate(block, 16);
+  std::vector<std::uint64_t*> again;
+  for (std::size_t i = 0; i < kMost; ++i) {
+    again.push_back(allocator.allocate(16));
+    EXPECT_EQ(freed.count(again.back()), 1u) << i;
+  }
+  for (std::uint64_t* block : again) allocator.deallocate(block, 16);
+}
+
 TEST(BlockCache, CopiesAndRebindsShareTheCache) {
   BlockCacheAllocator<std::uint64_t> allocator;
   BlockCacheAllocator<std::uint32_t> rebound(allocator);

@@ -67,6 +67,20 @@ TEST(RecyclingMap, MapsSharingSparesServeEachOthersNextKeysUpToTheLimit) {
   EXPECT_EQ(first.find(1), nullptr);
 }
 
+// A batch in flight larger than the spares it was made with: the nodes of its entries all
+// serve the next batch (they were freed, and allocated again, beyond the first 256).
+TEST(RecyclingMap, AMapKeepsTheNodesOfAsManyEntriesAsItHeldAtOnceUpToItsBound) {
+  RecyclingMap<std::uint32_t, std::string> map(4, 1000);
+  for (int batch = 0; batch < 2; ++batch) {
+    for (std::uint32_t key = 0; key < 600; ++key) ASSERT_TRUE(map.insert(key, "v"));
+    map.clear();
+    EXPECT_EQ(map.spare(), 600u) << "batch " << batch;
+  }
+  for (std::uint32_t key = 0; key < 1500; ++key) ASSERT_TRUE(map.insert(key, "v"));
+  map.clear();
+  EXPECT_EQ(map.spare(), 1000u);  // no more than its bound
+}
+
 TEST(RecyclingMap, TakeAllMovesEveryEntryOut) {
   RecyclingMap<std::uint32_t, int> map;
   for (std::uint32_t key = 0; key < 5; ++key) map.insert(key, static_cast<int>(key) * 2);
