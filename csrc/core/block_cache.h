@@ -6,6 +6,7 @@
 // Copies and rebinds share one cache; not thread-safe (the container's owner locks it).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <new>
@@ -43,8 +44,11 @@ class BlockCache {
     for (auto& [size, blocks] : sizes_) {
       if (size == bytes) {
         if (blocks.size() < most_) {
-          blocks.push_back(block);  // (capacity reserved: no throw)
-          return;
+          try {
+            blocks.push_back(block);  // (within kKept, into the room reserved: no throw)
+            return;
+          } catch (...) {  // no memory to keep it: freed instead
+          }
         }
         break;
       }
@@ -52,13 +56,22 @@ class BlockCache {
     ::operator delete(block);
   }
 
-  // Keeps blocks of `bytes` from now on (room reserved, so that give() never allocates).
+  // Keeps blocks of `bytes` from now on (room for kKept of them reserved; a cache made for
+  // more grows its room as they come back).
   void keep(std::size_t bytes) {
     for (auto& entry : sizes_) {
       if (entry.first == bytes) return;
     }
     sizes_.emplace_back(bytes, std::vector<void*>());
-    sizes_.back().second.reserve(most_);
+    sizes_.back().second.reserve(std::min(most_, kKept));
+  }
+
+  // The blocks of `bytes` it holds for the next allocations.
+  std::size_t kept(std::size_t bytes) const {
+    for (const auto& [size, blocks] : sizes_) {
+      if (size == bytes) return blocks.size();
+    }
+    return 0;
   }
 
  private:

@@ -47,8 +47,9 @@ class RecyclingMap {
 
   // Keeps at most `spare` nodes of erased entries, or as many as it held entries at once, up
   // to `grow_to` (a map that once held a batch in flight keeps the nodes for the next, as a
-  // vector keeps its capacity).
-  explicit RecyclingMap(std::size_t spare = 256, std::size_t grow_to = std::size_t{1} << 16)
+  // vector keeps its capacity; the default bounds what a peer's burst of requests leaves
+  // kept to a few hundred KiB a map).
+  explicit RecyclingMap(std::size_t spare = 256, std::size_t grow_to = 4096)
       : own_{{}, spare}, grow_to_(grow_to) {}
 
   // From now on keeps and takes its spare nodes in `shared` (which outlives it; its own go

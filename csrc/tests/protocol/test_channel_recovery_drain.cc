@@ -3,6 +3,7 @@
 // reaches it only after the flush came: it does not wait out the drain's bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +25,11 @@ using ChannelRecoveryDrain = RendezvousPair;
 
 bool draining(const std::shared_ptr<PendingRecv>& recv) {
   return recv->progress().find("waiting for the old queue pair's receives to be flushed") != std::string::npos;
+}
+
+// Still asked of the failed channel: the failure's pass has not reached it.
+bool unreached(const std::shared_ptr<PendingRecv>& recv) {
+  return recv->progress().rfind("requested; ", 0) == 0;
 }
 
 // The control plane's pass over a transiently failed channel's requests is held up in one
@@ -54,12 +60,13 @@ TEST_P(ChannelRecoveryDrain, ARequestTheFailureReachesAfterTheFlushIsHeldAtOnce)
     worker_->fail_channel(kPs, Status(Code::kUnavailable, "the worker's queue pair gave up"), true);
   });
   gate->wait_entered();  // the pass answers 'g' (not asked again), held there
-  // the completion thread takes the flush: the channel lets go of every request it had
+  // the completion thread takes the flush: the channel lets go of every request it had, and
+  // those the pass had made wait for it are held
   ASSERT_TRUE(eventually([&] {
-    return worker_->describe_channels().find("requests in flight 0 ") != std::string::npos;
+    return worker_->describe_channels().find("requests in flight 0 ") != std::string::npos &&
+           std::none_of(windowed.begin(), windowed.end(), draining);
   }));
-  int behind = 0;  // requests the pass had not reached when the flush came
-  for (const auto& recv : windowed) behind += draining(recv) ? 0 : 1;
+  const auto behind = std::count_if(windowed.begin(), windowed.end(), unreached);
   gate->release();
   control_plane.join();
   ASSERT_GT(behind, 0) << "not staged: the pass reached every windowed request before 'g'";
