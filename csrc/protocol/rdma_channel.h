@@ -185,8 +185,6 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
 
  private:
   bool flushed() const;  // whether drained() ran
-  // Tells each response its inline answer was taken; the vector's memory serves the next.
-  void on_delivered(std::vector<std::shared_ptr<RdmaTensorResponse>>& delivered);
   // Posts `wrs` (emptied) after what waits in the backlog, as far as there is room.
   Status post_locked(std::vector<verbs::SendWr>& wrs);
   // The sending thread's HeldMessages scope if it does not hold this channel yet (then
@@ -256,8 +254,6 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   // (Its nodes are kept: a write per large tensor allocates nothing.)
   RecyclingMap<std::uint32_t, bool> writes_;
   RecyclingMap<std::uint32_t, std::shared_ptr<RdmaTensorResponse>> responses_;
-  // the memory of the list of responses a credit delivered, for the next credit
-  std::vector<std::shared_ptr<RdmaTensorResponse>> delivered_spare_;
   // inline answers waiting for the peer to take their message: (sequence, response), in
   // the order of their sequences from inline_head_ on (those before it were delivered)
   std::vector<std::pair<std::uint64_t, std::shared_ptr<RdmaTensorResponse>>> inline_;

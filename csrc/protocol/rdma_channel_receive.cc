@@ -2,6 +2,7 @@
 // its queue pair, the messages they bring (each dispatched to its request or response, a
 // malformed one failing only what it names where it can), and the acknowledgement of the
 // messages taken once a batch of completions is handled (and, stopping, until they left).
+#include <memory>
 #include <vector>
 
 #include "protocol/rdma_channel.h"
@@ -10,6 +11,28 @@
 #include "protocol/work_id.h"
 
 namespace tensorverbs {
+
+namespace {
+
+// The responses a credit delivered. The list's memory serves the thread's next credit (a
+// handling nested in a callback finds none and makes its own).
+using Delivered = std::vector<std::shared_ptr<RdmaTensorResponse>>;
+thread_local Delivered spare_delivered;
+
+Delivered take_spare() {
+  Delivered delivered;
+  delivered.swap(spare_delivered);
+  return delivered;
+}
+
+// Tells each response its inline answer was taken; the list's memory is kept.
+void on_delivered(Delivered& delivered) {
+  for (auto& response : delivered) response->on_delivered();
+  delivered.clear();
+  if (delivered.capacity() > spare_delivered.capacity()) spare_delivered.swap(delivered);
+}
+
+}  // namespace
 
 void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
   const WorkKind kind = work_kind(wc.wr_id);
@@ -49,12 +72,11 @@ void RdmaChannel::on_completion(const verbs::WorkCompletion& wc) {
     if (wc.imm == kImmMessage) {
       on_message(wc.byte_len);
     } else if (wc.imm == kImmAck) {
-      std::vector<std::shared_ptr<RdmaTensorResponse>> delivered;
+      Delivered delivered = take_spare();
       Status status;
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (error_) return;
-        delivered.swap(delivered_spare_);
         status = credit_locked(buffer_->ack_word(), &delivered);
       }
       if (!status.ok()) fail(status);
@@ -81,7 +103,7 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
     data = buffer_->next_message(byte_len, &size);
   }
   DecodeResult decoded = decode(data, size);
-  std::vector<std::shared_ptr<RdmaTensorResponse>> delivered;  // (the spare's memory, below)
+  Delivered delivered = take_spare();
   // A message decoded into copies is taken before it is handled, so that what handling it
   // sends (a request's answer) carries its credit and no ACK of its own is needed; an
   // inline tensor's payload lies in the slot until it is handled.
@@ -93,7 +115,6 @@ void RdmaChannel::on_message(std::uint32_t byte_len) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       owner_.counters().message(message.type);
-      delivered.swap(delivered_spare_);
       if (!error_) status = credit_locked(message.acked, &delivered);  // (failed meanwhile)
       if (copied) taken_locked();
     }
@@ -203,14 +224,6 @@ bool RdmaChannel::quiet() {
     return true;
   }
   return false;
-}
-
-void RdmaChannel::on_delivered(std::vector<std::shared_ptr<RdmaTensorResponse>>& delivered) {
-  for (auto& response : delivered) response->on_delivered();
-  delivered.clear();
-  if (delivered.capacity() == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (delivered.capacity() > delivered_spare_.capacity()) delivered_spare_.swap(delivered);
 }
 
 }  // namespace tensorverbs
