@@ -24,6 +24,7 @@ verbs::VerbsConfig to_config(const nb::dict& d) {
   c.same_host = nb::cast<std::string>(d["same_host"]);
   c.ib_windows = nb::cast<std::string>(d["ib_windows"]);
   c.bind_host = nb::cast<std::string>(d["bind_host"]);
+  c.links = nb::cast<std::string>(d["links"]);
   return c;
 }
 

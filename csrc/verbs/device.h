@@ -51,6 +51,8 @@ struct VerbsConfig {
   std::string ib_windows = "auto";
   std::string bind_host;           // soft provider: where its TCP listener binds; empty: the
                                    // host peers reach the process at (the one open() gets)
+  std::string links;               // soft provider: further local addresses, one per network
+                                   // link, comma-separated (TENSORVERBS_LINKS; soft_links.h)
 };
 
 }  // namespace tensorverbs::verbs

@@ -39,6 +39,45 @@ TEST(SoftEndpoint, RoundTrips) {
   EXPECT_TRUE(again.value() == no_unix);
 }
 
+TEST(SoftEndpoint, LinksRoundTripAndTheirBytesAreChecked) {
+  SoftEndpoint e = sample();
+  e.links = {{"10.0.2.1", 4243}, {"fe80::2%veth1", 65535}};
+  const std::string bytes = encode_endpoint(e);
+  EXPECT_EQ(bytes[4], 2);  // (version 1 has no links)
+  auto back = decode_endpoint(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back.value() == e);
+  EXPECT_EQ(encode_endpoint(sample())[4], 1);
+  auto refused = [](const std::string& b, const std::string& words) {
+    auto r = decode_endpoint(b);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+  };
+  refused(bytes.substr(0, bytes.size() - 1), "past the end");
+  refused(bytes + "x", "after the links");
+  std::string b = bytes;
+  b[36] = 3;  // a third link that is not there
+  refused(b, "past the end");
+  b = bytes;
+  b[36] = static_cast<char>(kMaxLinks + 1);
+  refused(b, "links in a version 2");
+  b = bytes;
+  b[4] = 1;  // links in version 1
+  refused(b, "links in a version 1");
+  b = bytes;
+  b[37] = 1;
+  refused(b, "reserved");
+  const std::size_t first_link = kEndpointFixedBytes + e.tcp_host.size() + e.unix_name.size();
+  b = bytes;
+  b[first_link] = b[first_link + 1] = 0;
+  refused(b, "link: tcp port 0");
+  b = bytes;
+  b[first_link + 3] = '/';
+  refused(b, "link: tcp host with a bad character");
+  e.links.assign(kMaxLinks + 1, {"10.0.2.1", 1});
+  EXPECT_NE(validate_endpoint(e).find("links"), std::string::npos);
+}
+
 TEST(SoftEndpoint, RefusesMalformedBytes) {
   const std::string good = encode_endpoint(sample());
   auto refused = [](const std::string& bytes, const std::string& words) {
@@ -137,6 +176,59 @@ TEST(SoftWire, FramesRoundTripAndBadOnesAreRefused) {
   EXPECT_FALSE(decode_frame(junk).ok());
 }
 
+TEST(SoftWire, StripesAndStripedWritesAreChecked) {
+  FrameHeader stripe;
+  stripe.op = FrameOp::kStripe;
+  stripe.seq = 9;
+  stripe.rkey = 3;
+  stripe.addr = 0x1000;
+  stripe.length = 1 << 20;
+  std::uint8_t bytes[kFrameHeaderBytes];
+  encode_frame(stripe, bytes);
+  auto back = decode_frame(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_TRUE(back.value() == stripe);
+  EXPECT_EQ(payload_bytes(stripe), 1u << 20);
+  EXPECT_FALSE(is_request(FrameOp::kStripe));  // (it is part of the write numbered seq)
+  auto refused = [](FrameHeader f) {
+    std::uint8_t b[kFrameHeaderBytes];
+    encode_frame(f, b);
+    return !decode_frame(b).ok();
+  };
+  FrameHeader bad = stripe;
+  bad.seq = 0;
+  EXPECT_TRUE(refused(bad));
+  bad = stripe;
+  bad.length = 0;
+  EXPECT_TRUE(refused(bad));
+  bad = stripe;
+  bad.flags = kFlagAck;  // acknowledgements ride on the queue pair's first stream only
+  bad.ack = 1;
+  EXPECT_TRUE(refused(bad));
+  bad = stripe;
+  bad.status = 1;
+  EXPECT_TRUE(refused(bad));
+
+  FrameHeader striped;
+  striped.op = FrameOp::kWrite;
+  striped.flags = kFlagStriped | kFlagImm;
+  striped.imm = 5;
+  striped.status = 4;  // its data came as 4 stripes
+  striped.seq = 9;
+  striped.length = 4 << 20;
+  EXPECT_FALSE(refused(striped));
+  EXPECT_EQ(payload_bytes(striped), 0u);
+  bad = striped;
+  bad.status = 0;
+  EXPECT_TRUE(refused(bad));
+  bad = striped;
+  bad.op = FrameOp::kSend;
+  EXPECT_TRUE(refused(bad));
+  bad = striped;
+  bad.length = 0;
+  EXPECT_TRUE(refused(bad));
+}
+
 TEST(SoftWire, GreetingsRoundTrip) {
   Hello hello;
   hello.kind = HelloKind::kReply;
@@ -153,6 +245,20 @@ TEST(SoftWire, GreetingsRoundTrip) {
   EXPECT_FALSE(decode_hello(bytes).ok());
   bytes[7] = 0;
   bytes[0] = 'x';
+  EXPECT_FALSE(decode_hello(bytes).ok());
+  Hello link;  // a link's greeting: which link, no descriptors
+  link.kind = HelloKind::kLink;
+  link.pd = 2;
+  encode_hello(link, bytes);
+  ASSERT_TRUE(decode_hello(bytes).ok());
+  EXPECT_TRUE(decode_hello(bytes).value() == link);
+  bytes[7] = kHelloFds;
+  EXPECT_FALSE(decode_hello(bytes).ok());
+  link.pd = 0;
+  encode_hello(link, bytes);
+  EXPECT_FALSE(decode_hello(bytes).ok());
+  link.pd = kMaxLinks + 1;
+  encode_hello(link, bytes);
   EXPECT_FALSE(decode_hello(bytes).ok());
 }
 

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "verbs/soft/fd_passing.h"
 
@@ -31,7 +32,7 @@ std::string wait_for(int sock, short events, Clock::time_point deadline) {
     pollfd p{sock, events, 0};
     const int n = ::poll(&p, 1, ms_left(deadline));
     if (n > 0) return "";
-    if (n == 0) return "timed out after " + std::to_string(kHandshakeTimeout.count()) + " s";
+    if (n == 0) return "timed out";
     if (errno != EINTR) return errno_text(errno);
   }
 }
@@ -50,11 +51,13 @@ std::string connect_nonblocking(int sock, const sockaddr* addr, socklen_t len,
 
 // Sends the greeting and reads the reply (with its descriptors).
 Result<Dialed> greet(UniqueFd sock, bool is_unix, const Token& target, const Token& own,
-                     const LocalFds& local, Clock::time_point deadline, const std::string& where) {
+                     const LocalFds& local, Clock::time_point deadline, const std::string& where,
+                     HelloKind kind = HelloKind::kHello) {
   auto fail = [&](const std::string& why) {
     return Status(Code::kUnavailable, "cannot reach the peer's queue pair at " + where + ": " + why);
   };
   Hello hello;
+  hello.kind = kind;
   hello.target = target;
   hello.dialer = own;
   hello.fd_count = is_unix ? kHelloFds : 0;
@@ -118,39 +121,67 @@ Result<Dialed> dial_unix(const SoftEndpoint& remote, const Token& own, const Loc
   return greet(std::move(sock), true, remote.token, own, local, deadline, where);
 }
 
-Result<Dialed> dial_tcp(const SoftEndpoint& remote, const Token& own, const LocalFds& local) {
-  const std::string where = (remote.tcp_host.find(':') != std::string::npos
-                                 ? "[" + remote.tcp_host + "]"
-                                 : remote.tcp_host) + ":" + std::to_string(remote.tcp_port);
-  const auto deadline = Clock::now() + kHandshakeTimeout;
+std::string tcp_where(const std::string& host, std::uint16_t port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// Connects a TCP socket to host:port (from `local_host`'s address when not empty) by
+// `deadline`; `where` names the peer in the errors.
+Result<UniqueFd> connect_tcp(const std::string& host, std::uint16_t port, const std::string& local_host,
+                             Clock::time_point deadline, const std::string& where) {
+  auto unreachable = [&](const std::string& why) {
+    return Status(Code::kUnavailable, "cannot reach the peer's queue pair at " + where + ": " + why);
+  };
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  const std::string port = std::to_string(remote.tcp_port);
-  const int rc = ::getaddrinfo(remote.tcp_host.c_str(), port.c_str(), &hints, &found);
-  if (rc != 0) {
-    return Status(Code::kUnavailable, "cannot reach the peer's queue pair at " + where + ": " +
-                                          ::gai_strerror(rc));
+  const std::string port_text = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &found);
+  if (rc != 0) return unreachable(::gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> remote(found, &::freeaddrinfo);
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> local(nullptr, &::freeaddrinfo);
+  if (!local_host.empty()) {
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* mine = nullptr;
+    rc = ::getaddrinfo(local_host.c_str(), "0", &hints, &mine);
+    if (rc != 0) return unreachable("this side's address " + local_host + ": " + ::gai_strerror(rc));
+    local.reset(mine);
   }
   std::string why = "no address";
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+  for (addrinfo* ai = remote.get(); ai != nullptr; ai = ai->ai_next) {
     UniqueFd sock(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                            ai->ai_protocol));
     if (!sock.valid()) {
       why = errno_text(errno);
       continue;
     }
-    why = connect_nonblocking(sock.get(), ai->ai_addr, ai->ai_addrlen, deadline);
-    if (why.empty()) {
-      ::freeaddrinfo(found);
-      LocalFds tcp_side;
-      tcp_side.pd = local.pd;
-      return greet(std::move(sock), false, remote.token, own, tcp_side, deadline, where);
+    if (local) {
+      const addrinfo* from = local.get();
+      while (from != nullptr && from->ai_family != ai->ai_family) from = from->ai_next;
+      if (from == nullptr) {
+        why = "this side's address " + local_host + " is of another family";
+        continue;
+      }
+      if (::bind(sock.get(), from->ai_addr, from->ai_addrlen) != 0) {
+        why = "cannot bind to " + local_host + ": " + errno_text(errno);
+        continue;
+      }
     }
+    why = connect_nonblocking(sock.get(), ai->ai_addr, ai->ai_addrlen, deadline);
+    if (why.empty()) return sock;
   }
-  ::freeaddrinfo(found);
-  return Status(Code::kUnavailable, "cannot reach the peer's queue pair at " + where + ": " + why);
+  return unreachable(why);
+}
+
+Result<Dialed> dial_tcp(const SoftEndpoint& remote, const Token& own, const LocalFds& local) {
+  const std::string where = tcp_where(remote.tcp_host, remote.tcp_port);
+  const auto deadline = Clock::now() + kHandshakeTimeout;
+  auto sock = connect_tcp(remote.tcp_host, remote.tcp_port, "", deadline, where);
+  if (!sock.ok()) return sock.status();
+  LocalFds tcp_side;
+  tcp_side.pd = local.pd;
+  return greet(sock.take(), false, remote.token, own, tcp_side, deadline, where);
 }
 
 }  // namespace
@@ -177,6 +208,18 @@ Result<Dialed> dial(const SoftEndpoint& remote, const Token& own, SameHost polic
     }
   }
   return dial_tcp(remote, own, local);
+}
+
+Result<Dialed> dial_link(const std::string& local_host, const SoftLinkAddress& remote,
+                         const Token& target, const Token& own, std::uint32_t link) {
+  const std::string where = tcp_where(remote.tcp_host, remote.tcp_port) + " (link " +
+                            std::to_string(link) + ", from " + local_host + ")";
+  const auto deadline = Clock::now() + kLinkDialTimeout;
+  auto sock = connect_tcp(remote.tcp_host, remote.tcp_port, local_host, deadline, where);
+  if (!sock.ok()) return sock.status();
+  LocalFds tcp_side;
+  tcp_side.pd = link;
+  return greet(sock.take(), false, target, own, tcp_side, deadline, where, HelloKind::kLink);
 }
 
 Status send_hello(int sock, const Hello& hello, const int* fds, int nfds) {

@@ -40,6 +40,15 @@ struct LocalFds {
 Result<Dialed> dial(const SoftEndpoint& remote, const Token& own, SameHost policy,
                     const LocalFds& local);
 
+// How long dialing a link may take: a link that does not answer by then is left out.
+inline constexpr std::chrono::seconds kLinkDialTimeout{2};
+
+// Dials link `link` (from 1) of the peer's queue pair `target`, at `remote`, from this
+// host's address `local_host` (so that the stream takes that link), for the queue pair of
+// token `own`, connected to `target` already. Blocks up to kLinkDialTimeout.
+Result<Dialed> dial_link(const std::string& local_host, const SoftLinkAddress& remote,
+                         const Token& target, const Token& own, std::uint32_t link);
+
 // Sends a greeting with `fds` attached (none when nfds is 0), without blocking for long.
 Status send_hello(int sock, const Hello& hello, const int* fds, int nfds);
 

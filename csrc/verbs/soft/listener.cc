@@ -288,7 +288,7 @@ void Listener::read_greeting(Pending& p, bool* done) {
   if (p.got < kHelloBytes) return;
   *done = true;
   auto hello = decode_hello(p.bytes);
-  if (!hello.ok() || hello.value().kind != HelloKind::kHello ||
+  if (!hello.ok() || hello.value().kind == HelloKind::kReply ||
       (!p.is_unix && hello.value().fd_count != 0) || p.fds.size() != hello.value().fd_count) {
     return;  // not a greeting: dropped
   }

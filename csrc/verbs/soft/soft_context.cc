@@ -56,11 +56,50 @@ Status SoftContext::init(const VerbsConfig& config, const std::string& listen_ho
       [this] { on_tick(); });
   if (!listener.ok()) return listener.status();
   listener_ = listener.take();
+  return open_links(config.links);
+}
+
+Status SoftContext::open_links(const std::string& hosts) {
+  std::size_t at = 0;
+  while (at < hosts.size()) {
+    std::size_t end = hosts.find(',', at);
+    if (end == std::string::npos) end = hosts.size();
+    const std::string host = hosts.substr(at, end - at);
+    at = end + 1;
+    if (host.empty()) continue;
+    if (links_.size() == kMaxLinks) {
+      return Status(Code::kInvalidArgument, "TENSORVERBS_LINKS names more than " +
+                                                std::to_string(kMaxLinks) + " links");
+    }
+    auto listener = Listener::start(
+        host, false,
+        [this](const Hello& hello, UniqueFd sock, bool is_unix, std::vector<UniqueFd> fds) {
+          on_dial(hello, std::move(sock), is_unix, std::move(fds));
+        },
+        [] {});
+    if (!listener.ok()) {
+      return Status(listener.status().code(), "TENSORVERBS_LINKS: cannot listen on link " +
+                                                  std::to_string(links_.size() + 1) + " (" + host +
+                                                  "): " + listener.status().message());
+    }
+    links_.push_back(SoftLinkAddress{host, listener.value()->tcp_port()});
+    link_listeners_.push_back(listener.take());
+    SoftEndpoint check;  // (a host an endpoint cannot carry is refused here, not at setup)
+    check.qp_num = 1;
+    check.tcp_host = listen_host_;
+    check.tcp_port = 1;
+    check.links = links_;
+    const std::string why = validate_endpoint(check);
+    if (!why.empty()) return Status(Code::kInvalidArgument, "TENSORVERBS_LINKS: " + why);
+  }
   return ok_status();
 }
 
-// The last reference may go in one of the listener's callbacks, on its thread.
-SoftContext::~SoftContext() { Listener::release(std::move(listener_)); }
+// The last reference may go in one of the listeners' callbacks, on its thread.
+SoftContext::~SoftContext() {
+  for (auto& listener : link_listeners_) Listener::release(std::move(listener));
+  Listener::release(std::move(listener_));
+}
 
 Result<std::shared_ptr<ProtectionDomain>> SoftContext::alloc_pd() {
   static std::atomic<std::uint32_t> next_pd{1};
@@ -123,6 +162,18 @@ void SoftContext::remove_qp(const Token& token, std::uint64_t cookie) {
       break;
     }
   }
+}
+
+std::uint64_t SoftContext::add_link(const std::weak_ptr<SoftQueuePair>& qp, std::uint32_t link) {
+  std::lock_guard lock(mu_);
+  const std::uint64_t cookie = next_cookie_++;
+  link_streams_[cookie] = {qp, link};
+  return cookie;
+}
+
+void SoftContext::remove_link(std::uint64_t cookie) {
+  std::lock_guard lock(mu_);
+  link_streams_.erase(cookie);
 }
 
 void SoftContext::activate(std::uint64_t cookie) {
@@ -255,7 +306,20 @@ bool SoftContext::memory_ready() {
 }
 
 void SoftContext::on_event(std::uint64_t cookie, std::uint32_t events) {
-  if (auto qp = find(cookie)) guarded(*qp, [&] { qp->on_socket(events); });
+  if (auto qp = find(cookie)) {
+    guarded(*qp, [&] { qp->on_socket(events); });
+    return;
+  }
+  std::shared_ptr<SoftQueuePair> qp;
+  std::uint32_t link = 0;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = link_streams_.find(cookie);
+    if (it == link_streams_.end()) return;
+    qp = it->second.first.lock();
+    link = it->second.second;
+  }
+  if (qp) guarded(*qp, [&] { qp->on_link_socket(link, events); });
 }
 
 }  // namespace tensorverbs::verbs::soft

@@ -50,11 +50,17 @@ class SoftContext final : public Context, private Progress::Hooks {
   SameHost same_host() const { return same_host_; }
   const std::string& listen_host() const { return listen_host_; }
   const Listener& listener() const { return *listener_; }
+  // The context's further addresses, one per link (TENSORVERBS_LINKS), in order: where a
+  // peer dials link n (the n-th, from 1) and where this side dials its peer's link n from.
+  const std::vector<SoftLinkAddress>& links() const { return links_; }
 
   // -- queue pairs --
   std::uint32_t new_qp_num();
   std::uint64_t add_qp(const Token& token, const std::weak_ptr<SoftQueuePair>& qp);
   void remove_qp(const Token& token, std::uint64_t cookie);
+  // The cookie of a link's stream of `qp` (its events go to qp.on_link_socket(link)).
+  std::uint64_t add_link(const std::weak_ptr<SoftQueuePair>& qp, std::uint32_t link);
+  void remove_link(std::uint64_t cookie);
   // Polls `cookie`'s rings from now on (a connected queue pair).
   void activate(std::uint64_t cookie);
   // Fails `qp` if no peer dialed in by `deadline`.
@@ -67,6 +73,8 @@ class SoftContext final : public Context, private Progress::Hooks {
  private:
   SoftContext() = default;
   Status init(const VerbsConfig& config, const std::string& listen_host);
+  // Listens on each of `hosts` (comma-separated), one link each.
+  Status open_links(const std::string& hosts);
   void on_dial(const Hello& hello, UniqueFd sock, bool is_unix, std::vector<UniqueFd> fds);
   void on_tick();
   std::shared_ptr<SoftQueuePair> find(std::uint64_t cookie);
@@ -88,6 +96,7 @@ class SoftContext final : public Context, private Progress::Hooks {
   std::mutex mu_;
   std::map<Token, std::uint64_t> by_token_;
   std::unordered_map<std::uint64_t, std::weak_ptr<SoftQueuePair>> qps_;
+  std::unordered_map<std::uint64_t, std::pair<std::weak_ptr<SoftQueuePair>, std::uint32_t>> link_streams_;
   std::vector<std::uint64_t> active_;
   std::atomic<std::uint64_t> active_version_{0};
   std::multimap<std::chrono::steady_clock::time_point, std::uint64_t> dial_deadlines_;
@@ -99,6 +108,8 @@ class SoftContext final : public Context, private Progress::Hooks {
   std::vector<std::weak_ptr<SoftQueuePair>> driver_active_;
   std::uint64_t driver_version_ = ~std::uint64_t{0};
 
+  std::vector<SoftLinkAddress> links_;
+  std::vector<std::unique_ptr<Listener>> link_listeners_;  // one per link
   std::unique_ptr<Listener> listener_;  // last: its thread stops first
 };
 

@@ -82,6 +82,7 @@ std::string SoftQueuePair::endpoint() const {
   e.tcp_host = context_->listen_host();
   e.tcp_port = context_->listener().tcp_port();
   e.unix_name = context_->listener().unix_name();
+  e.links = context_->links();
   return encode_endpoint(e);
 }
 
@@ -153,10 +154,13 @@ Status SoftQueuePair::connect(std::string_view remote_endpoint) {
   }
   have_remote_ = true;
   remote_token_ = remote.token;
+  const bool over_tcp = !dialed.value().is_unix;
   Status attached = attach_locked(dialed.take(), remote.token);
   if (!attached.ok()) return attached;
   state_.store(QpState::kRts, std::memory_order_release);
   start_locked();
+  lock.unlock();
+  if (over_tcp) dial_links(remote);
   return ok_status();
 }
 
@@ -200,6 +204,10 @@ Status SoftQueuePair::attach_locked(Dialed dialed, const Token& peer) {
 void SoftQueuePair::on_dial(const Hello& hello, UniqueFd sock, bool is_unix,
                             std::vector<UniqueFd> fds) {
   std::lock_guard lock(mu_);
+  if (hello.kind == HelloKind::kLink) {
+    on_link_dial_locked(hello, std::move(sock), is_unix);
+    return;
+  }
   Hello reply = hello;
   reply.kind = HelloKind::kReply;
   reply.fd_count = 0;
@@ -242,17 +250,20 @@ void SoftQueuePair::on_dial(const Hello& hello, UniqueFd sock, bool is_unix,
 
 void SoftQueuePair::start_locked() {
   // the stream (and the rings) are live from now on
-  std::weak_ptr<SoftQueuePair> weak = weak_from_this();
   const int fd = stream_->fd();
   Progress* progress = &context_->progress();
   const std::uint64_t cookie = cookie_;
-  stream_->set_write_watch([progress, fd, cookie](bool on) {
-    (void)progress->watch(fd, cookie, on, false);
+  stream_->set_write_watch([progress, fd, cookie, watch = watch_](bool on) {
+    watch->writing.store(on, std::memory_order_relaxed);
+    (void)progress->watch(fd, cookie, on, false, !watch->paused.load(std::memory_order_relaxed));
   });
   Status watched = progress->watch(fd, cookie, false, true);
   if (!watched.ok()) {
     enter_error_locked(watched.message());
     return;
+  }
+  for (const auto& link : links_) {
+    if (!link->watched) watch_link_locked(*link);
   }
   if (!peer_ring_ && !data_socket_) {
     data_socket_ = true;
@@ -283,6 +294,7 @@ void SoftQueuePair::to_error(std::string_view why) {
 }
 
 void SoftQueuePair::teardown_locked() {
+  close_links_locked();
   if (data_socket_) {
     data_socket_ = false;
     context_->progress().data_sockets(-1);
@@ -325,6 +337,7 @@ void SoftQueuePair::enter_error_locked(const std::string& why) {
 
 void SoftQueuePair::send_frames_locked(TxItem* items, std::size_t count) {
   if (!stream_) return;
+  for (std::size_t i = 0; i < count; ++i) bytes_sent_[0] += items[i].payload_len;
   Status sent = stream_->send(items, count);
   if (!sent.ok()) send_failed_locked(sent.message());
 }

@@ -19,12 +19,20 @@
 // Connection (soft_queue_pair.cc): see handshake.h; traffic that arrives before connect()
 // waits in the socket, as packets for a verbs queue pair before RTR.
 //
+// Links (soft_queue_pair_links.cc): over TCP, the side that dialed opens a further stream
+// per link both contexts have (TENSORVERBS_LINKS), pairing them by position. A write of
+// kStripeFrom bytes or more is then sent as stripes spread over every stream, each landing
+// straight in its place, and carried out (completed, its immediate delivered) once all
+// have landed: the first stream waits at the striped write's frame until then. A link
+// that breaks fails the queue pair, as its first stream's breaking does.
+//
 // Locking: one mutex per queue pair for all of its state (payload reads and small
 // shared-memory copies included), then a completion queue's, then the stream's transmit
 // lock. A large copy holds none of them: its helper only raises a flag and kicks the
 // progress engine, whose driver completes the operation.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -33,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "verbs/queue_pair.h"
@@ -56,6 +65,14 @@ class SoftProtectionDomain;
 // Shared-memory copies from this size up leave the queue pair's mutex and the posting
 // thread (a large copy would hold up every channel of the context meanwhile).
 inline constexpr std::uint32_t kAsyncCopyBytes = 4 << 20;
+
+// Writes from this size up are striped over the links; a stripe is at least kStripeBytes
+// (and a write at most kMaxStripes stripes: the count rides in a byte).
+inline constexpr std::uint32_t kStripeFrom = 1 << 20;
+inline constexpr std::uint32_t kStripeBytes = 256 << 10;
+inline constexpr std::uint32_t kMaxStripes = 255;
+// How far ahead of the next request to carry out a stripe's write may be numbered.
+inline constexpr std::uint32_t kMaxStripedAhead = 4096;
 
 // How long an acknowledgement waits for a frame going back to ride on before it goes alone.
 inline constexpr std::chrono::microseconds kAckDelay{20};
@@ -91,6 +108,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // A peer dialed in (listener thread): takes the connection, or answers why not.
   void on_dial(const Hello& hello, UniqueFd sock, bool is_unix, std::vector<UniqueFd> fds);
   void on_socket(std::uint32_t events);
+  void on_link_socket(std::uint32_t link, std::uint32_t events);
+  // The bytes sent so far on each stream: the first one's, then each link's (by number).
+  std::vector<std::uint64_t> bytes_sent() const;
+  // Why links this side dialed were left out ("" when none was).
+  std::string link_errors() const;
   bool poll_memory();
   bool memory_ready() const;
   void dial_deadline_passed();
@@ -115,6 +137,22 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
                 std::shared_ptr<SoftCompletionQueue> recv_cq, QpCaps caps);
   Status init();
 
+  // A further stream to the peer, over one of the context's links.
+  struct Link {
+    std::uint32_t number = 0;  // from 1: the context's link it leaves from
+    std::shared_ptr<Stream> stream;
+    RxFrame rx;
+    std::uint64_t cookie = 0;
+    bool watched = false;
+  };
+  // The stripes of a write that were read so far (by the write's number), and the first
+  // reason one could not land.
+  struct Tally {
+    std::uint32_t landed = 0;
+    WcStatus error = WcStatus::kSuccess;
+    std::string why;
+  };
+
   // connection (soft_queue_pair.cc)
   Status attach_locked(Dialed dialed, const Token& peer);
   Status adopt_peer_fds_locked(std::vector<UniqueFd>& fds);
@@ -137,6 +175,34 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
     TxItem item = frame_item(stamp_ack_locked(header));
     send_frames_locked(&item, 1);
   }
+
+  // links (soft_queue_pair_links.cc)
+  // Dials the peer's links (without the lock; the caller's connect() returned).
+  void dial_links(const SoftEndpoint& remote);
+  void on_link_dial_locked(const Hello& hello, UniqueFd sock, bool is_unix);
+  void add_link_locked(std::uint32_t number, UniqueFd sock);
+  void watch_link_locked(Link& link);
+  void close_links_locked();
+  Link* find_link_locked(std::uint32_t number);
+  // A link broke: the queue pair fails as when its first stream breaks (salvage first).
+  void link_broke_locked(const Link& link, const std::string& why);
+  // Sends the write `h` (numbered, stamped on sending) as stripes of `payload` spread over
+  // the streams, then `h` itself, striped, on the first one.
+  void send_striped_locked(FrameHeader h, const std::uint8_t* payload);
+  // A stripe's header was read (from any stream): where its payload goes.
+  void setup_stripe_locked(RxFrame& rx, const FrameHeader& h);
+  // A stripe was read whole: counted; the first stream goes on if it waited for it.
+  void stripe_landed_locked(const RxFrame& rx);
+  // Whether the first stream waits at a striped write whose stripes have not all landed
+  // (its reading paused until they have).
+  bool stalled_locked(const FrameHeader& h);
+  void pause_reading_locked(bool paused);
+  // A striped write's frame is read: takes its tally; false when it cannot be carried out
+  // (then refused, or the queue pair failed).
+  bool take_stripes_locked(const FrameHeader& h);
+  void read_link_locked(Link& link);
+  // What follows reading frames from any stream: salvage, held requests, completions, ACKs.
+  void after_reading_locked();
 
   // requester (soft_queue_pair_requester.cc)
   bool execute_locked(SendOp& op);
@@ -166,7 +232,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // and payloads) were read; frames the stream buffered already are carried out regardless.
   void read_frames_locked(std::size_t budget);
   bool start_frame_locked();
-  void payload_locked(bool* progress);
+  // Reads `rx`'s payload from `stream` (a link's when `link` is set).
+  void payload_locked(Stream& stream, RxFrame& rx, const Link* link, bool* progress);
   void finish_frame_locked();
   void execute_request_locked(const FrameHeader& h, std::vector<std::uint8_t>* payload,
                               bool applied);
@@ -243,6 +310,20 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   bool nak_sent_ = false;
   RxFrame rx_;
   std::atomic<std::uint64_t> ring_seen_tail_{0};
+  // links
+  std::vector<std::unique_ptr<Link>> links_;  // open, in the order they opened
+  std::unordered_map<std::uint32_t, Tally> stripes_;  // writes not carried out yet
+  std::uint32_t stalled_seq_ = 0;  // the striped write the first stream waits at (0: none)
+  std::uint32_t stalled_stripes_ = 0;  // its stripes
+  // The first stream's watch: whether bytes wait to be written, and whether reading it
+  // pauses (a striped write waits for its stripes: nothing after it can be carried out).
+  struct Watch {
+    std::atomic<bool> writing{false};
+    std::atomic<bool> paused{false};
+  };
+  const std::shared_ptr<Watch> watch_ = std::make_shared<Watch>();
+  std::string link_errors_;
+  std::array<std::uint64_t, kMaxLinks + 1> bytes_sent_{};  // per stream, as bytes_sent()
 };
 
 }  // namespace tensorverbs::verbs::soft

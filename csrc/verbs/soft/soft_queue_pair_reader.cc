@@ -30,6 +30,10 @@ void SoftQueuePair::on_socket(std::uint32_t events) {
     }
   }
   if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0) read_frames_locked(kPassBudget);
+  after_reading_locked();
+}
+
+void SoftQueuePair::after_reading_locked() {
   if (send_broke_.load(std::memory_order_relaxed)) {  // (an answer the frames asked for)
     salvage_locked();
     return;
@@ -73,7 +77,7 @@ void SoftQueuePair::read_frames_locked(std::size_t budget) {
     }
     bool progress = false;
     const std::uint32_t before = rx_.left;
-    payload_locked(&progress);
+    payload_locked(*stream_, rx_, nullptr, &progress);
     const std::uint32_t read = before - rx_.left;
     if (rx_.active && rx_.left == 0) finish_frame_locked();
     if (!progress || !stream_) return;  // (finishing the frame may end the stream: an error)
@@ -91,6 +95,7 @@ bool SoftQueuePair::start_frame_locked() {
     enter_error_locked("protocol error: " + decoded.status().message());
     return false;
   }
+  if (stalled_locked(decoded.value())) return false;  // (read again once its stripes landed)
   stream_->consume(kFrameHeaderBytes);
   rx_ = RxFrame{};
   rx_.active = true;
@@ -100,6 +105,8 @@ bool SoftQueuePair::start_frame_locked() {
   const FrameHeader& h = rx_.header;
   if (is_request(h.op)) {
     setup_request_sink_locked(h);
+  } else if (h.op == FrameOp::kStripe) {
+    setup_stripe_locked(rx_, h);
   } else if (h.op == FrameOp::kReadResp) {
     SendOp* op = nullptr;
     for (SendOp* candidate : awaiting_) {
@@ -124,6 +131,7 @@ bool SoftQueuePair::start_frame_locked() {
 // Where a request's payload goes; held requests buffer it.
 void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
   if (nak_sent_) return;  // discarded: the requester fails anyway
+  if ((h.flags & kFlagStriped) != 0 && !take_stripes_locked(h)) return;
   if (!blocked_locked() && h.seq != rx_next_) {
     if (!drain_ring_locked(h.seq, true) && state_.load() == QpState::kRts) {
       // an earlier event waits for a receive: this request waits behind it
@@ -149,7 +157,7 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
     rx_.buffer.resize(bytes);
     return;
   }
-  if (h.op == FrameOp::kWrite && h.length > 0) {
+  if (h.op == FrameOp::kWrite && payload_bytes(h) > 0) {
     context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
       const std::string why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
       if (!why.empty()) {
@@ -177,18 +185,18 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
   }
 }
 
-void SoftQueuePair::payload_locked(bool* progress) {
-  while (rx_.left > 0) {
+void SoftQueuePair::payload_locked(Stream& stream, RxFrame& rx, const Link* link, bool* progress) {
+  while (rx.left > 0) {
     std::uint8_t* dst = g_scratch;
-    std::size_t room = rx_.left;
-    const std::size_t done = (rx_.sink == Sink::kBuffer ? rx_.buffer.size() - rx_.left : 0);
-    switch (rx_.sink) {
+    std::size_t room = rx.left;
+    const std::size_t done = (rx.sink == Sink::kBuffer ? rx.buffer.size() - rx.left : 0);
+    switch (rx.sink) {
       case Sink::kDirect:
       case Sink::kRegion:
-        dst = rx_.dst;
+        dst = rx.dst;
         break;
       case Sink::kBuffer:
-        dst = rx_.buffer.data() + done;
+        dst = rx.buffer.data() + done;
         break;
       default:
         room = room < sizeof(g_scratch) ? room : sizeof(g_scratch);
@@ -196,46 +204,48 @@ void SoftQueuePair::payload_locked(bool* progress) {
     }
     std::size_t got = 0;
     auto receive = [&]() -> Stream::Io {
-      if (stream_->buffered() > 0) {
-        got = room < stream_->buffered() ? room : stream_->buffered();
-        std::memcpy(dst, stream_->buffered_data(), got);
-        stream_->consume(got);
+      if (stream.buffered() > 0) {
+        got = room < stream.buffered() ? room : stream.buffered();
+        std::memcpy(dst, stream.buffered_data(), got);
+        stream.consume(got);
         return Stream::Io::kOk;
       }
       std::string why;
-      const Stream::Io io = stream_->read_into(dst, room, &got, &why);
-      if (io == Stream::Io::kError) rx_.why = why;
+      const Stream::Io io = stream.read_into(dst, room, &got, &why);
+      if (io == Stream::Io::kError) rx.why = why;
       return io;
     };
     Stream::Io io;
-    if (rx_.sink == Sink::kRegion) {
+    if (rx.sink == Sink::kRegion) {
       bool valid = false;
-      io = context_->keys().with_region(rx_.key, [&](const RegionInfo* region) {
+      io = context_->keys().with_region(rx.key, [&](const RegionInfo* region) {
         valid = region != nullptr;
         return valid ? receive() : Stream::Io::kOk;
       });
       if (!valid) {  // deregistered meanwhile: the rest is swallowed, the write refused
-        rx_.sink = Sink::kDiscard;
-        rx_.error = WcStatus::kRemAccessErr;
-        rx_.why = "the target region was deregistered during the write";
+        rx.sink = Sink::kDiscard;
+        rx.error = WcStatus::kRemAccessErr;
+        rx.why = "the target region was deregistered during the write";
         continue;
       }
     } else {
       io = receive();
     }
     if (io == Stream::Io::kAgain) return;
-    if (io == Stream::Io::kClosed) {
-      enter_error_locked("the peer closed the connection (in the middle of a frame)");
-      return;
-    }
-    if (io == Stream::Io::kError) {
-      enter_error_locked(rx_.why);
+    if (io == Stream::Io::kClosed || io == Stream::Io::kError) {
+      const std::string why = io == Stream::Io::kError ? rx.why
+                                                        : "the peer closed the connection (in the middle of a frame)";
+      if (link != nullptr) {
+        link_broke_locked(*link, why);
+      } else {
+        enter_error_locked(why);
+      }
       return;
     }
     *progress = true;
-    rx_.left -= static_cast<std::uint32_t>(got);
-    if (rx_.sink == Sink::kDirect || rx_.sink == Sink::kRegion) rx_.dst += got;
-    if (got < room && stream_->buffered() == 0 && got < (64u << 10)) return;  // drained
+    rx.left -= static_cast<std::uint32_t>(got);
+    if (rx.sink == Sink::kDirect || rx.sink == Sink::kRegion) rx.dst += got;
+    if (got < room && stream.buffered() == 0 && got < (64u << 10)) return;  // drained
   }
 }
 

@@ -271,6 +271,10 @@ void SoftQueuePair::stream_request_locked(SendOp& op, FrameOp code, const std::u
   }
   op.seq = h.seq;
   awaiting_.push_back(&op);
+  if (code == FrameOp::kWrite && length >= kStripeFrom && !links_.empty()) {
+    send_striped_locked(h, payload);
+    return;
+  }
   TxItem item = frame_item(stamp_ack_locked(h));
   if (code != FrameOp::kReadReq) {
     item.payload = payload;

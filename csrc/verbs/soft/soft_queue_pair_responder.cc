@@ -185,6 +185,9 @@ void SoftQueuePair::finish_frame_locked() {
     }
     case FrameOp::kAck:
       break;
+    case FrameOp::kStripe:
+      stripe_landed_locked(frame);
+      break;
     case FrameOp::kSegReq:
     case FrameOp::kSeg:
       handle_segment_locked(h);
@@ -197,7 +200,7 @@ void SoftQueuePair::execute_request_locked(const FrameHeader& h, std::vector<std
                                            bool applied) {
   switch (h.op) {
     case FrameOp::kWrite: {
-      if (!applied && h.length > 0) {  // a held write: its data lands now
+      if (!applied && payload_bytes(h) > 0) {  // a held write: its data lands now
         std::string why;
         context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
           why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);

@@ -22,6 +22,7 @@ list(APPEND TENSORVERBS_CORE_SOURCES
   "${CMAKE_CURRENT_LIST_DIR}/soft_protection_domain.cc"
   "${CMAKE_CURRENT_LIST_DIR}/soft_provider.cc"
   "${CMAKE_CURRENT_LIST_DIR}/soft_queue_pair.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/soft_queue_pair_links.cc"
   "${CMAKE_CURRENT_LIST_DIR}/soft_queue_pair_reader.cc"
   "${CMAKE_CURRENT_LIST_DIR}/soft_queue_pair_requester.cc"
   "${CMAKE_CURRENT_LIST_DIR}/soft_queue_pair_responder.cc"

@@ -38,9 +38,11 @@ bool is_request(FrameOp op) {
 std::uint32_t payload_bytes(const FrameHeader& h) {
   switch (h.op) {
     case FrameOp::kWrite:
+      return (h.flags & kFlagStriped) != 0 ? 0 : h.length;
     case FrameOp::kSend:
     case FrameOp::kReadResp:
     case FrameOp::kNak:
+    case FrameOp::kStripe:
       return h.length;
     default:
       return 0;
@@ -62,7 +64,7 @@ void encode_frame(const FrameHeader& h, std::uint8_t* out) {
 Result<FrameHeader> decode_frame(const std::uint8_t* in) {
   FrameHeader h;
   const std::uint8_t op = in[0];
-  if (op < 1 || op > 8) {
+  if (op < 1 || op > static_cast<std::uint8_t>(FrameOp::kStripe)) {
     return Status(Code::kInternal, "malformed frame: unknown op " + std::to_string(op));
   }
   h.op = static_cast<FrameOp>(op);
@@ -77,7 +79,9 @@ Result<FrameHeader> decode_frame(const std::uint8_t* in) {
 
   if ((h.flags & kFlagAck) == 0 && h.ack != 0) return bad(h.op, "ack without its flag");
   const bool imm_allowed = h.op == FrameOp::kWrite || h.op == FrameOp::kSend;
-  const std::uint16_t allowed = static_cast<std::uint16_t>(kFlagAck | (imm_allowed ? kFlagImm : 0));
+  const std::uint16_t allowed = static_cast<std::uint16_t>(
+      (h.op == FrameOp::kStripe ? 0 : kFlagAck) | (imm_allowed ? kFlagImm : 0) |
+      (h.op == FrameOp::kWrite ? kFlagStriped : 0));
   if ((h.flags & ~allowed) != 0) return bad(h.op, "unknown flags");
   if ((h.flags & kFlagImm) == 0 && h.imm != 0) return bad(h.op, "immediate without its flag");
   if (h.length > kMaxMessageBytes) return bad(h.op, "length over the largest operation");
@@ -85,8 +89,18 @@ Result<FrameHeader> decode_frame(const std::uint8_t* in) {
   if (is_req && h.seq == 0) return bad(h.op, "request without a sequence number");
   switch (h.op) {
     case FrameOp::kWrite:
+      if ((h.flags & kFlagStriped) != 0) {
+        if (h.status == 0 || h.length == 0) return bad(h.op, "a striped write without stripes");
+      } else if (h.status != 0) {
+        return bad(h.op, "status set");
+      }
+      break;
     case FrameOp::kReadReq:
       if (h.status != 0) return bad(h.op, "status set");
+      break;
+    case FrameOp::kStripe:
+      if (h.seq == 0 || h.length == 0) return bad(h.op, "a stripe of no write, or empty");
+      if (h.status != 0 || h.imm != 0) return bad(h.op, "unused fields set");
       break;
     case FrameOp::kSend:
     case FrameOp::kReadResp:
@@ -138,9 +152,9 @@ Result<Hello> decode_hello(const std::uint8_t* in) {
     return Status(Code::kInvalidArgument, "greeting of unsupported version " + std::to_string(in[4]));
   }
   Hello hello;
-  if (in[5] < 1 || in[5] > 2) return Status(Code::kInvalidArgument, "greeting of unknown kind");
+  if (in[5] < 1 || in[5] > 3) return Status(Code::kInvalidArgument, "greeting of unknown kind");
   hello.kind = static_cast<HelloKind>(in[5]);
-  if (in[6] > 4 || (hello.kind == HelloKind::kHello && in[6] != 0)) {
+  if (in[6] > 4 || (hello.kind != HelloKind::kReply && in[6] != 0)) {
     return Status(Code::kInvalidArgument, "greeting with a bad status");
   }
   hello.status = static_cast<HelloStatus>(in[6]);
@@ -151,6 +165,10 @@ Result<Hello> decode_hello(const std::uint8_t* in) {
   std::memcpy(hello.target.data(), in + 8, kTokenBytes);
   std::memcpy(hello.dialer.data(), in + 8 + kTokenBytes, kTokenBytes);
   hello.pd = le::load<std::uint32_t>(in + 40);
+  if (hello.kind == HelloKind::kLink &&
+      (hello.fd_count != 0 || hello.pd == 0 || hello.pd > kMaxLinks)) {
+    return Status(Code::kInvalidArgument, "a link's greeting with descriptors or a bad link number");
+  }
   return hello;
 }
 

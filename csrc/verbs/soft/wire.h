@@ -11,13 +11,21 @@
 // other direction up to it has been carried out. READ_RESP and NAK answer request `seq`.
 // SEG_REQ asks for the descriptor of segment `rkey`; SEG answers with it attached
 // (status 0) or without (status 1: no such segment).
+// Striping (a queue pair with links, soft_links.h): a large WRITE's data goes as STRIPE
+// frames (seq: the write's; rkey, addr, length: where this part lands), spread over the
+// queue pair's streams, and the WRITE itself follows on the first stream with
+// kFlagStriped, no payload and `status` the number of stripes; it is carried out once
+// every stripe landed. Stripes carry no acknowledgement.
 //
-// Greeting (44 bytes): "TVSH" | version u8 | kind u8 (1 hello, 2 reply) | status u8 |
+// Greeting (44 bytes): "TVSH" | version u8 | kind u8 (1 hello, 2 reply, 3 link) | status u8 |
 //   fd count u8 | target token 16 B | dialer token 16 B | PD number of the sender's
 //   queue pair u32 (a peer's key-table entry is used only by queue pairs of its PD)
 // The dialer sends a hello naming the queue pair it wants (target) and itself; over a
 // Unix socket it attaches its key table, doorbell and event ring. The reply says whether
-// the queue pair takes the connection, with the same three descriptors of its side.
+// the queue pair takes the connection, with the same three descriptors of its side. A link's
+// greeting (kind 3, over TCP to the listener of one of the peer's links) opens a further
+// stream to a queue pair connected already: its `pd` field is the link's number (1 up),
+// and the reply (kind 2) says whether it was taken.
 #pragma once
 
 #include <cstddef>
@@ -38,10 +46,12 @@ enum class FrameOp : std::uint8_t {
   kNak = 6,
   kSegReq = 7,
   kSeg = 8,
+  kStripe = 9,
 };
 
 inline constexpr std::uint16_t kFlagImm = 1;
 inline constexpr std::uint16_t kFlagAck = 2;
+inline constexpr std::uint16_t kFlagStriped = 4;  // a WRITE whose data came as stripes
 inline constexpr std::size_t kFrameHeaderBytes = 32;
 inline constexpr std::uint32_t kMaxNakDetail = 1024;
 
@@ -65,7 +75,7 @@ std::uint32_t payload_bytes(const FrameHeader& header);
 void encode_frame(const FrameHeader& header, std::uint8_t* out);  // kFrameHeaderBytes
 Result<FrameHeader> decode_frame(const std::uint8_t* bytes);     // kFrameHeaderBytes
 
-enum class HelloKind : std::uint8_t { kHello = 1, kReply = 2 };
+enum class HelloKind : std::uint8_t { kHello = 1, kReply = 2, kLink = 3 };
 enum class HelloStatus : std::uint8_t {
   kOk = 0,
   kNoQueuePair = 1,      // no queue pair has the target token (destroyed, or never was)

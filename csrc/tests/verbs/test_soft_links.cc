@@ -1,0 +1,222 @@
+// The soft provider's links (TENSORVERBS_LINKS): a queue pair over TCP opens a stream per
+// link both sides have, a large write is striped over all of them and lands whole, small
+// ones stay on the first stream, and a link that cannot be dialed is left out with its
+// reason. Loopback's 127.0.0.0/8 gives each link an address of its own.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "conformance.h"
+#include "verbs/soft/soft_endpoint.h"
+#include "verbs/soft/soft_provider.h"
+#include "verbs/soft/soft_queue_pair.h"
+
+namespace tensorverbs::verbs::testing {
+namespace {
+
+ConformanceParam soft_with_links(const std::string& links) {
+  ConformanceParam param;
+  param.name = "soft";
+  param.config.provider = "soft";
+  param.config.same_host = "no";  // (links are for TCP)
+  param.config.links = links;
+  param.open = [](const VerbsConfig& config) { return soft_provider().open(config, "127.0.0.1"); };
+  return param;
+}
+
+soft::SoftQueuePair& soft_qp(Side& side) { return dynamic_cast<soft::SoftQueuePair&>(*side.qp); }
+
+// Writes `length` bytes with an immediate from `from` into `to` at an odd offset; checks that
+// the receive completes with the immediate and the length, and that the bytes (and only
+// they) landed.
+void write_and_check(Side& from, Side& to, std::size_t length, unsigned seed) {
+  constexpr std::size_t kOffset = 4093;
+  auto src = from.region(length + kOffset, kAllAccess);
+  fill_random(src->data(), length + kOffset, seed);
+  auto dst = to.region(length + 2 * kGuard, kAllAccess, kPoison);
+  RecvWr r{77};
+  ASSERT_TRUE(to.qp->post_recv(&r, 1).ok());
+  SendWr w = wr(seed, WrOpcode::kRdmaWriteWithImm, src.get(), kOffset, static_cast<std::uint32_t>(length),
+                dst->addr() + kGuard, dst->rkey());
+  w.imm = 0xC0FFEE00u + seed;
+  ASSERT_TRUE(from.qp->post_send(&w, 1).ok());
+  const auto sent = from.completions(1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, WcStatus::kSuccess) << to_string(sent[0].status);
+  const auto got = to.completions(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, WcStatus::kSuccess) << to_string(got[0].status);
+  EXPECT_EQ(got[0].opcode, WcOpcode::kRecvRdmaWithImm);
+  EXPECT_EQ(got[0].byte_len, length);
+  ASSERT_TRUE(got[0].has_imm);
+  EXPECT_EQ(got[0].imm, w.imm);
+  EXPECT_EQ(std::memcmp(dst->data() + kGuard, src->data() + kOffset, length), 0);
+  EXPECT_TRUE(all_equal(dst->data(), kGuard, kPoison));
+  EXPECT_TRUE(all_equal(dst->data() + kGuard + length, kGuard, kPoison));
+}
+
+// Every stream carried a fair share of `length` bytes (a round-robin of stripes).
+void expect_spread(const std::vector<std::uint64_t>& before, const std::vector<std::uint64_t>& after,
+                   std::size_t streams, std::size_t length) {
+  ASSERT_EQ(after.size(), before.size());
+  std::size_t carrying = 0;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    const std::uint64_t sent = after[i] - before[i];
+    if (sent > 0) ++carrying;
+    if (i < streams) {
+      EXPECT_GE(sent, length / (2 * streams)) << "stream " << i;
+    }
+  }
+  EXPECT_EQ(carrying, streams);
+}
+
+TEST(SoftLinks, ALargeWriteIsStripedOverEveryLinkAndLandsWhole) {
+  Side a(soft_with_links("127.0.0.2,127.0.0.3")), b(soft_with_links("127.0.0.4,127.0.0.5"));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error << b.error;
+  ASSERT_TRUE(connect_pair(*a.qp, *b.qp));
+  EXPECT_EQ(soft_qp(a).link_errors(), "");
+  // both directions: the side that dialed the links and the one that took them
+  std::vector<Side*> sides{&a, &b};
+  unsigned seed = 1;
+  for (std::size_t i = 0; i < 2; ++i) {
+    Side& from = *sides[i];
+    Side& to = *sides[1 - i];
+    for (const std::size_t length : {std::size_t{16u << 20} + 4097, std::size_t{soft::kStripeFrom}}) {
+      SCOPED_TRACE(std::to_string(i) + ": " + std::to_string(length) + " bytes");
+      const auto before = soft_qp(from).bytes_sent();
+      write_and_check(from, to, length, seed++);
+      expect_spread(before, soft_qp(from).bytes_sent(), 3, length);
+    }
+    const auto before = soft_qp(from).bytes_sent();  // a small write stays on the first stream
+    write_and_check(from, to, 4096, seed++);
+    const auto after = soft_qp(from).bytes_sent();
+    EXPECT_EQ(after[0] - before[0], 4096u);
+    EXPECT_EQ(after[1], before[1]);
+    EXPECT_EQ(after[2], before[2]);
+  }
+}
+
+// Many striped writes in flight at once, each with its immediate, complete in order.
+TEST(SoftLinks, StripedWritesInFlightCompleteInOrder) {
+  Side a(soft_with_links("127.0.0.2,127.0.0.3")), b(soft_with_links("127.0.0.4,127.0.0.5"));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error << b.error;
+  ASSERT_TRUE(connect_pair(*a.qp, *b.qp));
+  constexpr std::size_t kWrites = 12, kEach = (3u << 20) + 1;
+  auto src = a.region(kWrites * kEach, kAllAccess);
+  fill_random(src->data(), kWrites * kEach, 9);
+  auto dst = b.region(kWrites * kEach, kAllAccess, kPoison);
+  std::vector<RecvWr> recvs(kWrites);
+  std::vector<SendWr> writes;
+  for (std::size_t i = 0; i < kWrites; ++i) {
+    recvs[i].wr_id = 100 + i;
+    writes.push_back(wr(i + 1, WrOpcode::kRdmaWriteWithImm, src.get(), i * kEach, kEach,
+                        dst->addr() + i * kEach, dst->rkey()));
+    writes.back().imm = static_cast<std::uint32_t>(i);
+  }
+  ASSERT_TRUE(b.qp->post_recv(recvs.data(), recvs.size()).ok());
+  ASSERT_TRUE(a.qp->post_send(writes.data(), writes.size()).ok());
+  const auto sent = a.completions(kWrites);
+  const auto got = b.completions(kWrites);
+  ASSERT_EQ(sent.size(), kWrites);
+  ASSERT_EQ(got.size(), kWrites);
+  for (std::size_t i = 0; i < kWrites; ++i) {
+    EXPECT_EQ(sent[i].wr_id, i + 1);
+    EXPECT_TRUE(sent[i].ok()) << to_string(sent[i].status);
+    EXPECT_TRUE(got[i].ok()) << to_string(got[i].status);
+    EXPECT_TRUE(got[i].has_imm);
+    EXPECT_EQ(got[i].imm, i);
+  }
+  EXPECT_EQ(std::memcmp(dst->data(), src->data(), kWrites * kEach), 0);
+}
+
+// A peer with one link where this side has two: the link both have carries stripes, the
+// other none.
+TEST(SoftLinks, OnlyTheLinksBothSidesHaveAreUsed) {
+  Side a(soft_with_links("127.0.0.2,127.0.0.3")), b(soft_with_links("127.0.0.4"));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error << b.error;
+  ASSERT_TRUE(connect_pair(*a.qp, *b.qp));
+  const auto before = soft_qp(a).bytes_sent();
+  write_and_check(a, b, 8u << 20, 5);
+  const auto after = soft_qp(a).bytes_sent();
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_GT(after[1], before[1]);
+  EXPECT_EQ(after[2], before[2]);
+  write_and_check(b, a, 8u << 20, 6);
+}
+
+// A port on this host where nothing listens (bound, then closed).
+std::uint16_t closed_port(const char* host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, host, &addr.sin_addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A link of the peer that cannot be reached is left out, with its reason; the others carry
+// the stripes.
+TEST(SoftLinks, ALinkThatCannotBeDialedIsLeftOutWithItsReason) {
+  Side x(soft_with_links("127.0.0.2,127.0.0.3")), y(soft_with_links("127.0.0.4,127.0.0.5"));
+  ASSERT_TRUE(x.ok() && y.ok()) << x.error << y.error;
+  const soft::SoftEndpoint ex = soft::decode_endpoint(x.qp->endpoint()).take();
+  soft::SoftEndpoint ey = soft::decode_endpoint(y.qp->endpoint()).take();
+  // the side with the smaller token dials, links included: it is given the peer's endpoint
+  // with its first link's port closed
+  const bool x_dials = std::memcmp(ex.token.data(), ey.token.data(), soft::kTokenBytes) < 0;
+  Side& dialer = x_dials ? x : y;
+  Side& taker = x_dials ? y : x;
+  soft::SoftEndpoint remote = x_dials ? ey : ex;
+  remote.links[0].tcp_port = closed_port(remote.links[0].tcp_host.c_str());
+  ASSERT_TRUE(taker.qp->connect(dialer.qp->endpoint()).ok());
+  ASSERT_TRUE(dialer.qp->connect(soft::encode_endpoint(remote)).ok());
+  const std::string why = soft_qp(dialer).link_errors();
+  EXPECT_NE(why.find("link 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("refused"), std::string::npos) << why;
+  for (Side* from : {&dialer, &taker}) {
+    const auto before = soft_qp(*from).bytes_sent();
+    write_and_check(*from, from == &dialer ? taker : dialer, 8u << 20, 7);
+    const auto after = soft_qp(*from).bytes_sent();
+    EXPECT_EQ(after[1], before[1]);
+    EXPECT_GT(after[2], before[2]);
+  }
+}
+
+// A striped write into memory the peer may not write is refused as a plain one is: the
+// requester's completion says so, and nothing lands.
+TEST(SoftLinks, AStripedWriteOutsideTheRegionIsRefused) {
+  Side a(soft_with_links("127.0.0.2")), b(soft_with_links("127.0.0.4"));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error << b.error;
+  ASSERT_TRUE(connect_pair(*a.qp, *b.qp));
+  constexpr std::size_t kLength = 4u << 20;
+  auto src = a.region(kLength, kAllAccess, 3);
+  auto dst = b.region(kLength / 2, kAllAccess, kPoison);  // half of what is written
+  SendWr w = wr(1, WrOpcode::kRdmaWrite, src.get(), 0, kLength, dst->addr(), dst->rkey());
+  ASSERT_TRUE(a.qp->post_send(&w, 1).ok());
+  const auto wcs = a.completions(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRemAccessErr) << to_string(wcs[0].status);
+  EXPECT_NE(a.qp->error_detail().find("refused"), std::string::npos) << a.qp->error_detail();
+}
+
+TEST(SoftLinks, AnAddressThatCannotBeListenedOnIsAClearError) {
+  VerbsConfig config;
+  config.provider = "soft";
+  config.links = "127.0.0.2,192.0.2.77";  // (TEST-NET-1: not an address of this host)
+  auto refused = soft_provider().open(config, "127.0.0.1");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("TENSORVERBS_LINKS: cannot listen on link 2 (192.0.2.77)"),
+            std::string::npos)
+      << refused.status().message();
+}
+
+}  // namespace
+}  // namespace tensorverbs::verbs::testing

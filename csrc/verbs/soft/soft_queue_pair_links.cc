@@ -1,0 +1,301 @@
+// SoftQueuePair, links: the further streams to the peer, one per network link both
+// contexts have, and the writes striped over them (see soft_queue_pair.h).
+#include <sys/epoll.h>
+
+#include <algorithm>
+
+#include "verbs/soft/soft_context.h"
+#include "verbs/soft/soft_protection_domain.h"
+#include "verbs/soft/soft_queue_pair.h"
+
+namespace tensorverbs::verbs::soft {
+namespace {
+
+constexpr std::size_t kLinkPassBudget = 4 << 20;  // bytes read per pass, per link
+
+}  // namespace
+
+std::vector<std::uint64_t> SoftQueuePair::bytes_sent() const {
+  std::lock_guard lock(mu_);
+  return std::vector<std::uint64_t>(bytes_sent_.begin(),
+                                    bytes_sent_.begin() + 1 + context_->links().size());
+}
+
+std::string SoftQueuePair::link_errors() const {
+  std::lock_guard lock(mu_);
+  return link_errors_;
+}
+
+// ------------------------------------------------------------------------- connection
+void SoftQueuePair::dial_links(const SoftEndpoint& remote) {
+  const std::vector<SoftLinkAddress>& mine = context_->links();
+  const std::size_t count = std::min(mine.size(), remote.links.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto number = static_cast<std::uint32_t>(i + 1);
+    auto dialed = dial_link(mine[i].tcp_host, remote.links[i], remote.token, token_, number);
+    std::lock_guard lock(mu_);
+    if (state_.load() != QpState::kRts || !stream_) return;
+    if (dialed.ok()) {
+      add_link_locked(number, std::move(dialed.value().sock));
+    } else {  // left out: the other links carry its share
+      link_errors_ += (link_errors_.empty() ? "" : "; ") + dialed.status().message();
+    }
+  }
+}
+
+void SoftQueuePair::on_link_dial_locked(const Hello& hello, UniqueFd sock, bool is_unix) {
+  Hello reply = hello;
+  reply.kind = HelloKind::kReply;
+  reply.fd_count = 0;
+  const std::uint32_t number = hello.pd;
+  const bool taken = !is_unix && stream_ && !stream_->is_unix() &&
+                     state_.load() != QpState::kError && dialer_token_ == hello.dialer &&
+                     number <= context_->links().size() && find_link_locked(number) == nullptr;
+  reply.status = taken ? HelloStatus::kOk : HelloStatus::kTaken;
+  const Status sent = send_hello(sock.get(), reply, nullptr, 0);
+  if (!taken || !sent.ok()) return;
+  tune_stream(sock.get(), false);
+  add_link_locked(number, std::move(sock));
+}
+
+void SoftQueuePair::add_link_locked(std::uint32_t number, UniqueFd sock) {
+  auto link = std::make_unique<Link>();
+  link->number = number;
+  link->stream = std::make_shared<Stream>(std::move(sock), false);
+  link->cookie = context_->add_link(weak_from_this(), number);
+  Link& added = *link;
+  links_.push_back(std::move(link));
+  if (state_.load() == QpState::kRts && stream_) watch_link_locked(added);  // (else at start)
+}
+
+void SoftQueuePair::watch_link_locked(Link& link) {
+  const int fd = link.stream->fd();
+  Progress* progress = &context_->progress();
+  const std::uint64_t cookie = link.cookie;
+  link.stream->set_write_watch([progress, fd, cookie](bool on) {
+    (void)progress->watch(fd, cookie, on, false);
+  });
+  const Status watched = progress->watch(fd, cookie, false, true);
+  if (!watched.ok()) {
+    enter_error_locked("link " + std::to_string(link.number) + ": " + watched.message());
+    return;
+  }
+  link.watched = true;
+}
+
+void SoftQueuePair::close_links_locked() {
+  for (const auto& link : links_) {
+    if (link->watched) context_->progress().unwatch(link->stream->fd());
+    link->stream->shutdown();
+    context_->remove_link(link->cookie);
+  }
+  links_.clear();
+  stripes_.clear();
+  stalled_seq_ = 0;
+}
+
+SoftQueuePair::Link* SoftQueuePair::find_link_locked(std::uint32_t number) {
+  for (const auto& link : links_) {
+    if (link->number == number) return link.get();
+  }
+  return nullptr;
+}
+
+void SoftQueuePair::link_broke_locked(const Link& link, const std::string& why) {
+  send_failed_locked("link " + std::to_string(link.number) + " broke: " + why);
+}
+
+// -------------------------------------------------------------------------- requester
+void SoftQueuePair::send_striped_locked(FrameHeader h, const std::uint8_t* payload) {
+  const std::uint32_t length = h.length;
+  const std::uint32_t part = std::max(kStripeBytes, (length + kMaxStripes - 1) / kMaxStripes);
+  const std::uint32_t count = (length + part - 1) / part;
+  const std::size_t ways = links_.size() + 1;
+  std::vector<TxItem> first;  // the first stream's stripes, then the write
+  first.reserve(count / ways + 2);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::uint32_t offset = i * part;
+    FrameHeader stripe;
+    stripe.op = FrameOp::kStripe;
+    stripe.seq = h.seq;
+    stripe.rkey = h.rkey;
+    stripe.addr = h.addr + offset;
+    stripe.length = std::min(part, length - offset);
+    TxItem item = frame_item(stripe);
+    item.payload = payload + offset;
+    item.payload_len = stripe.length;
+    const std::size_t way = i % ways;
+    if (way == 0) {
+      first.push_back(std::move(item));
+      continue;
+    }
+    Link& link = *links_[way - 1];
+    bytes_sent_[link.number] += stripe.length;
+    const Status sent = link.stream->send(&item, 1);
+    if (!sent.ok()) link_broke_locked(link, sent.message());
+  }
+  h.flags = static_cast<std::uint16_t>(h.flags | kFlagStriped);
+  h.status = static_cast<std::uint8_t>(count);
+  first.push_back(frame_item(stamp_ack_locked(h)));
+  send_frames_locked(first.data(), first.size());
+}
+
+// -------------------------------------------------------------------------- responder
+void SoftQueuePair::setup_stripe_locked(RxFrame& rx, const FrameHeader& h) {
+  rx.sink = Sink::kDiscard;
+  const auto ahead = static_cast<std::int32_t>(h.seq - rx_next_);
+  if (ahead < 0 || ahead >= static_cast<std::int32_t>(kMaxStripedAhead)) {
+    enter_error_locked("protocol error: a stripe of write " + std::to_string(h.seq) + " (" +
+                       std::to_string(rx_next_) + " is the next to carry out)");
+    return;
+  }
+  if (nak_sent_) return;  // discarded: the requester fails anyway
+  Tally& tally = stripes_[h.seq];
+  context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
+    std::string why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
+    if (!why.empty()) {
+      if (tally.error == WcStatus::kSuccess) {
+        tally.error = WcStatus::kRemAccessErr;
+        tally.why = std::move(why);
+      }
+      return;
+    }
+    rx.sink = Sink::kRegion;
+    rx.key = h.rkey;
+    rx.dst = region->data + (h.addr - region->addr);
+  });
+}
+
+void SoftQueuePair::stripe_landed_locked(const RxFrame& rx) {
+  if (nak_sent_) return;
+  Tally& tally = stripes_[rx.header.seq];
+  if (rx.error != WcStatus::kSuccess && tally.error == WcStatus::kSuccess) {
+    tally.error = rx.error;  // (its region was deregistered while it landed)
+    tally.why = rx.why;
+  }
+  tally.landed += 1;
+  if (stalled_seq_ == rx.header.seq && tally.landed >= stalled_stripes_) {
+    stalled_seq_ = 0;
+    pause_reading_locked(false);
+    read_frames_locked(kLinkPassBudget);  // the first stream goes on
+  }
+}
+
+bool SoftQueuePair::stalled_locked(const FrameHeader& h) {
+  stalled_seq_ = 0;
+  bool stalled = h.op == FrameOp::kWrite && (h.flags & kFlagStriped) != 0 && !nak_sent_;
+  if (stalled) {
+    const auto it = stripes_.find(h.seq);
+    stalled = it == stripes_.end() || it->second.landed < h.status;
+  }
+  if (stalled) {
+    stalled_seq_ = h.seq;
+    stalled_stripes_ = h.status;
+  }
+  pause_reading_locked(stalled);
+  return stalled;
+}
+
+void SoftQueuePair::pause_reading_locked(bool paused) {
+  if (watch_->paused.load(std::memory_order_relaxed) == paused || !stream_) return;
+  watch_->paused.store(paused, std::memory_order_relaxed);
+  // (under the lock every write to the stream takes: its write watch does not change)
+  (void)context_->progress().watch(stream_->fd(), cookie_,
+                                   watch_->writing.load(std::memory_order_relaxed), false, !paused);
+}
+
+bool SoftQueuePair::take_stripes_locked(const FrameHeader& h) {
+  Tally tally;
+  const auto it = stripes_.find(h.seq);
+  if (it != stripes_.end()) {
+    tally = std::move(it->second);
+    stripes_.erase(it);
+  }
+  if (tally.landed != h.status) {
+    enter_error_locked("protocol error: write " + std::to_string(h.seq) + " came as " +
+                       std::to_string(tally.landed) + " stripes, " + std::to_string(h.status) +
+                       " announced");
+    return false;
+  }
+  if (tally.error == WcStatus::kSuccess) {
+    context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
+      tally.why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
+    });
+    if (!tally.why.empty()) tally.error = WcStatus::kRemAccessErr;
+  }
+  if (tally.error != WcStatus::kSuccess) {
+    refuse_locked(h, tally.error, tally.why);
+    return false;
+  }
+  return true;
+}
+
+void SoftQueuePair::on_link_socket(std::uint32_t number, std::uint32_t events) {
+  std::lock_guard lock(mu_);
+  if (!stream_ || state_.load() != QpState::kRts) return;
+  Link* link = find_link_locked(number);
+  if (link == nullptr) return;
+  if ((events & EPOLLOUT) != 0) {
+    const Status flushed = link->stream->flush();
+    if (!flushed.ok()) {
+      link_broke_locked(*link, flushed.message());
+      after_reading_locked();
+      return;
+    }
+  }
+  if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0) read_link_locked(*link);
+  after_reading_locked();
+}
+
+void SoftQueuePair::read_link_locked(Link& link) {
+  // `link` stays valid while the queue pair is connected (links close as it fails); its
+  // stream is kept here in any case
+  const std::shared_ptr<Stream> stream = link.stream;
+  std::size_t budget = kLinkPassBudget;
+  while (state_.load() == QpState::kRts) {
+    RxFrame& rx = link.rx;
+    if (!rx.active) {
+      if (stream->buffered() < kFrameHeaderBytes) {
+        if (budget == 0) return;
+        std::string why;
+        const Stream::Io io = stream->fill(&why);
+        if (io == Stream::Io::kAgain) return;
+        if (io != Stream::Io::kOk) {
+          link_broke_locked(link, io == Stream::Io::kClosed ? "the peer closed it" : why);
+          return;
+        }
+        continue;
+      }
+      auto decoded = decode_frame(stream->buffered_data());
+      if (!decoded.ok() || decoded.value().op != FrameOp::kStripe) {
+        enter_error_locked("protocol error on link " + std::to_string(link.number) + ": " +
+                           (decoded.ok() ? std::string("a frame other than a stripe")
+                                         : decoded.status().message()));
+        return;
+      }
+      stream->consume(kFrameHeaderBytes);
+      rx = RxFrame{};
+      rx.active = true;
+      rx.header = decoded.value();
+      rx.left = rx.header.length;
+      setup_stripe_locked(rx, rx.header);
+      budget = budget > kFrameHeaderBytes ? budget - kFrameHeaderBytes : 0;
+      continue;
+    }
+    bool progress = false;
+    const std::uint32_t before = rx.left;
+    payload_locked(*stream, rx, &link, &progress);
+    if (state_.load() != QpState::kRts) return;
+    const std::uint32_t read = before - rx.left;
+    if (rx.left == 0) {
+      const RxFrame landed = std::move(rx);
+      rx = RxFrame{};
+      stripe_landed_locked(landed);  // (may fail the queue pair: `link` is checked above)
+    }
+    if (!progress) return;
+    budget = read >= budget ? 0 : budget - read;
+    if (budget == 0 && stream->buffered() == 0) return;
+  }
+}
+
+}  // namespace tensorverbs::verbs::soft
