@@ -1,5 +1,6 @@
 """Other "hosts" on this machine: a network namespace joined to this one by a veth pair
-(:func:`namespace`), or several on a switch, their links rate-limited (:func:`switch`).
+(:func:`namespace`), several on a switch, their links rate-limited (:func:`switch`), or
+two joined by several links (:func:`linked_pair`).
 
 Every namespace gets a tag no other namespace of this machine holds at that moment (the
 kernel's refusal of a name in use settles it, so parallel runs never collide), and its
@@ -156,3 +157,52 @@ def switch(count: int, rate: str | None = None) -> Iterator[list[Host]]:
             subprocess.run(["ip", "link", "del", outer], capture_output=True)
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True)
+
+
+@dataclass
+class LinkedHost:
+    """One of :func:`linked_pair`'s hosts: its namespace, and per link (in order) its
+    address and its end of the link's veth pair."""
+
+    name: str
+    ips: list[str]
+    devices: list[str]
+
+
+def tx_bytes(host: LinkedHost, link: int) -> int:
+    """The bytes ``host`` has sent on link ``link`` (from 0) so far."""
+    path = f"/sys/class/net/{host.devices[link]}/statistics/tx_bytes"
+    out = subprocess.run(["ip", "netns", "exec", host.name, "cat", path], check=True,
+                         capture_output=True, text=True)
+    return int(out.stdout)
+
+
+@contextlib.contextmanager
+def linked_pair(links: int, rate: str | None = None) -> Iterator[tuple[LinkedHost, LinkedHost]]:
+    """Two namespaces joined by ``links`` veth pairs, each its own /30 subnet, each
+    shaped to ``rate`` both ways (tc token bucket) if given; removed afterwards."""
+    claimed = [_claim() for _ in range(max(links, 2))]
+    a, b = claimed[0][1], claimed[1][1]
+    hosts = LinkedHost(a, [], []), LinkedHost(b, [], [])
+    try:
+        for tag, name, outer, inner in claimed[:links]:
+            base = tag * 4
+            subnet = f"10.214.{base // 256}"
+            ends = ((hosts[0], inner, f"{subnet}.{base % 256 + 1}"), (hosts[1], outer, f"{subnet}.{base % 256 + 2}"))
+            for host, device, ip in ends:
+                _ip("link", "set", device, "netns", host.name)
+                _ip("-n", host.name, "addr", "add", f"{ip}/30", "dev", device)
+                _ip("-n", host.name, "link", "set", device, "up")
+                if rate is not None:
+                    _shape(rate, "-n", host.name, device)
+                host.ips.append(ip)
+                host.devices.append(device)
+        for host in hosts:
+            _ip("-n", host.name, "link", "set", "lo", "up")
+        for _, name, _, _ in claimed[2:]:  # (held only for their tags' veth pairs)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        yield hosts
+    finally:
+        for tag, name, outer, _ in claimed:
+            subprocess.run(["ip", "link", "del", outer], capture_output=True)
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)

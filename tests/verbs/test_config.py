@@ -39,6 +39,8 @@ def test_spellings_that_disagree_are_an_error():
     ({"RDMA_MTU": "big"}, ["RDMA_MTU", "'big'", "256, 512"]),
     ({"RDMA_QP_QUEUE_DEPTH": "0"}, ["RDMA_QP_QUEUE_DEPTH", "'0'", "[1, 65536]"]),
     ({"TENSORVERBS_SAME_HOST": "maybe"}, ["TENSORVERBS_SAME_HOST", "'maybe'", "auto, yes, no"]),
+    ({"TENSORVERBS_LINKS": "10.0.2.1,10.0.3/1"}, ["TENSORVERBS_LINKS", "comma-separated"]),
+    ({"TENSORVERBS_LINKS": ",".join(["10.0.2.1"] * 9)}, ["TENSORVERBS_LINKS", "1 to 8"]),
     ({"TENSORVERBS_POOL_LIMIT": "lots"}, ["TENSORVERBS_POOL_LIMIT", "'lots'", "64MiB"]),
     ({"TENSORVERBS_PROVIDER": "magic"}, ["TENSORVERBS_PROVIDER", "'magic'", "soft, ibverbs"]),
 ])
@@ -63,3 +65,10 @@ def test_keyword_overrides_win_over_the_environment():
 
 def test_empty_values_count_as_unset():
     assert RdmaConfig.from_env({"RDMA_QP_SL": ""}).sl == 0
+
+
+def test_links_are_a_list_of_addresses_the_core_gets_joined():
+    cfg = RdmaConfig.from_env({"TENSORVERBS_LINKS": " 10.0.2.1, 10.0.3.1 ,"})
+    assert cfg.links == ("10.0.2.1", "10.0.3.1")
+    assert cfg.to_core()["links"] == "10.0.2.1,10.0.3.1"
+    assert RdmaConfig.from_env({}).to_core()["links"] == ""

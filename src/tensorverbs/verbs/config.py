@@ -98,6 +98,18 @@ def _flag(text: str) -> bool:
 
 _flag.allowed = "1 or 0"  # type: ignore[attr-defined]
 
+def _hosts(text: str) -> tuple[str, ...]:
+    hosts = tuple(host.strip() for host in text.split(",") if host.strip())
+    if not hosts or len(hosts) > MAX_LINKS or any(not _HOST.match(host) for host in hosts):
+        raise ValueError(text)
+    return hosts
+
+
+#: the most links (TENSORVERBS_LINKS) a task has beside the address peers reach it at
+MAX_LINKS = 8
+_HOST = re.compile(r"^[A-Za-z0-9.:_%-]{1,255}$")
+_hosts.allowed = f"1 to {MAX_LINKS} of this host's addresses, comma-separated"  # type: ignore[attr-defined]
+
 # field -> (environment names, the first being the documented one; parser)
 _VARIABLES: dict[str, tuple[tuple[str, ...], Callable[[str], object]]] = {
     "provider": (("TENSORVERBS_PROVIDER",), _choice("auto", "soft", "ibverbs")),
@@ -120,6 +132,7 @@ _VARIABLES: dict[str, tuple[tuple[str, ...], Callable[[str], object]]] = {
     "hold_seconds": (("TENSORVERBS_HOLD_SECONDS",), _seconds),
     "rendezvous": (("TENSORVERBS_RENDEZVOUS",), _choice("write", "read")),
     "validate": (("RDMA_VERBS_VALIDATE", "TENSORVERBS_VALIDATE"), _flag),
+    "links": (("TENSORVERBS_LINKS",), _hosts),
 }
 
 
@@ -127,7 +140,9 @@ _VARIABLES: dict[str, tuple[tuple[str, ...], Callable[[str], object]]] = {
 class RdmaConfig:
     """The effective verbs configuration. ``None`` means "choose from the device".
     ``max_tensor_bytes`` bounds the tensors a peer may announce on the "grpc" protocol
-    (on "grpc+verbs", the pool limit does)."""
+    (on "grpc+verbs", the pool limit does). ``links``: the soft provider's further
+    addresses of this host, one per network link (a peer with links too stripes large
+    tensors over the links both have)."""
 
     provider: str = "auto"
     device: str | None = None
@@ -149,6 +164,7 @@ class RdmaConfig:
     hold_seconds: float = 300.0
     rendezvous: str = "write"
     validate: bool = False
+    links: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> "RdmaConfig":
@@ -183,7 +199,7 @@ class RdmaConfig:
                 "timeout": self.timeout, "retry_cnt": self.retry_count, "sl": self.sl,
                 "mtu": self.mtu or 0, "traffic_class": self.traffic_class,
                 "same_host": self.same_host, "ib_windows": self.ib_windows,
-                "bind_host": bind_host}
+                "bind_host": bind_host, "links": ",".join(self.links)}
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(variable, effective value, where it came from) for ``tensorverbs info``."""
@@ -192,5 +208,6 @@ class RdmaConfig:
             names = _VARIABLES[f.name][0]
             source = next((n for n in names if os.environ.get(n)), "default")
             value = getattr(self, f.name)
-            rows.append((" | ".join(names), "(from device)" if value is None else str(value), source))
+            shown = ",".join(value) if isinstance(value, tuple) else str(value)
+            rows.append((" | ".join(names), "(from device)" if value is None else shown, source))
         return rows

@@ -1,0 +1,67 @@
+"""Several links between two hosts (network namespaces joined by several veth pairs):
+with TENSORVERBS_LINKS on both, a large tensor is striped over every link both have and
+arrives whole; small ones stay on the first link; a task whose peer has no links uses its
+one link as before."""
+from __future__ import annotations
+
+import pytest
+
+from tensorverbs.local_cluster import TaskProcess
+from tensorverbs.netns import LinkedHost, linked_pair, tx_bytes, unavailable_reason
+
+pytestmark = pytest.mark.netns
+_REASON = unavailable_reason()
+
+
+def _tasks(a: LinkedHost, b: LinkedHost, links_a: bool, links_b: bool) -> tuple[TaskProcess, TaskProcess]:
+    cluster = {"a": [f"{a.ips[0]}:23456"], "b": [f"{b.ips[0]}:23457"]}
+
+    def env(host: LinkedHost, links: bool) -> dict[str, str]:
+        return {"TENSORVERBS_PROVIDER": "soft", **({"TENSORVERBS_LINKS": ",".join(host.ips[1:])} if links else {})}
+    ta = TaskProcess(cluster, "a", 0, "grpc+verbs", env(a, links_a), netns=a.name)
+    try:
+        tb = TaskProcess(cluster, "b", 0, "grpc+verbs", env(b, links_b), netns=b.name)
+    except BaseException:
+        ta.stop()
+        raise
+    return ta, tb
+
+
+def _sent(host: LinkedHost) -> list[int]:
+    return [tx_bytes(host, link) for link in range(len(host.ips))]
+
+
+@pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+def test_a_large_tensor_is_striped_over_every_link_and_arrives_whole():
+    with linked_pair(3) as (a, b):
+        ta, tb = _tasks(a, b, True, True)
+        try:
+            for step, nbytes in enumerate([(8 << 20) + 3, 4096, 1 << 20, (8 << 20) + 3]):
+                before = _sent(b)
+                tb.send_pattern("t", "/job:a/task:0", step, nbytes, seed=step)
+                assert ta.recv_pattern("t", "/job:b/task:0", step, nbytes, step, timeout=60)
+                carried = [after - was for after, was in zip(_sent(b), before)]
+                if nbytes >= 8 << 20:  # a fair share on each link
+                    assert all(bytes_ >= nbytes // 6 for bytes_ in carried), carried
+                elif nbytes == 4096:  # the first link only (the others: at most an ARP)
+                    assert carried[0] >= 4096 and max(carried[1:]) < 1024, carried
+            ta.send_pattern("u", "/job:b/task:0", 9, 8 << 20, seed=9)  # and the other way
+            assert tb.recv_pattern("u", "/job:a/task:0", 9, 8 << 20, 9, timeout=60)
+        finally:
+            tb.stop()
+            ta.stop()
+
+
+@pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+def test_a_peer_without_links_is_reached_over_the_first_link_alone():
+    with linked_pair(2) as (a, b):
+        ta, tb = _tasks(a, b, True, False)
+        try:
+            before = _sent(b)
+            tb.send_pattern("t", "/job:a/task:0", 1, 8 << 20, seed=1)
+            assert ta.recv_pattern("t", "/job:b/task:0", 1, 8 << 20, 1, timeout=60)
+            carried = [after - was for after, was in zip(_sent(b), before)]
+            assert carried[0] >= 8 << 20 and carried[1] < 1024, carried
+        finally:
+            tb.stop()
+            ta.stop()
