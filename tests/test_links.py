@@ -1,13 +1,19 @@
 """Several links between two hosts (network namespaces joined by several veth pairs):
 with TENSORVERBS_LINKS on both, a large tensor is striped over every link both have and
 arrives whole; small ones stay on the first link; a task whose peer has no links uses its
-one link as before."""
+one link as before; a link cut in the middle of a tensor costs the tensor nothing (it
+comes whole, once) and the tensors after it go over the links left."""
 from __future__ import annotations
+
+import secrets
+import threading
+import time
 
 import pytest
 
 from tensorverbs.local_cluster import TaskProcess
-from tensorverbs.netns import LinkedHost, linked_pair, tx_bytes, unavailable_reason
+from tensorverbs.netns import LinkedHost, Namespace, linked_pair, tx_bytes
+from nft import Faults, unavailable_reason
 
 pytestmark = pytest.mark.netns
 _REASON = unavailable_reason()
@@ -15,9 +21,11 @@ _REASON = unavailable_reason()
 
 def _tasks(a: LinkedHost, b: LinkedHost, links_a: bool, links_b: bool) -> tuple[TaskProcess, TaskProcess]:
     cluster = {"a": [f"{a.ips[0]}:23456"], "b": [f"{b.ips[0]}:23457"]}
+    token = secrets.token_hex(16)  # (tasks on routable addresses)
 
     def env(host: LinkedHost, links: bool) -> dict[str, str]:
-        return {"TENSORVERBS_PROVIDER": "soft", **({"TENSORVERBS_LINKS": ",".join(host.ips[1:])} if links else {})}
+        return {"TENSORVERBS_PROVIDER": "soft", "TENSORVERBS_TOKEN": token,
+                **({"TENSORVERBS_LINKS": ",".join(host.ips[1:])} if links else {})}
     ta = TaskProcess(cluster, "a", 0, "grpc+verbs", env(a, links_a), netns=a.name)
     try:
         tb = TaskProcess(cluster, "b", 0, "grpc+verbs", env(b, links_b), netns=b.name)
@@ -62,6 +70,45 @@ def test_a_peer_without_links_is_reached_over_the_first_link_alone():
             assert ta.recv_pattern("t", "/job:b/task:0", 1, 8 << 20, 1, timeout=60)
             carried = [after - was for after, was in zip(_sent(b), before)]
             assert carried[0] >= 8 << 20 and carried[1] < 1024, carried
+        finally:
+            tb.stop()
+            ta.stop()
+
+
+@pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+def test_a_link_cut_in_the_middle_of_a_tensor_loses_nothing():
+    nbytes = 48 << 20
+    with linked_pair(2, rate="200mbit") as (a, b):
+        ta, tb = _tasks(a, b, True, True)
+        try:
+            tb.send_pattern("t", "/job:a/task:0", 1, nbytes, seed=1)
+            got: dict[str, object] = {}
+
+            def recv() -> None:
+                try:
+                    got["same"] = ta.recv_pattern("t", "/job:b/task:0", 1, nbytes, 1, timeout=120)
+                except BaseException as exc:  # (reported below)
+                    got["error"] = exc
+            receiving = threading.Thread(target=recv)
+            receiving.start()
+            first = tx_bytes(b, 1)
+            deadline = time.monotonic() + 60
+            while tx_bytes(b, 1) - first < 4 << 20 and "same" not in got:  # stripes on the second link
+                assert time.monotonic() < deadline, "no stripe went over the second link"
+                time.sleep(0.005)
+            faults = Faults(Namespace(b.name, "", "", b.devices[1]))
+            faults.cut()
+            receiving.join(150)
+            assert not receiving.is_alive()
+            assert got.get("same") is True, got
+            assert faults.dropped() > 0
+            before = _sent(b)  # the next tensor: over the first link, the second left out
+            tb.send_pattern("t", "/job:a/task:0", 2, 8 << 20, seed=2)
+            assert ta.recv_pattern("t", "/job:b/task:0", 2, 8 << 20, 2, timeout=120)
+            carried = [after - was for after, was in zip(_sent(b), before)]
+            assert carried[0] >= 8 << 20, carried
+            ta.send_pattern("u", "/job:b/task:0", 3, 8 << 20, seed=3)  # and the other way
+            assert tb.recv_pattern("u", "/job:a/task:0", 3, 8 << 20, 3, timeout=120)
         finally:
             tb.stop()
             ta.stop()

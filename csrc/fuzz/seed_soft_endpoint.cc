@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s DIRECTORY\n", argv[0]);
     return 2;
   }
-  std::vector<SoftEndpoint> seeds(4);
+  std::vector<SoftEndpoint> seeds(5);
   seeds[0].qp_num = 1;
   seeds[0].tcp_host = "127.0.0.1";
   seeds[0].tcp_port = 1;
@@ -29,6 +29,11 @@ int main(int argc, char** argv) {
   seeds[2].unix_name = std::string(kMaxUnixName, 'u');
   seeds[3] = seeds[0];
   for (std::size_t i = 0; i < kTokenBytes; ++i) seeds[3].token[i] = static_cast<std::uint8_t>(0xF0 + i);
+  seeds[4] = seeds[1];  // with the most links
+  for (std::size_t i = 0; i < kMaxLinks; ++i) {
+    seeds[4].links.push_back({"10.0." + std::to_string(i) + ".1", static_cast<std::uint16_t>(4000 + i)});
+  }
+  seeds[4].links.back().tcp_host = std::string(255, 'l');
   for (std::size_t i = 0; i < seeds.size(); ++i) {
     const std::string path = std::string(argv[1]) + "/seed-" + std::to_string(i);
     const std::string bytes = encode_endpoint(seeds[i]);

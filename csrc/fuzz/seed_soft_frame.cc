@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s DIRECTORY\n", argv[0]);
     return 2;
   }
-  std::vector<FrameHeader> frames(8);
+  std::vector<FrameHeader> frames(10);
   frames[0] = {FrameOp::kWrite, 0, kFlagImm | kFlagAck, 7, 1, 3, 0x10001, 8, 0x7f0000000000};
   frames[1] = {FrameOp::kSend, 0, 0, 0, 2, 0, 0, 4, 0};
   frames[2] = {FrameOp::kReadReq, 0, 0, 0, 3, 0, 0x20002, 4096, 0x1000};
@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   frames[5] = {FrameOp::kNak, static_cast<std::uint8_t>(WcStatus::kRemAccessErr), 0, 0, 4, 0, 0, 5, 0};
   frames[6] = {FrameOp::kSegReq, 0, 0, 0, 0, 0, 1, 0, 0};
   frames[7] = {FrameOp::kSeg, 1, 0, 0, 0, 0, 1, 0, 0};
+  frames[8] = {FrameOp::kStripe, 0, 0, 0, 5, 0, 0x10001, 16, 0x7f0000001000};
+  frames[9] = {FrameOp::kWrite, 2, kFlagStriped | kFlagImm, 9, 5, 0, 0x10001, 32, 0x7f0000001000};
   std::vector<std::string> seeds;
   std::string stream;
   for (const FrameHeader& f : frames) {
@@ -39,6 +41,11 @@ int main(int argc, char** argv) {
   hello.pd = 3;
   std::string greeting(kHelloBytes, '\0');
   encode_hello(hello, reinterpret_cast<std::uint8_t*>(greeting.data()));
+  seeds.push_back(greeting);
+  Hello link;  // a link's greeting
+  link.kind = HelloKind::kLink;
+  link.pd = 1;
+  encode_hello(link, reinterpret_cast<std::uint8_t*>(greeting.data()));
   seeds.push_back(greeting);
   for (std::size_t i = 0; i < seeds.size(); ++i) {
     const std::string path = std::string(argv[1]) + "/seed-" + std::to_string(i);

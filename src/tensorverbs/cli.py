@@ -24,6 +24,7 @@ BENCHMARKS = {
     "scale": "tensorverbs.bench.scale",
     "sync": "tensorverbs.bench.sync",
     "publication": "tensorverbs.bench.publication",
+    "links": "tensorverbs.bench.links",
 }
 #: the exit status of a usage error (argparse's), and of an error while running
 USAGE, FAILED = 2, 1

@@ -255,4 +255,10 @@ void tune_stream(int sock, bool is_unix) {
   ::setsockopt(sock, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
 }
 
+void tune_link_stream(int sock) {
+  tune_stream(sock, false);
+  const auto timeout = static_cast<unsigned>(kLinkUserTimeout.count());
+  ::setsockopt(sock, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof(timeout));
+}
+
 }  // namespace tensorverbs::verbs::soft

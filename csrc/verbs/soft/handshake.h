@@ -58,4 +58,11 @@ bool same_user(int sock);
 // Socket options of a data stream; makes it non-blocking.
 void tune_stream(int sock, bool is_unix);
 
+// How long a link's bytes may go unacknowledged before its connection is given up (the
+// link is cut: the queue pair fails, and the set-up that follows leaves the link out).
+inline constexpr std::chrono::milliseconds kLinkUserTimeout{2000};
+
+// A data stream's options (tune_stream), and a link's give-up time.
+void tune_link_stream(int sock);
+
 }  // namespace tensorverbs::verbs::soft

@@ -54,11 +54,11 @@ void SoftQueuePair::on_link_dial_locked(const Hello& hello, UniqueFd sock, bool 
   reply.status = taken ? HelloStatus::kOk : HelloStatus::kTaken;
   const Status sent = send_hello(sock.get(), reply, nullptr, 0);
   if (!taken || !sent.ok()) return;
-  tune_stream(sock.get(), false);
   add_link_locked(number, std::move(sock));
 }
 
 void SoftQueuePair::add_link_locked(std::uint32_t number, UniqueFd sock) {
+  tune_link_stream(sock.get());
   auto link = std::make_unique<Link>();
   link->number = number;
   link->stream = std::make_shared<Stream>(std::move(sock), false);
