@@ -190,6 +190,68 @@ TEST(SoftLinks, ALinkThatCannotBeDialedIsLeftOutWithItsReason) {
   }
 }
 
+// The socket of this process whose local address is `host` (a link's stream), or -1.
+int socket_from(const char* host) {
+  for (int fd = 3; fd < 4096; ++fd) {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.sin_family != AF_INET) continue;
+    sockaddr_in peer{};
+    socklen_t peer_len = sizeof(peer);
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
+    if (std::string(text) == host && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0) {
+      return fd;
+    }
+  }
+  return -1;
+}
+
+// A link that breaks while a write's stripes cross it is left out; the stripes it carried
+// go again on the first stream, and the write completes, whole, once; the queue pair
+// carries on over what is left, both ways.
+TEST(SoftLinks, ALinkThatBreaksMidWriteIsLeftOutAndItsStripesGoAgain) {
+  Side x(soft_with_links("127.0.0.2,127.0.0.3")), y(soft_with_links("127.0.0.4,127.0.0.5"));
+  ASSERT_TRUE(x.ok() && y.ok()) << x.error << y.error;
+  ASSERT_TRUE(connect_pair(*x.qp, *y.qp));
+  // x's stream of the first link: dialed from 127.0.0.2, or taken by its listener there
+  const int fd = socket_from("127.0.0.2");
+  ASSERT_GE(fd, 0);
+  constexpr std::size_t kLength = 64u << 20;
+  auto src = x.region(kLength, kAllAccess);
+  fill_random(src->data(), kLength, 11);
+  auto dst = y.region(kLength, kAllAccess, kPoison);
+  RecvWr r{1};
+  ASSERT_TRUE(y.qp->post_recv(&r, 1).ok());
+  const auto before = soft_qp(x).bytes_sent();
+  SendWr w = wr(1, WrOpcode::kRdmaWriteWithImm, src.get(), 0, kLength, dst->addr(), dst->rkey());
+  w.imm = 42;
+  ASSERT_TRUE(x.qp->post_send(&w, 1).ok());
+  // (a third of 64 MiB is more than a socket's buffers: most of it waits to be sent)
+  ASSERT_EQ(::shutdown(fd, SHUT_RDWR), 0);
+  const auto sent = x.completions(1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, WcStatus::kSuccess) << to_string(sent[0].status) << " " << x.qp->error_detail();
+  const auto got = y.completions(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, WcStatus::kSuccess) << to_string(got[0].status);
+  EXPECT_EQ(got[0].imm, 42u);
+  EXPECT_EQ(std::memcmp(dst->data(), src->data(), kLength), 0);
+  const auto after = soft_qp(x).bytes_sent();
+  EXPECT_GT(after[0] - before[0], kLength / 3 + (1u << 20)) << "the first stream carried the stripes again";
+  EXPECT_NE(soft_qp(x).link_errors().find("link 1 broke"), std::string::npos) << soft_qp(x).link_errors();
+  // the links left: link 2 only, both ways
+  for (Side* from : {&x, &y}) {
+    const auto was = soft_qp(*from).bytes_sent();
+    write_and_check(*from, from == &x ? y : x, 8u << 20, 12);
+    const auto now = soft_qp(*from).bytes_sent();
+    EXPECT_EQ(now[1], was[1]);
+    EXPECT_GT(now[2], was[2]);
+  }
+  EXPECT_EQ(x.qp->state(), QpState::kRts);
+  EXPECT_EQ(y.qp->state(), QpState::kRts);
+}
+
 // A striped write into memory the peer may not write is refused as a plain one is: the
 // requester's completion says so, and nothing lands.
 TEST(SoftLinks, AStripedWriteOutsideTheRegionIsRefused) {

@@ -59,8 +59,8 @@ bool same_user(int sock);
 void tune_stream(int sock, bool is_unix);
 
 // How long a link's bytes may go unacknowledged before its connection is given up (the
-// link is cut: the queue pair fails, and the set-up that follows leaves the link out).
-inline constexpr std::chrono::milliseconds kLinkUserTimeout{2000};
+// link is cut: the queue pair leaves it out, its stripes going again on the first stream).
+inline constexpr std::chrono::milliseconds kLinkUserTimeout{1000};
 
 // A data stream's options (tune_stream), and a link's give-up time.
 void tune_link_stream(int sock);

@@ -47,9 +47,9 @@ Progress::Progress(Hooks* hooks, std::atomic<std::uint32_t>* waiting, UniqueFd e
 
 Progress::~Progress() = default;
 
-Status Progress::watch(int fd, std::uint64_t cookie, bool write, bool add, bool read) {
+Status Progress::watch(int fd, std::uint64_t cookie, bool write, bool add) {
   epoll_event ev{};
-  ev.events = (read ? EPOLLIN | EPOLLRDHUP : 0u) | (write ? EPOLLOUT : 0u);
+  ev.events = EPOLLIN | EPOLLRDHUP | (write ? EPOLLOUT : 0u);
   ev.data.u64 = cookie;
   if (::epoll_ctl(epoll_.get(), add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev) != 0) {
     return Status(Code::kInternal, "cannot watch a socket: " + errno_text(errno));

@@ -55,9 +55,8 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
-  // Watches `fd` for reading (unless not `read`) and writing (when `write`); `cookie`
-  // identifies it to on_event.
-  Status watch(int fd, std::uint64_t cookie, bool write, bool add, bool read = true);
+  // Watches `fd` for reading (and writing when `write`); `cookie` identifies it to on_event.
+  Status watch(int fd, std::uint64_t cookie, bool write, bool add);
   void unwatch(int fd);
   // A watched socket starts (+1) or stops (-1) carrying data (a queue pair without shared
   // memory rings): while any does, a spinning driver checks the sockets on every turn, not

@@ -253,9 +253,8 @@ void SoftQueuePair::start_locked() {
   const int fd = stream_->fd();
   Progress* progress = &context_->progress();
   const std::uint64_t cookie = cookie_;
-  stream_->set_write_watch([progress, fd, cookie, watch = watch_](bool on) {
-    watch->writing.store(on, std::memory_order_relaxed);
-    (void)progress->watch(fd, cookie, on, false, !watch->paused.load(std::memory_order_relaxed));
+  stream_->set_write_watch([progress, fd, cookie](bool on) {
+    (void)progress->watch(fd, cookie, on, false);
   });
   Status watched = progress->watch(fd, cookie, false, true);
   if (!watched.ok()) {

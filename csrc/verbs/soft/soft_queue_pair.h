@@ -23,8 +23,11 @@
 // per link both contexts have (TENSORVERBS_LINKS), pairing them by position. A write of
 // kStripeFrom bytes or more is then sent as stripes spread over every stream, each landing
 // straight in its place, and carried out (completed, its immediate delivered) once all
-// have landed: the first stream waits at the striped write's frame until then. A link
-// that breaks fails the queue pair, as its first stream's breaking does.
+// have landed: the striped write's frame is held (HeldRequests) until then, and the
+// requests after it with it, in order. A link that breaks, or is given up (its TCP user
+// timeout), is left out: its stripes of writes not acknowledged yet go again on the first
+// stream (a stripe that lands twice counts once), and the queue pair carries on. Its
+// first stream breaking fails it, as without links.
 //
 // Locking: one mutex per queue pair for all of its state (payload reads and small
 // shared-memory copies included), then a completion queue's, then the stream's transmit
@@ -34,6 +37,7 @@
 
 #include <array>
 #include <atomic>
+#include <bitset>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -67,10 +71,9 @@ class SoftProtectionDomain;
 inline constexpr std::uint32_t kAsyncCopyBytes = 4 << 20;
 
 // Writes from this size up are striped over the links; a stripe is at least kStripeBytes
-// (and a write at most kMaxStripes stripes: the count rides in a byte).
+// (and a write at most kMaxStripes stripes, wire.h).
 inline constexpr std::uint32_t kStripeFrom = 1 << 20;
 inline constexpr std::uint32_t kStripeBytes = 256 << 10;
-inline constexpr std::uint32_t kMaxStripes = 255;
 // How far ahead of the next request to carry out a stripe's write may be numbered.
 inline constexpr std::uint32_t kMaxStripedAhead = 4096;
 
@@ -144,11 +147,12 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
     RxFrame rx;
     std::uint64_t cookie = 0;
     bool watched = false;
+    bool broken = false;  // left out: dropped by prune_links_locked()
   };
   // The stripes of a write that were read so far (by the write's number), and the first
   // reason one could not land.
   struct Tally {
-    std::uint32_t landed = 0;
+    std::bitset<kMaxStripes> landed;  // by stripe index (a stripe sent again counts once)
     WcStatus error = WcStatus::kSuccess;
     std::string why;
   };
@@ -184,8 +188,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   void watch_link_locked(Link& link);
   void close_links_locked();
   Link* find_link_locked(std::uint32_t number);
-  // A link broke: the queue pair fails as when its first stream breaks (salvage first).
-  void link_broke_locked(const Link& link, const std::string& why);
+  // A link broke (or the peer closed it): it is left out from now on, and the stripes sent
+  // on it of writes not acknowledged yet go again on the first stream.
+  void link_broke_locked(Link& link, const std::string& why);
+  // Drops the links that broke (when no reference to one is held).
+  void prune_links_locked();
   // Sends the write `h` (numbered, stamped on sending) as stripes of `payload` spread over
   // the streams, then `h` itself, striped, on the first one.
   void send_striped_locked(FrameHeader h, const std::uint8_t* payload);
@@ -193,12 +200,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   void setup_stripe_locked(RxFrame& rx, const FrameHeader& h);
   // A stripe was read whole: counted; the first stream goes on if it waited for it.
   void stripe_landed_locked(const RxFrame& rx);
-  // Whether the first stream waits at a striped write whose stripes have not all landed
-  // (its reading paused until they have).
-  bool stalled_locked(const FrameHeader& h);
-  void pause_reading_locked(bool paused);
-  // A striped write's frame is read: takes its tally; false when it cannot be carried out
-  // (then refused, or the queue pair failed).
+  // Whether every stripe of the striped write `h` has landed (it is held until then).
+  bool stripes_landed_locked(const FrameHeader& h) const;
+  // A striped write is carried out: takes its tally, and stops any copy of one of its
+  // stripes still arriving on a link; false when it cannot be carried out (then refused,
+  // or the queue pair failed).
   bool take_stripes_locked(const FrameHeader& h);
   void read_link_locked(Link& link);
   // What follows reading frames from any stream: salvage, held requests, completions, ACKs.
@@ -233,7 +239,7 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   void read_frames_locked(std::size_t budget);
   bool start_frame_locked();
   // Reads `rx`'s payload from `stream` (a link's when `link` is set).
-  void payload_locked(Stream& stream, RxFrame& rx, const Link* link, bool* progress);
+  void payload_locked(Stream& stream, RxFrame& rx, Link* link, bool* progress);
   void finish_frame_locked();
   void execute_request_locked(const FrameHeader& h, std::vector<std::uint8_t>* payload,
                               bool applied);
@@ -313,15 +319,16 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // links
   std::vector<std::unique_ptr<Link>> links_;  // open, in the order they opened
   std::unordered_map<std::uint32_t, Tally> stripes_;  // writes not carried out yet
-  std::uint32_t stalled_seq_ = 0;  // the striped write the first stream waits at (0: none)
-  std::uint32_t stalled_stripes_ = 0;  // its stripes
-  // The first stream's watch: whether bytes wait to be written, and whether reading it
-  // pauses (a striped write waits for its stripes: nothing after it can be carried out).
-  struct Watch {
-    std::atomic<bool> writing{false};
-    std::atomic<bool> paused{false};
+  // the stripes this side sent on links, of writes not acknowledged yet, in order: sent
+  // again on the first stream if their link breaks
+  struct SentStripe {
+    std::uint32_t seq = 0;
+    std::uint32_t index = 0;
+    std::uint32_t link = 0;
+    FrameHeader header;
+    const std::uint8_t* payload = nullptr;
   };
-  const std::shared_ptr<Watch> watch_ = std::make_shared<Watch>();
+  std::deque<SentStripe> sent_stripes_;
   std::string link_errors_;
   std::array<std::uint64_t, kMaxLinks + 1> bytes_sent_{};  // per stream, as bytes_sent()
 };

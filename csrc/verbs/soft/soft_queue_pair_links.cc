@@ -91,7 +91,7 @@ void SoftQueuePair::close_links_locked() {
   }
   links_.clear();
   stripes_.clear();
-  stalled_seq_ = 0;
+  sent_stripes_.clear();
 }
 
 SoftQueuePair::Link* SoftQueuePair::find_link_locked(std::uint32_t number) {
@@ -101,22 +101,55 @@ SoftQueuePair::Link* SoftQueuePair::find_link_locked(std::uint32_t number) {
   return nullptr;
 }
 
-void SoftQueuePair::link_broke_locked(const Link& link, const std::string& why) {
-  send_failed_locked("link " + std::to_string(link.number) + " broke: " + why);
+void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
+  if (link.broken || state_.load() != QpState::kRts) return;
+  link.broken = true;
+  link_errors_ += (link_errors_.empty() ? "" : "; ") + ("link " + std::to_string(link.number) +
+                                                        " broke: " + why);
+  if (link.watched) context_->progress().unwatch(link.stream->fd());
+  link.watched = false;
+  link.stream->shutdown();  // (the peer leaves it out too)
+  // its stripes of writes not acknowledged yet: again, on the first stream (behind their
+  // writes' frames, maybe: the peer holds those until every stripe landed)
+  std::vector<TxItem> again;
+  for (SentStripe& stripe : sent_stripes_) {
+    if (stripe.link != link.number) continue;
+    stripe.link = 0;
+    TxItem item = frame_item(stripe.header);
+    item.payload = stripe.payload;
+    item.payload_len = stripe.header.length;
+    again.push_back(std::move(item));
+  }
+  send_frames_locked(again.data(), again.size());
+}
+
+void SoftQueuePair::prune_links_locked() {
+  for (auto it = links_.begin(); it != links_.end();) {
+    if ((*it)->broken) {
+      context_->remove_link((*it)->cookie);
+      it = links_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 // -------------------------------------------------------------------------- requester
 void SoftQueuePair::send_striped_locked(FrameHeader h, const std::uint8_t* payload) {
+  std::vector<Link*> live;
+  for (const auto& link : links_) {
+    if (!link->broken) live.push_back(link.get());
+  }
   const std::uint32_t length = h.length;
   const std::uint32_t part = std::max(kStripeBytes, (length + kMaxStripes - 1) / kMaxStripes);
   const std::uint32_t count = (length + part - 1) / part;
-  const std::size_t ways = links_.size() + 1;
   std::vector<TxItem> first;  // the first stream's stripes, then the write
-  first.reserve(count / ways + 2);
+  first.reserve(count / (live.size() + 1) + 2);
   for (std::uint32_t i = 0; i < count; ++i) {
     const std::uint32_t offset = i * part;
     FrameHeader stripe;
     stripe.op = FrameOp::kStripe;
+    stripe.imm = i;
     stripe.seq = h.seq;
     stripe.rkey = h.rkey;
     stripe.addr = h.addr + offset;
@@ -124,15 +157,16 @@ void SoftQueuePair::send_striped_locked(FrameHeader h, const std::uint8_t* paylo
     TxItem item = frame_item(stripe);
     item.payload = payload + offset;
     item.payload_len = stripe.length;
-    const std::size_t way = i % ways;
-    if (way == 0) {
+    const std::size_t way = i % (live.size() + 1);
+    if (way == 0 || live[way - 1]->broken) {
       first.push_back(std::move(item));
       continue;
     }
-    Link& link = *links_[way - 1];
+    Link& link = *live[way - 1];
+    sent_stripes_.push_back(SentStripe{h.seq, i, link.number, stripe, payload + offset});
     bytes_sent_[link.number] += stripe.length;
     const Status sent = link.stream->send(&item, 1);
-    if (!sent.ok()) link_broke_locked(link, sent.message());
+    if (!sent.ok()) link_broke_locked(link, sent.message());  // (its stripes go again)
   }
   h.flags = static_cast<std::uint16_t>(h.flags | kFlagStriped);
   h.status = static_cast<std::uint8_t>(count);
@@ -144,13 +178,16 @@ void SoftQueuePair::send_striped_locked(FrameHeader h, const std::uint8_t* paylo
 void SoftQueuePair::setup_stripe_locked(RxFrame& rx, const FrameHeader& h) {
   rx.sink = Sink::kDiscard;
   const auto ahead = static_cast<std::int32_t>(h.seq - rx_next_);
-  if (ahead < 0 || ahead >= static_cast<std::int32_t>(kMaxStripedAhead)) {
+  if (ahead >= static_cast<std::int32_t>(kMaxStripedAhead)) {
     enter_error_locked("protocol error: a stripe of write " + std::to_string(h.seq) + " (" +
                        std::to_string(rx_next_) + " is the next to carry out)");
     return;
   }
-  if (nak_sent_) return;  // discarded: the requester fails anyway
+  // discarded: a copy of a stripe of a write carried out (its link broke after it landed),
+  // or after a refusal (the requester fails anyway)
+  if (ahead < 0 || nak_sent_) return;
   Tally& tally = stripes_[h.seq];
+  if (tally.landed.test(h.imm)) return;  // (landed already: this is the copy)
   context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
     std::string why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
     if (!why.empty()) {
@@ -167,54 +204,43 @@ void SoftQueuePair::setup_stripe_locked(RxFrame& rx, const FrameHeader& h) {
 }
 
 void SoftQueuePair::stripe_landed_locked(const RxFrame& rx) {
-  if (nak_sent_) return;
-  Tally& tally = stripes_[rx.header.seq];
+  const FrameHeader& h = rx.header;
+  const auto it = stripes_.find(h.seq);
+  if (nak_sent_ || it == stripes_.end()) return;  // (a copy discarded, or a refusal)
+  Tally& tally = it->second;
   if (rx.error != WcStatus::kSuccess && tally.error == WcStatus::kSuccess) {
     tally.error = rx.error;  // (its region was deregistered while it landed)
     tally.why = rx.why;
   }
-  tally.landed += 1;
-  if (stalled_seq_ == rx.header.seq && tally.landed >= stalled_stripes_) {
-    stalled_seq_ = 0;
-    pause_reading_locked(false);
-    read_frames_locked(kLinkPassBudget);  // the first stream goes on
-  }
+  tally.landed.set(h.imm);
+  if (!held_.empty() && held_.front().header.seq == h.seq) drain_held_locked();
 }
 
-bool SoftQueuePair::stalled_locked(const FrameHeader& h) {
-  stalled_seq_ = 0;
-  bool stalled = h.op == FrameOp::kWrite && (h.flags & kFlagStriped) != 0 && !nak_sent_;
-  if (stalled) {
-    const auto it = stripes_.find(h.seq);
-    stalled = it == stripes_.end() || it->second.landed < h.status;
-  }
-  if (stalled) {
-    stalled_seq_ = h.seq;
-    stalled_stripes_ = h.status;
-  }
-  pause_reading_locked(stalled);
-  return stalled;
-}
-
-void SoftQueuePair::pause_reading_locked(bool paused) {
-  if (watch_->paused.load(std::memory_order_relaxed) == paused || !stream_) return;
-  watch_->paused.store(paused, std::memory_order_relaxed);
-  // (under the lock every write to the stream takes: its write watch does not change)
-  (void)context_->progress().watch(stream_->fd(), cookie_,
-                                   watch_->writing.load(std::memory_order_relaxed), false, !paused);
+bool SoftQueuePair::stripes_landed_locked(const FrameHeader& h) const {
+  const auto it = stripes_.find(h.seq);
+  return it != stripes_.end() && it->second.landed.count() >= h.status;
 }
 
 bool SoftQueuePair::take_stripes_locked(const FrameHeader& h) {
   Tally tally;
-  const auto it = stripes_.find(h.seq);
-  if (it != stripes_.end()) {
-    tally = std::move(it->second);
-    stripes_.erase(it);
+  for (auto it = stripes_.begin(); it != stripes_.end();) {
+    if (it->first == h.seq) {
+      tally = std::move(it->second);
+    } else if (static_cast<std::int32_t>(it->first - h.seq) > 0) {
+      ++it;  // (a later write's)
+      continue;
+    }
+    it = stripes_.erase(it);  // this write's, or an earlier one's (a copy that came late)
   }
-  if (tally.landed != h.status) {
+  for (const auto& link : links_) {  // a copy still arriving lands nowhere from now on
+    if (link->rx.active && link->rx.header.op == FrameOp::kStripe && link->rx.header.seq == h.seq) {
+      link->rx.sink = Sink::kDiscard;
+    }
+  }
+  if (tally.landed.count() != h.status || (tally.landed >> h.status).any()) {
     enter_error_locked("protocol error: write " + std::to_string(h.seq) + " came as " +
-                       std::to_string(tally.landed) + " stripes, " + std::to_string(h.status) +
-                       " announced");
+                       std::to_string(tally.landed.count()) + " stripes, " +
+                       std::to_string(h.status) + " announced");
     return false;
   }
   if (tally.error == WcStatus::kSuccess) {
@@ -234,7 +260,7 @@ void SoftQueuePair::on_link_socket(std::uint32_t number, std::uint32_t events) {
   std::lock_guard lock(mu_);
   if (!stream_ || state_.load() != QpState::kRts) return;
   Link* link = find_link_locked(number);
-  if (link == nullptr) return;
+  if (link == nullptr || link->broken) return;
   if ((events & EPOLLOUT) != 0) {
     const Status flushed = link->stream->flush();
     if (!flushed.ok()) {
@@ -248,11 +274,11 @@ void SoftQueuePair::on_link_socket(std::uint32_t number, std::uint32_t events) {
 }
 
 void SoftQueuePair::read_link_locked(Link& link) {
-  // `link` stays valid while the queue pair is connected (links close as it fails); its
-  // stream is kept here in any case
+  // `link` stays valid while the queue pair is connected (links close as it fails, and one
+  // that broke stays until prune_links_locked()); its stream is kept here in any case
   const std::shared_ptr<Stream> stream = link.stream;
   std::size_t budget = kLinkPassBudget;
-  while (state_.load() == QpState::kRts) {
+  while (state_.load() == QpState::kRts && !link.broken) {
     RxFrame& rx = link.rx;
     if (!rx.active) {
       if (stream->buffered() < kFrameHeaderBytes) {

@@ -38,6 +38,7 @@ void SoftQueuePair::after_reading_locked() {
     salvage_locked();
     return;
   }
+  prune_links_locked();
   if (state_ready_locked()) drain_held_locked();  // ring events that waited for a frame
   emit_locked();
   if (ack_owed_ && !ack_due_.load(std::memory_order_relaxed)) {
@@ -95,7 +96,6 @@ bool SoftQueuePair::start_frame_locked() {
     enter_error_locked("protocol error: " + decoded.status().message());
     return false;
   }
-  if (stalled_locked(decoded.value())) return false;  // (read again once its stripes landed)
   stream_->consume(kFrameHeaderBytes);
   rx_ = RxFrame{};
   rx_.active = true;
@@ -131,15 +131,16 @@ bool SoftQueuePair::start_frame_locked() {
 // Where a request's payload goes; held requests buffer it.
 void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
   if (nak_sent_) return;  // discarded: the requester fails anyway
-  if ((h.flags & kFlagStriped) != 0 && !take_stripes_locked(h)) return;
   if (!blocked_locked() && h.seq != rx_next_) {
     if (!drain_ring_locked(h.seq, true) && state_.load() == QpState::kRts) {
       // an earlier event waits for a receive: this request waits behind it
     }
   }
   if (state_.load() != QpState::kRts) return;
+  const bool striped = (h.flags & kFlagStriped) != 0;  // (a write whose data came as stripes)
   const bool must_hold = blocked_locked() || h.seq != rx_next_ ||
-                         (h.op == FrameOp::kSend && recvs_.empty());
+                         (h.op == FrameOp::kSend && recvs_.empty()) ||
+                         (striped && !stripes_landed_locked(h));
   if (must_hold) {
     const std::uint32_t bytes = payload_bytes(h);
     if (!held_.reserve(bytes)) {
@@ -157,7 +158,11 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
     rx_.buffer.resize(bytes);
     return;
   }
-  if (h.op == FrameOp::kWrite && payload_bytes(h) > 0) {
+  if (striped) {
+    (void)take_stripes_locked(h);  // (refused, or the queue pair failed, when false)
+    return;
+  }
+  if (h.op == FrameOp::kWrite && h.length > 0) {
     context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
       const std::string why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
       if (!why.empty()) {
@@ -185,7 +190,7 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
   }
 }
 
-void SoftQueuePair::payload_locked(Stream& stream, RxFrame& rx, const Link* link, bool* progress) {
+void SoftQueuePair::payload_locked(Stream& stream, RxFrame& rx, Link* link, bool* progress) {
   while (rx.left > 0) {
     std::uint8_t* dst = g_scratch;
     std::size_t room = rx.left;

@@ -310,6 +310,7 @@ void SoftQueuePair::emit_locked() {
 
 void SoftQueuePair::acked_locked(std::uint32_t ack) {
   if (after(ack, acked_) || acked_ == 0) acked_ = ack;
+  while (!sent_stripes_.empty() && !after(sent_stripes_.front().seq, acked_)) sent_stripes_.pop_front();
   while (!awaiting_.empty()) {
     SendOp& op = *awaiting_.front();
     if (after(op.seq, acked_)) break;

@@ -144,7 +144,10 @@ void SoftQueuePair::drain_held_locked() {
     const bool needs_recv = first.header.op == FrameOp::kSend ||
                             (first.header.op == FrameOp::kWrite && (first.header.flags & kFlagImm));
     if (needs_recv && recvs_.empty()) return;
+    const bool striped = (first.header.flags & kFlagStriped) != 0;
+    if (striped && !stripes_landed_locked(first.header)) return;  // (drained again as one lands)
     HeldRequests::Held held = held_.pop_front();
+    if (striped && !take_stripes_locked(held.header)) return;  // refused, or the queue pair failed
     execute_request_locked(held.header, &held.payload, held.applied);
   }
 }

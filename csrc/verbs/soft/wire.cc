@@ -83,7 +83,9 @@ Result<FrameHeader> decode_frame(const std::uint8_t* in) {
       (h.op == FrameOp::kStripe ? 0 : kFlagAck) | (imm_allowed ? kFlagImm : 0) |
       (h.op == FrameOp::kWrite ? kFlagStriped : 0));
   if ((h.flags & ~allowed) != 0) return bad(h.op, "unknown flags");
-  if ((h.flags & kFlagImm) == 0 && h.imm != 0) return bad(h.op, "immediate without its flag");
+  if ((h.flags & kFlagImm) == 0 && h.imm != 0 && h.op != FrameOp::kStripe) {
+    return bad(h.op, "immediate without its flag");
+  }
   if (h.length > kMaxMessageBytes) return bad(h.op, "length over the largest operation");
   const bool is_req = is_request(h.op);
   if (is_req && h.seq == 0) return bad(h.op, "request without a sequence number");
@@ -100,7 +102,8 @@ Result<FrameHeader> decode_frame(const std::uint8_t* in) {
       break;
     case FrameOp::kStripe:
       if (h.seq == 0 || h.length == 0) return bad(h.op, "a stripe of no write, or empty");
-      if (h.status != 0 || h.imm != 0) return bad(h.op, "unused fields set");
+      if (h.status != 0) return bad(h.op, "unused fields set");
+      if (h.imm >= kMaxStripes) return bad(h.op, "stripe index " + std::to_string(h.imm));
       break;
     case FrameOp::kSend:
     case FrameOp::kReadResp:

@@ -12,10 +12,11 @@
 // SEG_REQ asks for the descriptor of segment `rkey`; SEG answers with it attached
 // (status 0) or without (status 1: no such segment).
 // Striping (a queue pair with links, soft_links.h): a large WRITE's data goes as STRIPE
-// frames (seq: the write's; rkey, addr, length: where this part lands), spread over the
-// queue pair's streams, and the WRITE itself follows on the first stream with
-// kFlagStriped, no payload and `status` the number of stripes; it is carried out once
-// every stripe landed. Stripes carry no acknowledgement.
+// frames (seq: the write's; imm: the stripe's index, from 0; rkey, addr, length: where
+// this part lands), spread over the queue pair's streams, and the WRITE itself follows on
+// the first stream with kFlagStriped, no payload and `status` the number of stripes; it is
+// carried out once every stripe landed. Stripes carry no acknowledgement; one may come
+// twice (sent again when its link broke).
 //
 // Greeting (44 bytes): "TVSH" | version u8 | kind u8 (1 hello, 2 reply, 3 link) | status u8 |
 //   fd count u8 | target token 16 B | dialer token 16 B | PD number of the sender's
@@ -52,6 +53,7 @@ enum class FrameOp : std::uint8_t {
 inline constexpr std::uint16_t kFlagImm = 1;
 inline constexpr std::uint16_t kFlagAck = 2;
 inline constexpr std::uint16_t kFlagStriped = 4;  // a WRITE whose data came as stripes
+inline constexpr std::uint32_t kMaxStripes = 255;  // a striped write's stripes at most
 inline constexpr std::size_t kFrameHeaderBytes = 32;
 inline constexpr std::uint32_t kMaxNakDetail = 1024;
 
