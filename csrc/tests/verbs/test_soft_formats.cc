@@ -208,6 +208,11 @@ TEST(SoftWire, StripesAndStripedWritesAreChecked) {
   bad = stripe;
   bad.status = 1;
   EXPECT_TRUE(refused(bad));
+  bad = stripe;
+  bad.imm = kMaxStripes - 1;  // the last stripe's index (a stripe's imm is its index)
+  EXPECT_FALSE(refused(bad));
+  bad.imm = kMaxStripes;
+  EXPECT_TRUE(refused(bad));
 
   FrameHeader striped;
   striped.op = FrameOp::kWrite;

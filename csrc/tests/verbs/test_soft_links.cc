@@ -5,11 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "conformance.h"
 #include "verbs/soft/soft_endpoint.h"
@@ -252,6 +257,92 @@ TEST(SoftLinks, ALinkThatBreaksMidWriteIsLeftOutAndItsStripesGoAgain) {
   EXPECT_EQ(y.qp->state(), QpState::kRts);
 }
 
+// Runs the calling thread, and the threads it starts, on CPU 0 (so that the peers' threads
+// take turns, and a stripe read early is read early); the old affinity comes back after.
+class OneCpu {
+ public:
+  OneCpu() {
+    ::sched_getaffinity(0, sizeof(old_), &old_);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    ::sched_setaffinity(0, sizeof(one), &one);
+  }
+  ~OneCpu() { ::sched_setaffinity(0, sizeof(old_), &old_); }
+
+ private:
+  cpu_set_t old_{};
+};
+
+// Two striped writes whose ranges overlap, posted together: once both completed, the
+// overlap holds the later one's bytes, as a queue pair carries its writes out in order
+// (a stripe of the later one must not land before the earlier one is carried out).
+TEST(SoftLinks, OverlappingStripedWritesKeepTheLaterOnesBytes) {
+  OneCpu pinned;
+  Side a(soft_with_links("127.0.0.2,127.0.0.3")), b(soft_with_links("127.0.0.4,127.0.0.5"));
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error << b.error;
+  ASSERT_TRUE(connect_pair(*a.qp, *b.qp));
+  constexpr std::size_t kLength = 8u << 20, kShift = soft::kStripeBytes;
+  auto src = a.region(2 * kLength, kAllAccess);
+  fill_random(src->data(), 2 * kLength, 1);
+  auto dst = b.region(kLength + kShift, kAllAccess, kPoison);
+  int torn = 0;
+  for (int round = 0; round < 20; ++round) {
+    SendWr w[2] = {wr(1, WrOpcode::kRdmaWrite, src.get(), 0, kLength, dst->addr(), dst->rkey()),
+                   wr(2, WrOpcode::kRdmaWrite, src.get(), kLength, kLength, dst->addr() + kShift, dst->rkey())};
+    ASSERT_TRUE(a.qp->post_send(w, 2).ok());
+    const auto wcs = a.completions(2);
+    ASSERT_EQ(wcs.size(), 2u);
+    ASSERT_TRUE(wcs[0].ok() && wcs[1].ok()) << to_string(wcs[0].status) << " " << to_string(wcs[1].status);
+    torn += std::memcmp(dst->data() + kShift, src->data() + kLength, kLength) != 0;
+  }
+  EXPECT_EQ(torn, 0) << "rounds in which the earlier write's stripes overwrote the later write's";
+}
+
+// Bytes waiting in the socket `fd`'s receive queue (FIONREAD) or send queue (TIOCOUTQ).
+int queued(int fd, unsigned long request) {
+  int bytes = 0;
+  return ::ioctl(fd, request, &bytes) == 0 ? bytes : -1;
+}
+
+// A striped write behind many requests held for a receive (a queue pair may have
+// max_send_wr of them outstanding): its stripes come far ahead of the next request to
+// carry out, and wait for their turn; nothing fails.
+TEST(SoftLinks, AStripedWriteFarBehindHeldRequestsWaitsItsTurn) {
+  Side a(soft_with_links("127.0.0.2"), 8192, 64), b(soft_with_links("127.0.0.4"), 64, 64);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error << b.error;
+  ASSERT_TRUE(connect_pair(*a.qp, *b.qp));
+  auto src = a.region(2u << 20, kAllAccess);
+  fill_random(src->data(), 2u << 20, 4);
+  auto dst = b.region(2u << 20, kAllAccess, kPoison);
+  std::vector<SendWr> writes;
+  writes.push_back(wr(1, WrOpcode::kSend, src.get(), 0, 8));  // held: no receive posted yet
+  for (std::uint64_t i = 0; i < 5000; ++i) {
+    writes.push_back(wr(2 + i, WrOpcode::kRdmaWrite, nullptr, 0, 0, dst->addr(), dst->rkey()));
+  }
+  writes.push_back(wr(9999, WrOpcode::kRdmaWrite, src.get(), 0, 2u << 20, dst->addr(), dst->rkey()));
+  ASSERT_TRUE(a.qp->post_send(writes.data(), writes.size()).ok());
+  // until b has read what came on the link (its stripes): nothing queued at either end
+  const int a_link = socket_from("127.0.0.2"), b_link = socket_from("127.0.0.4");
+  ASSERT_GE(a_link, 0) << soft_qp(a).link_errors() << " / " << soft_qp(b).link_errors();
+  ASSERT_GE(b_link, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (queued(a_link, TIOCOUTQ) != 0 || queued(b_link, FIONREAD) != 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the stripes did not arrive";
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(b.qp->state(), QpState::kRts) << b.qp->error_detail();
+  auto rbuf = b.region(64, kAllAccess);
+  RecvWr r{5};
+  r.sge = rbuf->sge(0, 64);
+  ASSERT_TRUE(b.qp->post_recv(&r, 1).ok());
+  const auto wcs = a.completions(writes.size(), 30.0);
+  ASSERT_EQ(wcs.size(), writes.size());
+  EXPECT_TRUE(wcs.back().ok()) << to_string(wcs.back().status) << " / " << a.qp->error_detail()
+                               << " / b: " << b.qp->error_detail();
+  EXPECT_EQ(std::memcmp(dst->data(), src->data(), 2u << 20), 0);
+}
+
 // A striped write into memory the peer may not write is refused as a plain one is: the
 // requester's completion says so, and nothing lands.
 TEST(SoftLinks, AStripedWriteOutsideTheRegionIsRefused) {
@@ -267,6 +358,7 @@ TEST(SoftLinks, AStripedWriteOutsideTheRegionIsRefused) {
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, WcStatus::kRemAccessErr) << to_string(wcs[0].status);
   EXPECT_NE(a.qp->error_detail().find("refused"), std::string::npos) << a.qp->error_detail();
+  EXPECT_TRUE(all_equal(dst->data(), kLength / 2, kPoison)) << "stripes inside the region landed";
 }
 
 TEST(SoftLinks, AnAddressThatCannotBeListenedOnIsAClearError) {

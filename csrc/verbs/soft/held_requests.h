@@ -28,6 +28,8 @@ class HeldRequests {
   // Takes `bytes` of the budget for a payload about to be read into a buffer (then held
   // with push_back); false when the budget does not have them.
   bool reserve(std::size_t bytes);
+  // Gives back `bytes` reserved for a payload held elsewhere (a stripe that came early).
+  void release(std::size_t bytes) { bytes_ -= bytes < bytes_ ? bytes : bytes_; }
   // Holds a request last in line whose payload's bytes were reserved.
   void push_back(Held held) { held_.push_back(std::move(held)); }
   // Holds a request first in line, its payload taken from the budget.

@@ -7,7 +7,7 @@
 //   host (host_len B) | unix name (unix_len B, 0: no Unix socket) |
 //   link_count x (tcp_port u16 | host_len u8 | host)
 // The links are the context's further addresses, one per network link of its host
-// (soft_links.h): a queue pair connected over TCP opens a stream on each link it shares
+// (soft_queue_pair.h): a queue pair connected over TCP opens a stream on each link it shares
 // with its peer, pairing them by position. decode_endpoint() accepts exactly this (any
 // bytes are safe to give it).
 #pragma once

@@ -21,10 +21,12 @@
 //
 // Links (soft_queue_pair_links.cc): over TCP, the side that dialed opens a further stream
 // per link both contexts have (TENSORVERBS_LINKS), pairing them by position. A write of
-// kStripeFrom bytes or more is then sent as stripes spread over every stream, each landing
-// straight in its place, and carried out (completed, its immediate delivered) once all
-// have landed: the striped write's frame is held (HeldRequests) until then, and the
-// requests after it with it, in order. A link that breaks, or is given up (its TCP user
+// kStripeFrom bytes or more is then sent as its frame (first) and stripes spread over every
+// stream. Once the write is the next to carry out (every request before it carried out) its
+// range is checked as a whole and it opens: its stripes land straight in their place (those
+// that came before land then, from a buffer), and it is carried out (completed, its
+// immediate delivered) once all have landed, held (HeldRequests) until then with the
+// requests after it, in order. A link that breaks, or is given up (its TCP user
 // timeout), is left out: its stripes of writes not acknowledged yet go again on the first
 // stream (a stripe that lands twice counts once), and the queue pair carries on. Its
 // first stream breaking fails it, as without links.
@@ -74,8 +76,9 @@ inline constexpr std::uint32_t kAsyncCopyBytes = 4 << 20;
 // (and a write at most kMaxStripes stripes, wire.h).
 inline constexpr std::uint32_t kStripeFrom = 1 << 20;
 inline constexpr std::uint32_t kStripeBytes = 256 << 10;
-// How far ahead of the next request to carry out a stripe's write may be numbered.
-inline constexpr std::uint32_t kMaxStripedAhead = 4096;
+// How far ahead of the next request to carry out a stripe's write may be numbered: as many
+// requests as a queue pair may have outstanding.
+inline constexpr std::uint32_t kMaxStripedAhead = 65536;
 
 // How long an acknowledgement waits for a frame going back to ride on before it goes alone.
 inline constexpr std::chrono::microseconds kAckDelay{20};
@@ -151,8 +154,13 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   };
   // The stripes of a write that were read so far (by the write's number), and the first
   // reason one could not land.
+  struct Early {  // a stripe that came before its write was the next to carry out
+    FrameHeader header;
+    std::vector<std::uint8_t> payload;  // (its bytes taken from held_'s budget)
+  };
   struct Tally {
     std::bitset<kMaxStripes> landed;  // by stripe index (a stripe sent again counts once)
+    std::vector<Early> early;  // held until the write opens
     WcStatus error = WcStatus::kSuccess;
     std::string why;
   };
@@ -196,10 +204,19 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // Sends the write `h` (numbered, stamped on sending) as stripes of `payload` spread over
   // the streams, then `h` itself, striped, on the first one.
   void send_striped_locked(FrameHeader h, const std::uint8_t* payload);
-  // A stripe's header was read (from any stream): where its payload goes.
+  // A stripe's header was read (from any stream): where its payload goes (its place when
+  // its write is open, else a buffer).
   void setup_stripe_locked(RxFrame& rx, const FrameHeader& h);
-  // A stripe was read whole: counted; the first stream goes on if it waited for it.
-  void stripe_landed_locked(const RxFrame& rx);
+  // A stripe was read whole: counted (kept if it came early); its write is carried out if
+  // it was the last.
+  void stripe_landed_locked(RxFrame& rx);
+  // The striped write `h` is the next to carry out: its range is checked as a whole (else
+  // it is refused: false), the stripes that came early land, and those that come from now
+  // on land in their place.
+  bool open_striped_locked(const FrameHeader& h);
+  // Lands a stripe that came early in the open write (false: outside it; the queue pair
+  // failed); a region gone since counts in `tally` as the write's error.
+  bool land_early_locked(const Early& early, Tally& tally);
   // Whether every stripe of the striped write `h` has landed (it is held until then).
   bool stripes_landed_locked(const FrameHeader& h) const;
   // A striped write is carried out: takes its tally, and stops any copy of one of its
@@ -319,6 +336,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // links
   std::vector<std::unique_ptr<Link>> links_;  // open, in the order they opened
   std::unordered_map<std::uint32_t, Tally> stripes_;  // writes not carried out yet
+  std::uint32_t open_seq_ = 0;  // the striped write whose stripes land in place (0: none)
+  FrameHeader open_;            // its frame
   // the stripes this side sent on links, of writes not acknowledged yet, in order: sent
   // again on the first stream if their link breaks
   struct SentStripe {

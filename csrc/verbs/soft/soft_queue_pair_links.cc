@@ -3,6 +3,7 @@
 #include <sys/epoll.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "verbs/soft/soft_context.h"
 #include "verbs/soft/soft_protection_domain.h"
@@ -35,9 +36,9 @@ void SoftQueuePair::dial_links(const SoftEndpoint& remote) {
     auto dialed = dial_link(mine[i].tcp_host, remote.links[i], remote.token, token_, number);
     std::lock_guard lock(mu_);
     if (state_.load() != QpState::kRts || !stream_) return;
-    if (dialed.ok()) {
+    if (dialed.ok() && find_link_locked(number) == nullptr) {
       add_link_locked(number, std::move(dialed.value().sock));
-    } else {  // left out: the other links carry its share
+    } else if (!dialed.ok()) {  // left out: the other links carry its share
       link_errors_ += (link_errors_.empty() ? "" : "; ") + dialed.status().message();
     }
   }
@@ -48,7 +49,7 @@ void SoftQueuePair::on_link_dial_locked(const Hello& hello, UniqueFd sock, bool 
   reply.kind = HelloKind::kReply;
   reply.fd_count = 0;
   const std::uint32_t number = hello.pd;
-  const bool taken = !is_unix && stream_ && !stream_->is_unix() &&
+  const bool taken = !is_unix && stream_ && !stream_->is_unix() && dialed_in_ &&
                      state_.load() != QpState::kError && dialer_token_ == hello.dialer &&
                      number <= context_->links().size() && find_link_locked(number) == nullptr;
   reply.status = taken ? HelloStatus::kOk : HelloStatus::kTaken;
@@ -76,8 +77,10 @@ void SoftQueuePair::watch_link_locked(Link& link) {
     (void)progress->watch(fd, cookie, on, false);
   });
   const Status watched = progress->watch(fd, cookie, false, true);
-  if (!watched.ok()) {
-    enter_error_locked("link " + std::to_string(link.number) + ": " + watched.message());
+  if (!watched.ok()) {  // left out (dropped by prune_links_locked)
+    link.broken = true;
+    link_errors_ += (link_errors_.empty() ? "" : "; ") + ("link " + std::to_string(link.number) +
+                                                          ": " + watched.message());
     return;
   }
   link.watched = true;
@@ -143,8 +146,11 @@ void SoftQueuePair::send_striped_locked(FrameHeader h, const std::uint8_t* paylo
   const std::uint32_t length = h.length;
   const std::uint32_t part = std::max(kStripeBytes, (length + kMaxStripes - 1) / kMaxStripes);
   const std::uint32_t count = (length + part - 1) / part;
-  std::vector<TxItem> first;  // the first stream's stripes, then the write
+  std::vector<TxItem> first;  // the write, then the first stream's stripes
   first.reserve(count / (live.size() + 1) + 2);
+  h.flags = static_cast<std::uint16_t>(h.flags | kFlagStriped);
+  h.status = static_cast<std::uint8_t>(count);
+  first.push_back(frame_item(stamp_ack_locked(h)));
   for (std::uint32_t i = 0; i < count; ++i) {
     const std::uint32_t offset = i * part;
     FrameHeader stripe;
@@ -168,9 +174,6 @@ void SoftQueuePair::send_striped_locked(FrameHeader h, const std::uint8_t* paylo
     const Status sent = link.stream->send(&item, 1);
     if (!sent.ok()) link_broke_locked(link, sent.message());  // (its stripes go again)
   }
-  h.flags = static_cast<std::uint16_t>(h.flags | kFlagStriped);
-  h.status = static_cast<std::uint8_t>(count);
-  first.push_back(frame_item(stamp_ack_locked(h)));
   send_frames_locked(first.data(), first.size());
 }
 
@@ -188,13 +191,27 @@ void SoftQueuePair::setup_stripe_locked(RxFrame& rx, const FrameHeader& h) {
   if (ahead < 0 || nak_sent_) return;
   Tally& tally = stripes_[h.seq];
   if (tally.landed.test(h.imm)) return;  // (landed already: this is the copy)
+  if (open_seq_ != h.seq) {  // early: it waits in a buffer for its write to open
+    if (!held_.reserve(h.length)) {
+      detail_ = "the peer sent more than " + std::to_string(kMaxHeldBytes >> 20) +
+                " MiB ahead of the requests carried out";
+      refuse_locked(h, WcStatus::kRemOpErr, detail_);
+      return;
+    }
+    rx.sink = Sink::kBuffer;
+    rx.buffer.resize(h.length);
+    return;
+  }
+  if (h.rkey != open_.rkey || h.addr < open_.addr || h.length > open_.length ||
+      h.addr - open_.addr > open_.length - h.length) {
+    enter_error_locked("protocol error: a stripe outside its write " + std::to_string(h.seq));
+    return;
+  }
   context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
     std::string why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
-    if (!why.empty()) {
-      if (tally.error == WcStatus::kSuccess) {
-        tally.error = WcStatus::kRemAccessErr;
-        tally.why = std::move(why);
-      }
+    if (!why.empty()) {  // (deregistered since the write opened)
+      rx.error = WcStatus::kRemAccessErr;
+      rx.why = std::move(why);
       return;
     }
     rx.sink = Sink::kRegion;
@@ -203,17 +220,67 @@ void SoftQueuePair::setup_stripe_locked(RxFrame& rx, const FrameHeader& h) {
   });
 }
 
-void SoftQueuePair::stripe_landed_locked(const RxFrame& rx) {
+void SoftQueuePair::stripe_landed_locked(RxFrame& rx) {
   const FrameHeader& h = rx.header;
   const auto it = stripes_.find(h.seq);
-  if (nak_sent_ || it == stripes_.end()) return;  // (a copy discarded, or a refusal)
+  if (rx.sink == Sink::kBuffer) held_.release(rx.buffer.size());  // (kept below, or dropped)
+  if (nak_sent_ || it == stripes_.end() || it->second.landed.test(h.imm)) return;
   Tally& tally = it->second;
   if (rx.error != WcStatus::kSuccess && tally.error == WcStatus::kSuccess) {
     tally.error = rx.error;  // (its region was deregistered while it landed)
     tally.why = rx.why;
   }
+  if (rx.sink == Sink::kBuffer) {
+    Early early{h, std::move(rx.buffer)};
+    if (open_seq_ == h.seq) {  // (its write opened while it came): it lands now
+      if (!land_early_locked(early, tally)) return;
+    } else if (held_.reserve(early.payload.size())) {  // (given back above: it fits again)
+      tally.early.push_back(std::move(early));
+    }
+  }
   tally.landed.set(h.imm);
-  if (!held_.empty() && held_.front().header.seq == h.seq) drain_held_locked();
+  if (open_seq_ == h.seq && !held_.empty() && held_.front().header.seq == h.seq) drain_held_locked();
+}
+
+bool SoftQueuePair::open_striped_locked(const FrameHeader& h) {
+  std::string why;
+  context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
+    why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
+  });
+  if (!why.empty()) {
+    refuse_locked(h, WcStatus::kRemAccessErr, why);
+    return false;
+  }
+  open_seq_ = h.seq;
+  open_ = h;
+  const auto it = stripes_.find(h.seq);
+  if (it == stripes_.end()) return true;
+  Tally& tally = it->second;
+  std::vector<Early> early = std::move(tally.early);  // they land now, in their write's turn
+  for (Early& one : early) {
+    held_.release(one.payload.size());
+    if (!land_early_locked(one, tally)) return false;
+  }
+  return true;
+}
+
+bool SoftQueuePair::land_early_locked(const Early& early, Tally& tally) {
+  const FrameHeader& e = early.header;
+  if (e.rkey != open_.rkey || e.addr < open_.addr || e.length > open_.length ||
+      e.addr - open_.addr > open_.length - e.length) {
+    enter_error_locked("protocol error: a stripe outside its write " + std::to_string(e.seq));
+    return false;
+  }
+  std::string why;
+  context_->keys().with_region(e.rkey, [&](const RegionInfo* region) {
+    why = check_remote(region, e.rkey, through(), e.addr, e.length, kRemoteWrite);
+    if (why.empty()) std::memcpy(region->data + (e.addr - region->addr), early.payload.data(), e.length);
+  });
+  if (!why.empty() && tally.error == WcStatus::kSuccess) {  // (deregistered since it opened)
+    tally.error = WcStatus::kRemAccessErr;
+    tally.why = why;
+  }
+  return true;
 }
 
 bool SoftQueuePair::stripes_landed_locked(const FrameHeader& h) const {
@@ -229,9 +296,12 @@ bool SoftQueuePair::take_stripes_locked(const FrameHeader& h) {
     } else if (static_cast<std::int32_t>(it->first - h.seq) > 0) {
       ++it;  // (a later write's)
       continue;
+    } else {
+      for (const Early& early : it->second.early) held_.release(early.payload.size());
     }
     it = stripes_.erase(it);  // this write's, or an earlier one's (a copy that came late)
   }
+  open_seq_ = 0;
   for (const auto& link : links_) {  // a copy still arriving lands nowhere from now on
     if (link->rx.active && link->rx.header.op == FrameOp::kStripe && link->rx.header.seq == h.seq) {
       link->rx.sink = Sink::kDiscard;
@@ -242,12 +312,6 @@ bool SoftQueuePair::take_stripes_locked(const FrameHeader& h) {
                        std::to_string(tally.landed.count()) + " stripes, " +
                        std::to_string(h.status) + " announced");
     return false;
-  }
-  if (tally.error == WcStatus::kSuccess) {
-    context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
-      tally.why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
-    });
-    if (!tally.why.empty()) tally.error = WcStatus::kRemAccessErr;
   }
   if (tally.error != WcStatus::kSuccess) {
     refuse_locked(h, tally.error, tally.why);
@@ -314,7 +378,7 @@ void SoftQueuePair::read_link_locked(Link& link) {
     if (state_.load() != QpState::kRts) return;
     const std::uint32_t read = before - rx.left;
     if (rx.left == 0) {
-      const RxFrame landed = std::move(rx);
+      RxFrame landed = std::move(rx);
       rx = RxFrame{};
       stripe_landed_locked(landed);  // (may fail the queue pair: `link` is checked above)
     }

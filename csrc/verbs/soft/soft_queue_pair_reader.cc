@@ -137,10 +137,14 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
     }
   }
   if (state_.load() != QpState::kRts) return;
-  const bool striped = (h.flags & kFlagStriped) != 0;  // (a write whose data came as stripes)
+  const bool striped = (h.flags & kFlagStriped) != 0;  // (a write whose data comes as stripes)
   const bool must_hold = blocked_locked() || h.seq != rx_next_ ||
-                         (h.op == FrameOp::kSend && recvs_.empty()) ||
-                         (striped && !stripes_landed_locked(h));
+                         (h.op == FrameOp::kSend && recvs_.empty());
+  if (striped && !must_hold) {  // its turn: it opens, and waits for its stripes if need be
+    if (!open_striped_locked(h) || (stripes_landed_locked(h) && !take_stripes_locked(h))) return;
+    if (open_seq_ == h.seq) rx_.sink = Sink::kBuffer;  // (held, 0 bytes, until they landed)
+    return;
+  }
   if (must_hold) {
     const std::uint32_t bytes = payload_bytes(h);
     if (!held_.reserve(bytes)) {
@@ -156,10 +160,6 @@ void SoftQueuePair::setup_request_sink_locked(const FrameHeader& h) {
     }
     rx_.sink = Sink::kBuffer;
     rx_.buffer.resize(bytes);
-    return;
-  }
-  if (striped) {
-    (void)take_stripes_locked(h);  // (refused, or the queue pair failed, when false)
     return;
   }
   if (h.op == FrameOp::kWrite && h.length > 0) {

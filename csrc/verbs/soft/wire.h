@@ -11,10 +11,10 @@
 // other direction up to it has been carried out. READ_RESP and NAK answer request `seq`.
 // SEG_REQ asks for the descriptor of segment `rkey`; SEG answers with it attached
 // (status 0) or without (status 1: no such segment).
-// Striping (a queue pair with links, soft_links.h): a large WRITE's data goes as STRIPE
+// Striping (a queue pair with links, soft_queue_pair.h): a large WRITE's data goes as STRIPE
 // frames (seq: the write's; imm: the stripe's index, from 0; rkey, addr, length: where
-// this part lands), spread over the queue pair's streams, and the WRITE itself follows on
-// the first stream with kFlagStriped, no payload and `status` the number of stripes; it is
+// this part lands), spread over the queue pair's streams, after the WRITE itself on the
+// first stream with kFlagStriped, no payload and `status` the number of stripes; it is
 // carried out once every stripe landed. Stripes carry no acknowledgement; one may come
 // twice (sent again when its link broke).
 //
