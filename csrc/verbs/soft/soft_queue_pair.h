@@ -80,6 +80,10 @@ inline constexpr std::uint32_t kStripeBytes = 256 << 10;
 // requests as a queue pair may have outstanding.
 inline constexpr std::uint32_t kMaxStripedAhead = 65536;
 
+// What a queue pair with links has in flight at most (see in_flight_bytes_): a quarter of
+// the peer's held-requests budget (a stripe sent again may be held twice).
+inline constexpr std::uint64_t kMaxInFlightWithLinks = kMaxHeldBytes / 4;
+
 // How long an acknowledgement waits for a frame going back to ride on before it goes alone.
 inline constexpr std::chrono::microseconds kAckDelay{20};
 
@@ -243,6 +247,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   bool complete_copied_locked(SendOp& op);
   void land_copy_locked();
   void retry_pending_locked();
+  // Whether `op` waits (pending) for earlier ones to be acknowledged: see in_flight_bytes_.
+  bool throttled_locked(const SendOp& op) const;
   void finish_locked(SendOp& op, WcStatus status, std::string detail = "") {
     op.finish(status, std::move(detail));
   }
@@ -348,6 +354,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
     const std::uint8_t* payload = nullptr;
   };
   std::deque<SentStripe> sent_stripes_;
+  // the payload bytes of the writes and sends on the stream not acknowledged yet: with
+  // links, at most kMaxInFlightWithLinks (past it new requests wait, pending), so that what
+  // the peer holds for them (stripes that came early, requests behind a write waiting for
+  // a slow link) stays within its budget
+  std::uint64_t in_flight_bytes_ = 0;
   std::string link_errors_;
   std::array<std::uint64_t, kMaxLinks + 1> bytes_sent_{};  // per stream, as bytes_sent()
 };

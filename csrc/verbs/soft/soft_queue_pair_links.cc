@@ -14,6 +14,10 @@ namespace {
 
 constexpr std::size_t kLinkPassBudget = 4 << 20;  // bytes read per pass, per link
 
+// What a stripe that comes early takes of the held-requests budget: its bytes and what
+// keeping it costs beside them (so that tiny stripes cannot hold much more than they say).
+std::size_t early_charge(std::size_t bytes) { return bytes + 4096; }
+
 }  // namespace
 
 std::vector<std::uint64_t> SoftQueuePair::bytes_sent() const {
@@ -95,6 +99,7 @@ void SoftQueuePair::close_links_locked() {
   links_.clear();
   stripes_.clear();
   sent_stripes_.clear();
+  in_flight_bytes_ = 0;
 }
 
 SoftQueuePair::Link* SoftQueuePair::find_link_locked(std::uint32_t number) {
@@ -112,6 +117,10 @@ void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
   if (link.watched) context_->progress().unwatch(link.stream->fd());
   link.watched = false;
   link.stream->shutdown();  // (the peer leaves it out too)
+  if (link.rx.active && link.rx.sink == Sink::kBuffer) {
+    held_.release(early_charge(link.rx.buffer.size()));
+    link.rx.sink = Sink::kDiscard;
+  }
   // its stripes of writes not acknowledged yet: again, on the first stream (behind their
   // writes' frames, maybe: the peer holds those until every stripe landed)
   std::vector<TxItem> again;
@@ -121,6 +130,7 @@ void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
     TxItem item = frame_item(stripe.header);
     item.payload = stripe.payload;
     item.payload_len = stripe.header.length;
+    item.copy_if_queued = true;  // (a copy may outlive its write's completion)
     again.push_back(std::move(item));
   }
   send_frames_locked(again.data(), again.size());
@@ -192,7 +202,7 @@ void SoftQueuePair::setup_stripe_locked(RxFrame& rx, const FrameHeader& h) {
   Tally& tally = stripes_[h.seq];
   if (tally.landed.test(h.imm)) return;  // (landed already: this is the copy)
   if (open_seq_ != h.seq) {  // early: it waits in a buffer for its write to open
-    if (!held_.reserve(h.length)) {
+    if (!held_.reserve(early_charge(h.length))) {
       detail_ = "the peer sent more than " + std::to_string(kMaxHeldBytes >> 20) +
                 " MiB ahead of the requests carried out";
       refuse_locked(h, WcStatus::kRemOpErr, detail_);
@@ -223,19 +233,23 @@ void SoftQueuePair::setup_stripe_locked(RxFrame& rx, const FrameHeader& h) {
 void SoftQueuePair::stripe_landed_locked(RxFrame& rx) {
   const FrameHeader& h = rx.header;
   const auto it = stripes_.find(h.seq);
-  if (rx.sink == Sink::kBuffer) held_.release(rx.buffer.size());  // (kept below, or dropped)
-  if (nak_sent_ || it == stripes_.end() || it->second.landed.test(h.imm)) return;
+  const bool buffered = rx.sink == Sink::kBuffer;
+  if (nak_sent_ || it == stripes_.end() || it->second.landed.test(h.imm)) {
+    if (buffered) held_.release(early_charge(rx.buffer.size()));  // (a copy, or a refusal)
+    return;
+  }
   Tally& tally = it->second;
   if (rx.error != WcStatus::kSuccess && tally.error == WcStatus::kSuccess) {
     tally.error = rx.error;  // (its region was deregistered while it landed)
     tally.why = rx.why;
   }
-  if (rx.sink == Sink::kBuffer) {
+  if (buffered) {
     Early early{h, std::move(rx.buffer)};
     if (open_seq_ == h.seq) {  // (its write opened while it came): it lands now
+      held_.release(early_charge(early.payload.size()));
       if (!land_early_locked(early, tally)) return;
-    } else if (held_.reserve(early.payload.size())) {  // (given back above: it fits again)
-      tally.early.push_back(std::move(early));
+    } else {
+      tally.early.push_back(std::move(early));  // (its bytes stay taken from the budget)
     }
   }
   tally.landed.set(h.imm);
@@ -258,7 +272,7 @@ bool SoftQueuePair::open_striped_locked(const FrameHeader& h) {
   Tally& tally = it->second;
   std::vector<Early> early = std::move(tally.early);  // they land now, in their write's turn
   for (Early& one : early) {
-    held_.release(one.payload.size());
+    held_.release(early_charge(one.payload.size()));
     if (!land_early_locked(one, tally)) return false;
   }
   return true;
@@ -297,13 +311,18 @@ bool SoftQueuePair::take_stripes_locked(const FrameHeader& h) {
       ++it;  // (a later write's)
       continue;
     } else {
-      for (const Early& early : it->second.early) held_.release(early.payload.size());
+      for (const Early& early : it->second.early) held_.release(early_charge(early.payload.size()));
     }
     it = stripes_.erase(it);  // this write's, or an earlier one's (a copy that came late)
   }
   open_seq_ = 0;
+  if (rx_.active && rx_.header.op == FrameOp::kStripe && rx_.header.seq == h.seq) {
+    if (rx_.sink == Sink::kBuffer) held_.release(early_charge(rx_.buffer.size()));
+    rx_.sink = Sink::kDiscard;
+  }
   for (const auto& link : links_) {  // a copy still arriving lands nowhere from now on
     if (link->rx.active && link->rx.header.op == FrameOp::kStripe && link->rx.header.seq == h.seq) {
+      if (link->rx.sink == Sink::kBuffer) held_.release(early_charge(link->rx.buffer.size()));
       link->rx.sink = Sink::kDiscard;
     }
   }

@@ -40,6 +40,7 @@ void SoftQueuePair::after_reading_locked() {
   }
   prune_links_locked();
   if (state_ready_locked()) drain_held_locked();  // ring events that waited for a frame
+  if (!pending_.empty()) retry_pending_locked();  // (requests held back for acknowledgements)
   emit_locked();
   if (ack_owed_ && !ack_due_.load(std::memory_order_relaxed)) {
     // the answer the user posts next takes it along, or poll_memory() sends it soon

@@ -1,4 +1,5 @@
 // SoftQueuePair, requester half: posting, carrying out and completing send work requests.
+#include <algorithm>
 #include <cstring>
 
 #include "verbs/soft/soft_completion_queue.h"
@@ -41,7 +42,8 @@ Status SoftQueuePair::post_send(const SendWr* wrs, std::size_t count) {
       op.done = true;
       op.status = WcStatus::kWrFlushErr;
     } else if (!pending_.empty() || !stream_ || !state_ready_locked() ||
-               send_broke_.load(std::memory_order_relaxed)) {  // (flushed by the salvage)
+               send_broke_.load(std::memory_order_relaxed) ||  // (flushed by the salvage)
+               throttled_locked(op)) {
       pending_.push_back(&op);
     } else if (!execute_locked(op)) {
       pending_.push_back(&op);
@@ -271,6 +273,7 @@ void SoftQueuePair::stream_request_locked(SendOp& op, FrameOp code, const std::u
   }
   op.seq = h.seq;
   awaiting_.push_back(&op);
+  if (code != FrameOp::kReadReq) in_flight_bytes_ += length;
   if (code == FrameOp::kWrite && length >= kStripeFrom && !links_.empty()) {
     send_striped_locked(h, payload);
     return;
@@ -287,6 +290,7 @@ void SoftQueuePair::retry_pending_locked() {
   while (!pending_.empty() && state_ready_locked() && copying_ == nullptr &&
          !send_broke_.load(std::memory_order_relaxed)) {
     SendOp& op = *pending_.front();
+    if (!op.copied && throttled_locked(op)) break;  // (until acknowledgements come)
     const bool finished = op.copied ? complete_copied_locked(op) : execute_locked(op);
     if (!finished) break;
     if (!pending_.empty()) pending_.pop_front();  // (the error state clears it)
@@ -299,6 +303,11 @@ void SoftQueuePair::retry_pending_locked() {
     ring_doorbell_ = false;
     peer_->doorbell().ring_if_sleeping();
   }
+}
+
+bool SoftQueuePair::throttled_locked(const SendOp& op) const {
+  return !links_.empty() && in_flight_bytes_ > 0 && op.wr.opcode != WrOpcode::kRdmaRead &&
+         in_flight_bytes_ + op.wr.sge.length > kMaxInFlightWithLinks;
 }
 
 void SoftQueuePair::emit_locked() {
@@ -317,6 +326,7 @@ void SoftQueuePair::acked_locked(std::uint32_t ack) {
     if (op.wr.opcode == WrOpcode::kRdmaRead && !op.done) break;  // its data comes first
     finish_locked(op, WcStatus::kSuccess);
     awaiting_.pop_front();
+    if (op.wr.opcode != WrOpcode::kRdmaRead) in_flight_bytes_ -= std::min<std::uint64_t>(in_flight_bytes_, op.wr.sge.length);
   }
 }
 

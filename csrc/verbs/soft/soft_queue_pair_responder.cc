@@ -144,8 +144,9 @@ void SoftQueuePair::drain_held_locked() {
     const bool needs_recv = first.header.op == FrameOp::kSend ||
                             (first.header.op == FrameOp::kWrite && (first.header.flags & kFlagImm));
     if (needs_recv && recvs_.empty()) return;
-    const bool striped = (first.header.flags & kFlagStriped) != 0;
-    if (striped && open_seq_ != first.header.seq && !open_striped_locked(first.header)) return;
+    // (a striped write held again only for a receive has its data in place: applied)
+    const bool striped = (first.header.flags & kFlagStriped) != 0 && !first.applied;
+    if (striped && open_seq_ != first.header.seq && (nak_sent_ || !open_striped_locked(first.header))) return;
     if (striped && !stripes_landed_locked(first.header)) return;  // (drained again as one lands)
     HeldRequests::Held held = held_.pop_front();
     if (striped && !take_stripes_locked(held.header)) return;  // refused, or the queue pair failed
