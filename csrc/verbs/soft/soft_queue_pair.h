@@ -84,6 +84,10 @@ inline constexpr std::uint32_t kMaxStripedAhead = 65536;
 // the peer's held-requests budget (a stripe sent again may be held twice).
 inline constexpr std::uint64_t kMaxInFlightWithLinks = kMaxHeldBytes / 4;
 
+// Bytes a pass reads at most from one stream (the first one, or a link) before the driver
+// turns to the others.
+inline constexpr std::size_t kPassBudget = 4 << 20;
+
 // How long an acknowledgement waits for a frame going back to ride on before it goes alone.
 inline constexpr std::chrono::microseconds kAckDelay{20};
 
@@ -221,6 +225,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // Lands a stripe that came early in the open write (false: outside it; the queue pair
   // failed); a region gone since counts in `tally` as the write's error.
   bool land_early_locked(const Early& early, Tally& tally);
+  // Whether the stripe `h` lies in the open write (same key, inside its range); if not,
+  // the queue pair fails (a protocol error).
+  bool in_open_write_locked(const FrameHeader& h);
+  // Keeps why a link was left out (link_errors()).
+  void note_link_error_locked(const std::string& why);
   // Whether every stripe of the striped write `h` has landed (it is held until then).
   bool stripes_landed_locked(const FrameHeader& h) const;
   // A striped write is carried out: takes its tally, and stops any copy of one of its

@@ -12,8 +12,6 @@
 namespace tensorverbs::verbs::soft {
 namespace {
 
-constexpr std::size_t kLinkPassBudget = 4 << 20;  // bytes read per pass, per link
-
 // What a stripe that comes early takes of the held-requests budget: its bytes and what
 // keeping it costs beside them (so that tiny stripes cannot hold much more than they say).
 std::size_t early_charge(std::size_t bytes) { return bytes + 4096; }
@@ -24,6 +22,19 @@ std::vector<std::uint64_t> SoftQueuePair::bytes_sent() const {
   std::lock_guard lock(mu_);
   return std::vector<std::uint64_t>(bytes_sent_.begin(),
                                     bytes_sent_.begin() + 1 + context_->links().size());
+}
+
+bool SoftQueuePair::in_open_write_locked(const FrameHeader& h) {
+  if (h.rkey == open_.rkey && h.addr >= open_.addr && h.length <= open_.length &&
+      h.addr - open_.addr <= open_.length - h.length) {
+    return true;
+  }
+  enter_error_locked("protocol error: a stripe outside its write " + std::to_string(h.seq));
+  return false;
+}
+
+void SoftQueuePair::note_link_error_locked(const std::string& why) {
+  link_errors_ += (link_errors_.empty() ? "" : "; ") + why;
 }
 
 std::string SoftQueuePair::link_errors() const {
@@ -43,7 +54,7 @@ void SoftQueuePair::dial_links(const SoftEndpoint& remote) {
     if (dialed.ok() && find_link_locked(number) == nullptr) {
       add_link_locked(number, std::move(dialed.value().sock));
     } else if (!dialed.ok()) {  // left out: the other links carry its share
-      link_errors_ += (link_errors_.empty() ? "" : "; ") + dialed.status().message();
+      note_link_error_locked(dialed.status().message());
     }
   }
 }
@@ -83,8 +94,7 @@ void SoftQueuePair::watch_link_locked(Link& link) {
   const Status watched = progress->watch(fd, cookie, false, true);
   if (!watched.ok()) {  // left out (dropped by prune_links_locked)
     link.broken = true;
-    link_errors_ += (link_errors_.empty() ? "" : "; ") + ("link " + std::to_string(link.number) +
-                                                          ": " + watched.message());
+    note_link_error_locked("link " + std::to_string(link.number) + ": " + watched.message());
     return;
   }
   link.watched = true;
@@ -112,8 +122,7 @@ SoftQueuePair::Link* SoftQueuePair::find_link_locked(std::uint32_t number) {
 void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
   if (link.broken || state_.load() != QpState::kRts) return;
   link.broken = true;
-  link_errors_ += (link_errors_.empty() ? "" : "; ") + ("link " + std::to_string(link.number) +
-                                                        " broke: " + why);
+  note_link_error_locked("link " + std::to_string(link.number) + " broke: " + why);
   if (link.watched) context_->progress().unwatch(link.stream->fd());
   link.watched = false;
   link.stream->shutdown();  // (the peer leaves it out too)
@@ -212,11 +221,7 @@ void SoftQueuePair::setup_stripe_locked(RxFrame& rx, const FrameHeader& h) {
     rx.buffer.resize(h.length);
     return;
   }
-  if (h.rkey != open_.rkey || h.addr < open_.addr || h.length > open_.length ||
-      h.addr - open_.addr > open_.length - h.length) {
-    enter_error_locked("protocol error: a stripe outside its write " + std::to_string(h.seq));
-    return;
-  }
+  if (!in_open_write_locked(h)) return;
   context_->keys().with_region(h.rkey, [&](const RegionInfo* region) {
     std::string why = check_remote(region, h.rkey, through(), h.addr, h.length, kRemoteWrite);
     if (!why.empty()) {  // (deregistered since the write opened)
@@ -280,11 +285,7 @@ bool SoftQueuePair::open_striped_locked(const FrameHeader& h) {
 
 bool SoftQueuePair::land_early_locked(const Early& early, Tally& tally) {
   const FrameHeader& e = early.header;
-  if (e.rkey != open_.rkey || e.addr < open_.addr || e.length > open_.length ||
-      e.addr - open_.addr > open_.length - e.length) {
-    enter_error_locked("protocol error: a stripe outside its write " + std::to_string(e.seq));
-    return false;
-  }
+  if (!in_open_write_locked(e)) return false;
   std::string why;
   context_->keys().with_region(e.rkey, [&](const RegionInfo* region) {
     why = check_remote(region, e.rkey, through(), e.addr, e.length, kRemoteWrite);
@@ -360,7 +361,7 @@ void SoftQueuePair::read_link_locked(Link& link) {
   // `link` stays valid while the queue pair is connected (links close as it fails, and one
   // that broke stays until prune_links_locked()); its stream is kept here in any case
   const std::shared_ptr<Stream> stream = link.stream;
-  std::size_t budget = kLinkPassBudget;
+  std::size_t budget = kPassBudget;
   while (state_.load() == QpState::kRts && !link.broken) {
     RxFrame& rx = link.rx;
     if (!rx.active) {

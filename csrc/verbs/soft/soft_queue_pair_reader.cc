@@ -13,7 +13,6 @@
 namespace tensorverbs::verbs::soft {
 namespace {
 
-constexpr std::size_t kPassBudget = 4 << 20;  // bytes read per pass, per queue pair
 thread_local std::uint8_t g_scratch[64 << 10];  // swallowed payloads (never read back)
 
 }  // namespace
