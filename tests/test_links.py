@@ -2,7 +2,8 @@
 with TENSORVERBS_LINKS on both, a large tensor is striped over every link both have and
 arrives whole; small ones stay on the first link; a task whose peer has no links uses its
 one link as before; a link cut in the middle of a tensor costs the tensor nothing (it
-comes whole, once) and the tensors after it go over the links left."""
+comes whole, once), the tensors after it go over the links left, and once the link is
+healed it rejoins (dialed again in the background) and carries its share again."""
 from __future__ import annotations
 
 import secrets
@@ -76,7 +77,7 @@ def test_a_peer_without_links_is_reached_over_the_first_link_alone():
 
 
 @pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
-def test_a_link_cut_in_the_middle_of_a_tensor_loses_nothing():
+def test_a_link_cut_in_the_middle_of_a_tensor_loses_nothing_and_rejoins_once_healed():
     nbytes = 48 << 20
     with linked_pair(2, rate="200mbit") as (a, b):
         ta, tb = _tasks(a, b, True, True)
@@ -109,6 +110,17 @@ def test_a_link_cut_in_the_middle_of_a_tensor_loses_nothing():
             assert carried[0] >= 8 << 20, carried
             ta.send_pattern("u", "/job:b/task:0", 3, 8 << 20, seed=3)  # and the other way
             assert tb.recv_pattern("u", "/job:a/task:0", 3, 8 << 20, 3, timeout=120)
+            faults.heal()  # dialed again (after up to kLinkRedialMost), the link rejoins
+            deadline = time.monotonic() + 90
+            step = 4
+            while True:
+                first = tx_bytes(b, 1)
+                tb.send_pattern("t", "/job:a/task:0", step, 8 << 20, seed=step)
+                assert ta.recv_pattern("t", "/job:b/task:0", step, 8 << 20, step, timeout=120)
+                if tx_bytes(b, 1) - first >= 2 << 20:  # its share of a tensor again
+                    break
+                assert time.monotonic() < deadline, "the healed link did not rejoin"
+                step += 1
         finally:
             tb.stop()
             ta.stop()

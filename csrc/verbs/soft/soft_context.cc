@@ -71,12 +71,13 @@ Status SoftContext::open_links(const std::string& hosts) {
       return Status(Code::kInvalidArgument, "TENSORVERBS_LINKS names more than " +
                                                 std::to_string(kMaxLinks) + " links");
     }
+    const auto number = static_cast<std::uint32_t>(links_.size() + 1);
     auto listener = Listener::start(
         host, false,
         [this](const Hello& hello, UniqueFd sock, bool is_unix, std::vector<UniqueFd> fds) {
           on_dial(hello, std::move(sock), is_unix, std::move(fds));
         },
-        [] {});
+        [this, number] { on_link_tick(number); });
     if (!listener.ok()) {
       return Status(listener.status().code(), "TENSORVERBS_LINKS: cannot listen on link " +
                                                   std::to_string(links_.size() + 1) + " (" + host +
@@ -199,25 +200,56 @@ std::shared_ptr<SoftQueuePair> SoftContext::find(std::uint64_t cookie) {
   return it == qps_.end() ? nullptr : it->second.lock();
 }
 
+void SoftContext::redial_at(std::uint64_t cookie, std::uint32_t link,
+                            std::chrono::steady_clock::time_point when) {
+  {
+    std::lock_guard lock(mu_);
+    redials_.at(link - 1).emplace(when, cookie);
+  }
+  link_listeners_.at(link - 1)->schedule(when);
+}
+
+std::vector<std::uint64_t> SoftContext::take_due(Deadlines& deadlines,
+                                                 std::chrono::steady_clock::time_point* next) {
+  std::vector<std::uint64_t> due;
+  const auto now = std::chrono::steady_clock::now();
+  while (!deadlines.empty() && deadlines.begin()->first <= now) {
+    due.push_back(deadlines.begin()->second);
+    deadlines.erase(deadlines.begin());
+  }
+  *next = deadlines.empty() ? std::chrono::steady_clock::time_point::max() : deadlines.begin()->first;
+  return due;
+}
+
 void SoftContext::on_tick() {
   // held to the end: a queue pair dropped below may hold the last other reference
   const std::shared_ptr<Context> self = weak_from_this().lock();
   if (!self) return;  // being destroyed
   std::vector<std::uint64_t> due;
-  std::chrono::steady_clock::time_point next = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point next;
   {
     std::lock_guard lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    while (!dial_deadlines_.empty() && dial_deadlines_.begin()->first <= now) {
-      due.push_back(dial_deadlines_.begin()->second);
-      dial_deadlines_.erase(dial_deadlines_.begin());
-    }
-    if (!dial_deadlines_.empty()) next = dial_deadlines_.begin()->first;
+    due = take_due(dial_deadlines_, &next);
   }
   for (std::uint64_t cookie : due) {
     if (auto qp = find(cookie)) guarded(*qp, [&] { qp->dial_deadline_passed(); });
   }
   if (next != std::chrono::steady_clock::time_point::max()) listener_->schedule(next);
+}
+
+void SoftContext::on_link_tick(std::uint32_t link) {
+  const std::shared_ptr<Context> self = weak_from_this().lock();  // as in on_tick
+  if (!self) return;
+  std::vector<std::uint64_t> due;
+  std::chrono::steady_clock::time_point next;
+  {
+    std::lock_guard lock(mu_);
+    due = take_due(redials_.at(link - 1), &next);
+  }
+  for (std::uint64_t cookie : due) {
+    if (auto qp = find(cookie)) guarded(*qp, [&] { qp->redial_link(link); });
+  }
+  if (next != std::chrono::steady_clock::time_point::max()) link_listeners_.at(link - 1)->schedule(next);
 }
 
 void SoftContext::on_dial(const Hello& hello, UniqueFd sock, bool is_unix,

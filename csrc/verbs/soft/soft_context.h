@@ -4,6 +4,7 @@
 // copy helpers.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -65,6 +66,9 @@ class SoftContext final : public Context, private Progress::Hooks {
   void activate(std::uint64_t cookie);
   // Fails `qp` if no peer dialed in by `deadline`.
   void expect_dial(std::uint64_t cookie, std::chrono::steady_clock::time_point deadline);
+  // Calls the queue pair's redial_link(link) at `when`, on the thread of that link's
+  // listener (a dial that waits, waits on that link alone, never on the data path).
+  void redial_at(std::uint64_t cookie, std::uint32_t link, std::chrono::steady_clock::time_point when);
 
   // The peer context whose key table `table_fd` is (mapped once, shared by its queue
   // pairs); `doorbell_fd` is its doorbell.
@@ -76,7 +80,13 @@ class SoftContext final : public Context, private Progress::Hooks {
   // Listens on each of `hosts` (comma-separated), one link each.
   Status open_links(const std::string& hosts);
   void on_dial(const Hello& hello, UniqueFd sock, bool is_unix, std::vector<UniqueFd> fds);
+  using Deadlines = std::multimap<std::chrono::steady_clock::time_point, std::uint64_t>;
+  // Takes the cookies of `deadlines` that are due; `next` is when the first left is due
+  // (time_point::max() when none is left).
+  static std::vector<std::uint64_t> take_due(Deadlines& deadlines,
+                                             std::chrono::steady_clock::time_point* next);
   void on_tick();
+  void on_link_tick(std::uint32_t link);
   std::shared_ptr<SoftQueuePair> find(std::uint64_t cookie);
 
   // Progress::Hooks (called by the driving thread)
@@ -99,7 +109,8 @@ class SoftContext final : public Context, private Progress::Hooks {
   std::unordered_map<std::uint64_t, std::pair<std::weak_ptr<SoftQueuePair>, std::uint32_t>> link_streams_;
   std::vector<std::uint64_t> active_;
   std::atomic<std::uint64_t> active_version_{0};
-  std::multimap<std::chrono::steady_clock::time_point, std::uint64_t> dial_deadlines_;
+  Deadlines dial_deadlines_;
+  std::array<Deadlines, kMaxLinks> redials_;  // per link (from link 1)
   std::uint64_t next_cookie_ = Progress::kFirstCookie;
   std::atomic<std::uint32_t> next_qp_num_{1};
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::weak_ptr<PeerMemory>> peers_;

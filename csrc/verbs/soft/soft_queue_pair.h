@@ -28,8 +28,11 @@
 // immediate delivered) once all have landed, held (HeldRequests) until then with the
 // requests after it, in order. A link that breaks, or is given up (its TCP user
 // timeout), is left out: its stripes of writes not acknowledged yet go again on the first
-// stream (a stripe that lands twice counts once), and the queue pair carries on. Its
-// first stream breaking fails it, as without links.
+// stream (a stripe that lands twice counts once), and the queue pair carries on. The side
+// that dials the links dials one left out again, in the background (kLinkRedialFirst, then
+// twice as long each time it fails, up to kLinkRedialMost): once it answers, it rejoins
+// and carries its share again. Its first stream breaking fails the queue pair, as without
+// links.
 //
 // Locking: one mutex per queue pair for all of its state (payload reads and small
 // shared-memory copies included), then a completion queue's, then the stream's transmit
@@ -84,6 +87,11 @@ inline constexpr std::uint32_t kMaxStripedAhead = 65536;
 // the peer's held-requests budget (a stripe sent again may be held twice).
 inline constexpr std::uint64_t kMaxInFlightWithLinks = kMaxHeldBytes / 4;
 
+// When a link left out is dialed again: kLinkRedialFirst after it went, then twice as long
+// after each dial that fails, up to kLinkRedialMost.
+inline constexpr std::chrono::milliseconds kLinkRedialFirst{1000};
+inline constexpr std::chrono::milliseconds kLinkRedialMost{30000};
+
 // Bytes a pass reads at most from one stream (the first one, or a link) before the driver
 // turns to the others.
 inline constexpr std::size_t kPassBudget = 4 << 20;
@@ -125,8 +133,14 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   void on_link_socket(std::uint32_t link, std::uint32_t events);
   // The bytes sent so far on each stream: the first one's, then each link's (by number).
   std::vector<std::uint64_t> bytes_sent() const;
-  // Why links this side dialed were left out ("" when none was).
+  // Why links were left out: the last reason of each that was, in the order of the links
+  // ("" when none was), whether or not it rejoined since.
   std::string link_errors() const;
+  // The links carrying stripes now (rejoined ones included).
+  std::size_t live_links() const;
+  // Dials link `number` again (the context calls it when redial_later_locked() said; on
+  // that link's listener thread, without the lock).
+  void redial_link(std::uint32_t number);
   bool poll_memory();
   bool memory_ready() const;
   void dial_deadline_passed();
@@ -203,9 +217,10 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   void add_link_locked(std::uint32_t number, UniqueFd sock);
   void watch_link_locked(Link& link);
   void close_links_locked();
+  // The live link `number` (nullptr when it broke, or never opened).
   Link* find_link_locked(std::uint32_t number);
-  // A link broke (or the peer closed it): it is left out from now on, and the stripes sent
-  // on it of writes not acknowledged yet go again on the first stream.
+  // A link broke (or the peer closed it): it is left out, and the stripes sent on it of
+  // writes not acknowledged yet go again on the first stream; it is dialed again later.
   void link_broke_locked(Link& link, const std::string& why);
   // Drops the links that broke (when no reference to one is held).
   void prune_links_locked();
@@ -228,8 +243,11 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // Whether the stripe `h` lies in the open write (same key, inside its range); if not,
   // the queue pair fails (a protocol error).
   bool in_open_write_locked(const FrameHeader& h);
-  // Keeps why a link was left out (link_errors()).
-  void note_link_error_locked(const std::string& why);
+  // Keeps why link `number` was left out (link_errors()).
+  void note_link_error_locked(std::uint32_t number, const std::string& why);
+  // Has link `number` dialed again later (redial_link()) if this side dials the links and
+  // it is not due already.
+  void redial_later_locked(std::uint32_t number);
   // Whether every stripe of the striped write `h` has landed (it is held until then).
   bool stripes_landed_locked(const FrameHeader& h) const;
   // A striped write is carried out: takes its tally, and stops any copy of one of its
@@ -368,7 +386,10 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // the peer holds for them (stripes that came early, requests behind a write waiting for
   // a slow link) stays within its budget
   std::uint64_t in_flight_bytes_ = 0;
-  std::string link_errors_;
+  std::array<std::string, kMaxLinks + 1> link_errors_;  // per link, the last reason
+  std::vector<SoftLinkAddress> remote_links_;  // the peer's (this side dials them)
+  std::bitset<kMaxLinks + 1> redial_due_;        // a redial_link() is scheduled
+  std::array<std::chrono::milliseconds, kMaxLinks + 1> redial_after_{};  // the last wait
   std::array<std::uint64_t, kMaxLinks + 1> bytes_sent_{};  // per stream, as bytes_sent()
 };
 

@@ -33,19 +33,33 @@ bool SoftQueuePair::in_open_write_locked(const FrameHeader& h) {
   return false;
 }
 
-void SoftQueuePair::note_link_error_locked(const std::string& why) {
-  link_errors_ += (link_errors_.empty() ? "" : "; ") + why;
+void SoftQueuePair::note_link_error_locked(std::uint32_t number, const std::string& why) {
+  link_errors_[number] = why;
 }
 
 std::string SoftQueuePair::link_errors() const {
   std::lock_guard lock(mu_);
-  return link_errors_;
+  std::string all;
+  for (const std::string& why : link_errors_) {
+    if (!why.empty()) all += (all.empty() ? "" : "; ") + why;
+  }
+  return all;
+}
+
+std::size_t SoftQueuePair::live_links() const {
+  std::lock_guard lock(mu_);
+  return static_cast<std::size_t>(std::count_if(
+      links_.begin(), links_.end(), [](const std::unique_ptr<Link>& link) { return !link->broken; }));
 }
 
 // ------------------------------------------------------------------------- connection
 void SoftQueuePair::dial_links(const SoftEndpoint& remote) {
   const std::vector<SoftLinkAddress>& mine = context_->links();
   const std::size_t count = std::min(mine.size(), remote.links.size());
+  {
+    std::lock_guard lock(mu_);
+    remote_links_.assign(remote.links.begin(), remote.links.begin() + static_cast<std::ptrdiff_t>(count));
+  }
   for (std::size_t i = 0; i < count; ++i) {
     const auto number = static_cast<std::uint32_t>(i + 1);
     auto dialed = dial_link(mine[i].tcp_host, remote.links[i], remote.token, token_, number);
@@ -53,10 +67,48 @@ void SoftQueuePair::dial_links(const SoftEndpoint& remote) {
     if (state_.load() != QpState::kRts || !stream_) return;
     if (dialed.ok() && find_link_locked(number) == nullptr) {
       add_link_locked(number, std::move(dialed.value().sock));
-    } else if (!dialed.ok()) {  // left out: the other links carry its share
-      note_link_error_locked(dialed.status().message());
+    } else if (!dialed.ok()) {  // left out for now: the other links carry its share
+      note_link_error_locked(number, dialed.status().message());
+      redial_later_locked(number);
     }
   }
+}
+
+void SoftQueuePair::redial_later_locked(std::uint32_t number) {
+  // the side that dialed in waits for its peer to dial again
+  if (dialed_in_ || state_.load() != QpState::kRts || !stream_ || stream_->is_unix() ||
+      number == 0 || number > remote_links_.size() || redial_due_.test(number)) {
+    return;
+  }
+  std::chrono::milliseconds& after = redial_after_[number];
+  after = after.count() == 0 ? kLinkRedialFirst : std::min(after * 2, kLinkRedialMost);
+  redial_due_.set(number);
+  context_->redial_at(cookie_, number, std::chrono::steady_clock::now() + after);
+}
+
+void SoftQueuePair::redial_link(std::uint32_t number) {
+  SoftLinkAddress remote;
+  Token target{};
+  {
+    std::lock_guard lock(mu_);
+    redial_due_.reset(number);
+    if (state_.load() != QpState::kRts || !stream_ || number == 0 ||
+        number > remote_links_.size() || find_link_locked(number) != nullptr) {
+      return;
+    }
+    remote = remote_links_[number - 1];
+    target = remote_token_;
+  }
+  auto dialed = dial_link(context_->links()[number - 1].tcp_host, remote, target, token_, number);
+  std::lock_guard lock(mu_);
+  if (state_.load() != QpState::kRts || !stream_ || find_link_locked(number) != nullptr) return;
+  if (!dialed.ok()) {
+    note_link_error_locked(number, dialed.status().message());
+    redial_later_locked(number);
+    return;
+  }
+  redial_after_[number] = {};
+  add_link_locked(number, std::move(dialed.value().sock));
 }
 
 void SoftQueuePair::on_link_dial_locked(const Hello& hello, UniqueFd sock, bool is_unix) {
@@ -66,10 +118,13 @@ void SoftQueuePair::on_link_dial_locked(const Hello& hello, UniqueFd sock, bool 
   const std::uint32_t number = hello.pd;
   const bool taken = !is_unix && stream_ && !stream_->is_unix() && dialed_in_ &&
                      state_.load() != QpState::kError && dialer_token_ == hello.dialer &&
-                     number <= context_->links().size() && find_link_locked(number) == nullptr;
+                     number >= 1 && number <= context_->links().size();
   reply.status = taken ? HelloStatus::kOk : HelloStatus::kTaken;
   const Status sent = send_hello(sock.get(), reply, nullptr, 0);
   if (!taken || !sent.ok()) return;
+  // the peer dials a link again once it left it out: the stream this side has of it, if
+  // it did not see it break yet, is over
+  if (Link* old = find_link_locked(number)) link_broke_locked(*old, "the peer dialed it again");
   add_link_locked(number, std::move(sock));
 }
 
@@ -94,7 +149,8 @@ void SoftQueuePair::watch_link_locked(Link& link) {
   const Status watched = progress->watch(fd, cookie, false, true);
   if (!watched.ok()) {  // left out (dropped by prune_links_locked)
     link.broken = true;
-    note_link_error_locked("link " + std::to_string(link.number) + ": " + watched.message());
+    note_link_error_locked(link.number, "link " + std::to_string(link.number) + ": " + watched.message());
+    redial_later_locked(link.number);
     return;
   }
   link.watched = true;
@@ -114,7 +170,7 @@ void SoftQueuePair::close_links_locked() {
 
 SoftQueuePair::Link* SoftQueuePair::find_link_locked(std::uint32_t number) {
   for (const auto& link : links_) {
-    if (link->number == number) return link.get();
+    if (link->number == number && !link->broken) return link.get();
   }
   return nullptr;
 }
@@ -122,7 +178,7 @@ SoftQueuePair::Link* SoftQueuePair::find_link_locked(std::uint32_t number) {
 void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
   if (link.broken || state_.load() != QpState::kRts) return;
   link.broken = true;
-  note_link_error_locked("link " + std::to_string(link.number) + " broke: " + why);
+  note_link_error_locked(link.number, "link " + std::to_string(link.number) + " broke: " + why);
   if (link.watched) context_->progress().unwatch(link.stream->fd());
   link.watched = false;
   link.stream->shutdown();  // (the peer leaves it out too)
@@ -143,6 +199,7 @@ void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
     again.push_back(std::move(item));
   }
   send_frames_locked(again.data(), again.size());
+  redial_later_locked(link.number);
 }
 
 void SoftQueuePair::prune_links_locked() {
