@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include "core/thread_guard.h"
 #include "verbs/soft/soft_completion_queue.h"
@@ -247,7 +249,16 @@ void SoftContext::on_link_tick(std::uint32_t link) {
     due = take_due(redials_.at(link - 1), &next);
   }
   for (std::uint64_t cookie : due) {
-    if (auto qp = find(cookie)) guarded(*qp, [&] { qp->redial_link(link); });
+    std::shared_ptr<SoftQueuePair> qp = find(cookie);
+    if (!qp) continue;
+    // a dial waits up to kLinkDialTimeout: on a thread of its own, so that this listener
+    // goes on taking greetings meanwhile (its peer's own redials of the link among them)
+    auto redial = [self, qp, link] { guarded(*qp, [&] { qp->redial_link(link); }); };
+    try {
+      std::thread(redial).detach();
+    } catch (const std::system_error&) {  // no thread to be had: here, then
+      redial();
+    }
   }
   if (next != std::chrono::steady_clock::time_point::max()) link_listeners_.at(link - 1)->schedule(next);
 }

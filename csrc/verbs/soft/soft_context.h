@@ -66,8 +66,8 @@ class SoftContext final : public Context, private Progress::Hooks {
   void activate(std::uint64_t cookie);
   // Fails `qp` if no peer dialed in by `deadline`.
   void expect_dial(std::uint64_t cookie, std::chrono::steady_clock::time_point deadline);
-  // Calls the queue pair's redial_link(link) at `when`, on the thread of that link's
-  // listener (a dial that waits, waits on that link alone, never on the data path).
+  // Calls the queue pair's redial_link(link) at `when`, on a thread of its own started by
+  // that link's listener (never on the data path, nor holding up greetings).
   void redial_at(std::uint64_t cookie, std::uint32_t link, std::chrono::steady_clock::time_point when);
 
   // The peer context whose key table `table_fd` is (mapped once, shared by its queue

@@ -88,7 +88,9 @@ inline constexpr std::uint32_t kMaxStripedAhead = 65536;
 inline constexpr std::uint64_t kMaxInFlightWithLinks = kMaxHeldBytes / 4;
 
 // When a link left out is dialed again: kLinkRedialFirst after it went, then twice as long
-// after each dial that fails, up to kLinkRedialMost.
+// after each dial that fails, up to kLinkRedialMost; a link that breaks within
+// kLinkRedialMost of joining carries on from its last wait (a link that flaps is not dialed
+// every second).
 inline constexpr std::chrono::milliseconds kLinkRedialFirst{1000};
 inline constexpr std::chrono::milliseconds kLinkRedialMost{30000};
 
@@ -138,8 +140,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::string link_errors() const;
   // The links carrying stripes now (rejoined ones included).
   std::size_t live_links() const;
-  // Dials link `number` again (the context calls it when redial_later_locked() said; on
-  // that link's listener thread, without the lock).
+  // Dials link `number` again (the context calls it when redial_later_locked() said; on a
+  // thread of its own, without the lock).
   void redial_link(std::uint32_t number);
   bool poll_memory();
   bool memory_ready() const;
@@ -173,6 +175,7 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
     std::uint64_t cookie = 0;
     bool watched = false;
     bool broken = false;  // left out: dropped by prune_links_locked()
+    std::chrono::steady_clock::time_point joined = std::chrono::steady_clock::now();
   };
   // The stripes of a write that were read so far (by the write's number), and the first
   // reason one could not land.

@@ -1,6 +1,7 @@
 // SoftQueuePair, links: the further streams to the peer, one per network link both
 // contexts have, and the writes striped over them (see soft_queue_pair.h).
 #include <sys/epoll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
@@ -15,6 +16,12 @@ namespace {
 // What a stripe that comes early takes of the held-requests budget: its bytes and what
 // keeping it costs beside them (so that tiny stripes cannot hold much more than they say).
 std::size_t early_charge(std::size_t bytes) { return bytes + 4096; }
+
+// Whether the dialer closed `sock` already (it gave the dial up: a greeting read late).
+bool closed_by_peer(int sock) {
+  char byte = 0;
+  return ::recv(sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
 
 }  // namespace
 
@@ -107,7 +114,6 @@ void SoftQueuePair::redial_link(std::uint32_t number) {
     redial_later_locked(number);
     return;
   }
-  redial_after_[number] = {};
   add_link_locked(number, std::move(dialed.value().sock));
 }
 
@@ -118,12 +124,13 @@ void SoftQueuePair::on_link_dial_locked(const Hello& hello, UniqueFd sock, bool 
   const std::uint32_t number = hello.pd;
   const bool taken = !is_unix && stream_ && !stream_->is_unix() && dialed_in_ &&
                      state_.load() != QpState::kError && dialer_token_ == hello.dialer &&
-                     number >= 1 && number <= context_->links().size();
+                     number >= 1 && number <= context_->links().size() && !closed_by_peer(sock.get());
   reply.status = taken ? HelloStatus::kOk : HelloStatus::kTaken;
   const Status sent = send_hello(sock.get(), reply, nullptr, 0);
   if (!taken || !sent.ok()) return;
   // the peer dials a link again once it left it out: the stream this side has of it, if
-  // it did not see it break yet, is over
+  // it did not see it break yet, is over (marked broken whatever the state: two live
+  // links of one number would share its events)
   if (Link* old = find_link_locked(number)) link_broke_locked(*old, "the peer dialed it again");
   add_link_locked(number, std::move(sock));
 }
@@ -176,7 +183,7 @@ SoftQueuePair::Link* SoftQueuePair::find_link_locked(std::uint32_t number) {
 }
 
 void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
-  if (link.broken || state_.load() != QpState::kRts) return;
+  if (link.broken) return;
   link.broken = true;
   note_link_error_locked(link.number, "link " + std::to_string(link.number) + " broke: " + why);
   if (link.watched) context_->progress().unwatch(link.stream->fd());
@@ -185,6 +192,10 @@ void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
   if (link.rx.active && link.rx.sink == Sink::kBuffer) {
     held_.release(early_charge(link.rx.buffer.size()));
     link.rx.sink = Sink::kDiscard;
+  }
+  if (state_.load() != QpState::kRts) return;  // (nothing of this side's in flight, or failed)
+  if (std::chrono::steady_clock::now() - link.joined >= kLinkRedialMost) {
+    redial_after_[link.number] = {};  // it held: the waits start over
   }
   // its stripes of writes not acknowledged yet: again, on the first stream (behind their
   // writes' frames, maybe: the peer holds those until every stripe landed)
