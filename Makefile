@@ -29,7 +29,7 @@ build = cd csrc && export PATH="$(abspath $(BIN)):$$PATH" && cmake --preset $(1)
 	&& cmake --build --preset $(1)
 preset = $(call build,$(1)) && ctest --preset $(1)
 
-.PHONY: demo test pytest install deps sanitize fuzz rxe-lane clean
+.PHONY: demo test pytest soak install deps sanitize fuzz rxe-lane clean
 
 $(BIN)/ninja:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ test: deps install
 
 pytest: install
 	$(BIN)/python -m pytest
+
+# the long soaks and sweeps the test suite leaves out (pytest's "soak" marker)
+soak: install
+	$(BIN)/python -m pytest -m soak
 
 sanitize: deps $(BIN)/ninja
 	$(call preset,asan)

@@ -5,10 +5,11 @@
 # ibverbs test passed (TENSORVERBS_TEST_REQUIRE_IBVERBS=1 turns "no device" skips into
 # failures).
 #
-#   rxe-lane-guest.sh GTEST_BINARY PYTEST_SELECTION
+#   rxe-lane-guest.sh GTEST_BINARY PYTEST_SELECTION TEST_PATHS
 set -u
 gtest=$1
 select=$2
+paths=$3
 
 # the guest's CPUs are emulated (qemu's TCG): tests whose bounds are times scale them so
 export TENSORVERBS_TEST_SLOWDOWN=10
@@ -27,9 +28,12 @@ echo "rxe lane: C++ ibverbs tests: exit $cxx, ${passed:-0} passed"
 
 # tests/on_ray: Ray's own integration (a Ray cluster in the guest is beyond its emulated CPUs);
 # it runs over the soft provider in the host's suite
-echo "rxe lane: pytest -k \"$select\" (tests/on_ray left out: Ray's integration, run on the host)"
-python3 -m pytest -p no:cacheprovider -q -ra --timeout=600 --durations=15 tests -k "$select" \
-  --ignore=tests/on_ray
+echo "rxe lane: pytest $paths -k \"$select\" (tests/on_ray left out: Ray's integration, run on the host)"
+# verbose: each test is named as it starts (one that hangs is the last named), and every
+# test that took 10 s or more is listed with its time at the end
+# shellcheck disable=SC2086  # (the paths are words)
+python3 -m pytest -p no:cacheprovider -v -ra --timeout=600 --durations=0 --durations-min=10 \
+  $paths -k "$select" --ignore=tests/on_ray
 py=$?
 echo "rxe lane: C++ exit $cxx, pytest exit $py"
 [ "$cxx" = 0 ] && [ "$py" = 0 ]

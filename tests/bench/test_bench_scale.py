@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tensorverbs.bench import scale
 
 #: a task that moves only 64 KiB tensors registers no more than this
@@ -42,6 +44,7 @@ def test_a_count_that_fails_is_reported_and_fails_the_run(tmp_path):
     assert "setup_s" not in row
 
 
+@pytest.mark.soak
 def test_32_tasks_started_at_once_move_all_to_all(tmp_path):
     """The set-up storm of 32 tasks (992 channels) on both protocols: every task reaches
     every other and moves the right bytes (a task may take long to answer its first calls

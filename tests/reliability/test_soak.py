@@ -1,5 +1,7 @@
-"""A long run: memory stays flat."""
+"""A long run: memory stays flat (`make soak`; `make test` leaves it out)."""
 from __future__ import annotations
+
+import pytest
 
 from together import Cluster
 from exchanges import PS, worker
@@ -15,6 +17,8 @@ RSS_SLACK = 16 << 20
 #: pool bytes in use once the sample settled (exchanges.settled_pool): at most what one
 #: step keeps in flight
 POOL_SLACK = (256 << 10) + 4096
+
+pytestmark = pytest.mark.soak
 
 
 def test_10000_steps_memory_flat(variant):

@@ -39,7 +39,7 @@ class ChannelRecoveryEnds : public ShallowQueuePair {};
 // was lost (the recv asked again had no deadline of its own, and waited for ever).
 TEST_P(ChannelRecoveryEnds, ARecvGivenUpAsItIsAskedAgainEnds) {
   constexpr int kRecvs = 200;
-  const int rounds = GetParam().provider == "ibverbs" ? 5 : 200;
+  const int rounds = GetParam().provider == "ibverbs" ? 2 : 200;  // (the lane's guest is slow)
   for (int round = 0; round < rounds; ++round) {
     const std::int64_t step = 300 + round;
     auto ended = std::make_shared<std::atomic<int>>(0);

@@ -36,13 +36,17 @@ TEST_P(RendezvousPair, MovesSmallAndLargeTensorsInEitherOrder) {
   EXPECT_EQ(ps_->pending(), std::make_pair(std::size_t{0}, std::size_t{0}));
 }
 
+// (fewer over ibverbs: the soft-RoCE lane's guest emulates its CPUs)
+bool emulated(const Options& options) { return options.provider == "ibverbs"; }
+
 TEST_P(RendezvousPair, ManyThreadsManyTensors) {
-  constexpr int kThreads = 4, kEach = 200;
+  constexpr int kThreads = 4;
+  const int each = emulated(GetParam()) ? 50 : 200;
   std::vector<std::thread> threads;
   std::atomic<int> good{0};
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < kEach; ++i) {
+      for (int i = 0; i < each; ++i) {
         const std::string name = "t" + std::to_string(t) + "/" + std::to_string(i);
         const TensorValue sent = floats(static_cast<std::size_t>(1 + (i % 3) * 3000), static_cast<float>(i));
         EXPECT_TRUE(ps_->send(3, kWorker, name, sent).ok());
@@ -52,7 +56,7 @@ TEST_P(RendezvousPair, ManyThreadsManyTensors) {
     });
   }
   for (auto& thread : threads) thread.join();
-  EXPECT_EQ(good.load(), kThreads * kEach);
+  EXPECT_EQ(good.load(), kThreads * each);
 }
 
 TEST_P(RendezvousPair, ATimedOutRecvLeavesItsTensorForTheNext) {
@@ -107,9 +111,9 @@ TEST_P(RendezvousPair, ATensorForAGivenUpRecvGoesToTheNextOneAlreadyWaiting) {
 TEST_P(RendezvousPair, AParameterServerExchangeBothWaysAtOnce) {
   const std::vector<std::size_t> floats_of = {23232, 64, 307200, 192, 663552, 384, 884736, 256,
                                               589824, 256, 1179648, 512, 262144, 512, 51200, 100};
-  constexpr int kSteps = 6;
+  const int steps = emulated(GetParam()) ? 2 : 6;
   auto exchange = [&](RdmaRendezvous& self, std::int32_t peer, bool ps) {
-    for (int step = 0; step < kSteps; ++step) {
+    for (int step = 0; step < steps; ++step) {
       const float out_seed = static_cast<float>(step * 100 + (ps ? 0 : 50));
       const float in_seed = static_cast<float>(step * 100 + (ps ? 50 : 0));
       std::vector<std::shared_ptr<Waiting>> waiting;
