@@ -196,8 +196,9 @@ TEST(SoftLinks, ALinkThatCannotBeDialedIsLeftOutWithItsReason) {
   }
 }
 
-// The socket of this process whose local address is `host` (a link's stream), or -1.
-int socket_from(const char* host) {
+// The connected sockets of this process whose local address is `host` (links' streams).
+std::vector<int> sockets_from(const char* host) {
+  std::vector<int> found;
   for (int fd = 3; fd < 4096; ++fd) {
     sockaddr_in addr{};
     socklen_t len = sizeof(addr);
@@ -207,10 +208,16 @@ int socket_from(const char* host) {
     char text[INET_ADDRSTRLEN] = {};
     ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
     if (std::string(text) == host && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0) {
-      return fd;
+      found.push_back(fd);
     }
   }
-  return -1;
+  return found;
+}
+
+// The first of them, or -1.
+int socket_from(const char* host) {
+  const std::vector<int> found = sockets_from(host);
+  return found.empty() ? -1 : found.front();
 }
 
 // A link that breaks while a write's stripes cross it is left out; the stripes it carried
@@ -286,6 +293,58 @@ TEST(SoftLinks, ALinkLeftOutIsDialedAgainAndRejoins) {
   }
   EXPECT_EQ(x.qp->state(), QpState::kRts);
   EXPECT_EQ(y.qp->state(), QpState::kRts);
+}
+
+// Queue pairs whose first links all break at once are dialed again by both sides at once
+// (each dials the links of the queue pairs it dialed): one side's redials do not hold up
+// the greetings of the other's, and every link rejoins.
+TEST(SoftLinks, LinksDialedAgainFromBothSidesAtOnceAllRejoin) {
+  Side x(soft_with_links("127.0.0.2,127.0.0.3")), y(soft_with_links("127.0.0.4,127.0.0.5"));
+  ASSERT_TRUE(x.ok() && y.ok()) << x.error << y.error;
+  ASSERT_TRUE(connect_pair(*x.qp, *y.qp));
+  // more queue pairs on the two contexts, until each side dialed several (the side with the
+  // smaller token dials)
+  std::vector<std::shared_ptr<QueuePair>> xs{x.qp}, ys{y.qp};
+  int dialed_by_x = 0, dialed_by_y = 0;
+  while (dialed_by_x < 4 || dialed_by_y < 4) {
+    ASSERT_LT(xs.size(), 64u);
+    auto a = x.ctx->create_qp(x.pd, x.cq, x.cq, QpCaps{16, 16});
+    auto b = y.ctx->create_qp(y.pd, y.cq, y.cq, QpCaps{16, 16});
+    ASSERT_TRUE(a.ok() && b.ok());
+    xs.push_back(a.take());
+    ys.push_back(b.take());
+    ASSERT_TRUE(connect_pair(*xs.back(), *ys.back()));
+    const auto ta = soft::decode_endpoint(xs.back()->endpoint()).take().token;
+    const auto tb = soft::decode_endpoint(ys.back()->endpoint()).take().token;
+    ++(std::memcmp(ta.data(), tb.data(), soft::kTokenBytes) < 0 ? dialed_by_x : dialed_by_y);
+  }
+  auto rejoined = [&] {
+    for (const auto* side : {&xs, &ys}) {
+      for (const auto& qp : *side) {
+        if (dynamic_cast<soft::SoftQueuePair&>(*qp).live_links() < 2) return false;
+      }
+    }
+    return true;
+  };
+  ASSERT_TRUE(rejoined());
+  const std::vector<int> first_links = sockets_from("127.0.0.2");
+  ASSERT_EQ(first_links.size(), xs.size());
+  for (int fd : first_links) ASSERT_EQ(::shutdown(fd, SHUT_RDWR), 0);
+  // the sides' completion threads drive their contexts (the breaks are seen), and writes
+  // on the first pair go on meanwhile
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  unsigned seed = 50;
+  bool left_out = false;
+  while (!(left_out && rejoined())) {
+    left_out = left_out || !rejoined();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "links did not rejoin: " << soft_qp(x).link_errors() << " / " << soft_qp(y).link_errors();
+    write_and_check(x, y, 64u << 10, seed++);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  for (const auto* side : {&xs, &ys}) {
+    for (const auto& qp : *side) EXPECT_EQ(qp->state(), QpState::kRts);
+  }
 }
 
 // Runs the calling thread, and the threads it starts, on CPU 0 (so that the peers' threads
