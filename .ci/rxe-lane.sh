@@ -15,11 +15,11 @@
 #    the "ibverbs" variant there); give a test "ibverbs" in its id (a parameter, the module
 #    name) or @pytest.mark.rxe. The lane takes the suites of the data path: tests/rdma (the
 #    provider end to end, RoCE faults, the protocol's messages and credits), transfers of
-#    every kind, channel recovery and failures, and the device shown by `info`. The rest of
-#    the suites' ibverbs variants (the Python surface, shared tensors, broadcast, ...) are
-#    too many for the guest: its emulated CPUs run a Python test in 2-10 s and start a
-#    Python process in 20 (over 400 tests were 50 minutes); they run there when named:
-#    RXE_LANE_TESTS=tests.
+#    every kind, batches (recv_many, send_many), channel recovery and failures, and the
+#    device shown by `info`. The rest of the suites' ibverbs variants (the Python surface,
+#    shared tensors, broadcast, ...) are too many for the guest: its emulated CPUs run a
+#    Python test in 2-10 s and start a Python process in 20 (over 400 tests were 50
+#    minutes); they run there when named: RXE_LANE_TESTS=tests.
 #
 #   RXE_LANE_TESTS    the paths the guest's pytest runs (default below)
 #   RXE_LANE_SELECT   pytest -k expression (default "ibverbs or rxe")
@@ -49,7 +49,7 @@ fi
 [ -x "$GTEST" ] || { echo "rxe lane: $GTEST is missing (cmake --preset release builds it)"; exit 1; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-TESTS=${RXE_LANE_TESTS:-tests/rdma tests/test_transfer.py tests/test_channel_recovery.py tests/test_failures.py tests/verbs/test_info.py}
+TESTS=${RXE_LANE_TESTS:-tests/rdma tests/test_transfer.py tests/test_batches.py tests/test_channel_recovery.py tests/test_failures.py tests/verbs/test_info.py}
 lab() {
   RXE_CARRY="$GTEST .ci/rxe-lane-guest.sh" bash tools/rxe-lab.sh \
     sh .ci/rxe-lane-guest.sh "$GTEST" "${RXE_LANE_SELECT:-ibverbs or rxe}" "$TESTS" 2>&1 | tee "$log"
