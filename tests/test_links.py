@@ -110,6 +110,8 @@ def test_a_link_cut_in_the_middle_of_a_tensor_loses_nothing_and_rejoins_once_hea
             assert carried[0] >= 8 << 20, carried
             ta.send_pattern("u", "/job:b/task:0", 3, 8 << 20, seed=3)  # and the other way
             assert tb.recv_pattern("u", "/job:a/task:0", 3, 8 << 20, 3, timeout=120)
+            cut = tb.stats()
+            assert cut["link_breaks"] >= 1 and cut["links_live"] == 0, cut
             faults.heal()  # dialed again (after up to kLinkRedialMost), the link rejoins
             deadline = time.monotonic() + 90
             step = 4
@@ -121,6 +123,8 @@ def test_a_link_cut_in_the_middle_of_a_tensor_loses_nothing_and_rejoins_once_hea
                     break
                 assert time.monotonic() < deadline, "the healed link did not rejoin"
                 step += 1
+            healed = tb.stats()
+            assert healed["link_rejoins"] >= 1 and healed["links_live"] == 1, healed
         finally:
             tb.stop()
             ta.stop()

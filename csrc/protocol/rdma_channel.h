@@ -84,6 +84,7 @@ class RdmaChannel : public std::enable_shared_from_this<RdmaChannel> {
   bool prefers_allocated_memory() const { return qp_->prefers_allocated_memory(); }
   const std::string& peer_name() const { return peer_name_; }
   const std::string& name() const { return name_; }
+  verbs::LinkStats link_stats() const { return qp_->link_stats(); }
 
   // -- setup -------------------------------------------------------------------------------
   // Posts the receives; call once, before the description is given out.

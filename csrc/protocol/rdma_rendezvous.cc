@@ -426,10 +426,20 @@ std::string RdmaRendezvous::describe_channels() const {
 std::vector<std::pair<std::string, std::uint64_t>> RdmaRendezvous::stats() const {
   auto out = counters_.snapshot();
   std::size_t channels = 0;
+  verbs::LinkStats links;  // over every channel's queue pair
   {
     std::lock_guard<std::mutex> lock(mu_);
     channels = channels_.size();
+    for (const auto& [peer, channel] : channels_) {
+      const verbs::LinkStats each = channel->link_stats();
+      links.live += each.live;
+      links.breaks += each.breaks;
+      links.rejoins += each.rejoins;
+    }
   }
+  out.emplace_back("links_live", links.live);
+  out.emplace_back("link_breaks", links.breaks);
+  out.emplace_back("link_rejoins", links.rejoins);
   // every channel's message buffer (the pool's blocks are counted apart)
   out.emplace_back("message_buffer_bytes",
                    channels * RdmaMessageBuffer::registered_bytes(settings_.slots));

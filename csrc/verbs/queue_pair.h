@@ -32,6 +32,14 @@ struct EndpointSummary {
   std::uint32_t mtu = 0;  // bytes
 };
 
+// What a queue pair's further links do (the soft provider over TCP with TENSORVERBS_LINKS;
+// zeros elsewhere).
+struct LinkStats {
+  std::uint64_t live = 0;     // links carrying stripes now
+  std::uint64_t breaks = 0;   // times a link was left out (it broke, or was not reached)
+  std::uint64_t rejoins = 0;  // times a link left out joined again
+};
+
 class QueuePair {
  public:
   virtual ~QueuePair() = default;
@@ -58,6 +66,7 @@ class QueuePair {
   // registered memory (the soft provider on one host: shared memory, where other memory
   // takes the stream).
   virtual bool prefers_allocated_memory() const { return false; }
+  virtual LinkStats link_stats() const { return {}; }
 
   // A window over [addr, addr + length) of `region` (registered with this queue pair's
   // protection domain) that only this queue pair's peer can reach. ibverbs: a type 2

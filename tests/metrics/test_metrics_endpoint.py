@@ -28,7 +28,7 @@ GAUGES = {"ipc_exports": "tensorverbs_ipc_exports", "table_steps": "tensorverbs_
           "setups_awaiting_join": "tensorverbs_setups_awaiting_join",
           "recv_calls_waiting": "tensorverbs_recv_calls_waiting",
           "tensors_unconfirmed": "tensorverbs_tensors_unconfirmed",
-          "channel_setups": "tensorverbs_channel_setups"}
+          "channel_setups": "tensorverbs_channel_setups", "links_live": "tensorverbs_links_live"}
 
 
 def _exchange(metered, step: int) -> None:

@@ -86,6 +86,9 @@ TEST(SoftLinks, ALargeWriteIsStripedOverEveryLinkAndLandsWhole) {
   ASSERT_TRUE(a.ok() && b.ok()) << a.error << b.error;
   ASSERT_TRUE(connect_pair(*a.qp, *b.qp));
   EXPECT_EQ(soft_qp(a).link_errors(), "");
+  const LinkStats links = a.qp->link_stats();
+  EXPECT_EQ(links.live, 2u);
+  EXPECT_EQ(links.breaks + links.rejoins, 0u);
   // both directions: the side that dialed the links and the one that took them
   std::vector<Side*> sides{&a, &b};
   unsigned seed = 1;
@@ -286,6 +289,12 @@ TEST(SoftLinks, ALinkLeftOutIsDialedAgainAndRejoins) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   EXPECT_NE((soft_qp(x).link_errors() + soft_qp(y).link_errors()).find("link 1"), std::string::npos);
+  for (Side* side : {&x, &y}) {  // each side saw it go and come back
+    const LinkStats links = side->qp->link_stats();
+    EXPECT_EQ(links.live, 2u);
+    EXPECT_GE(links.breaks, 1u);
+    EXPECT_GE(links.rejoins, 1u);
+  }
   for (Side* from : {&x, &y}) {
     const auto before = soft_qp(*from).bytes_sent();
     write_and_check(*from, from == &x ? y : x, 8u << 20, seed++);

@@ -140,6 +140,7 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::string link_errors() const;
   // The links carrying stripes now (rejoined ones included).
   std::size_t live_links() const;
+  LinkStats link_stats() const override;
   // Dials link `number` again (the context calls it when redial_later_locked() said; on a
   // thread of its own, without the lock).
   void redial_link(std::uint32_t number);
@@ -392,6 +393,8 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   std::array<std::string, kMaxLinks + 1> link_errors_;  // per link, the last reason
   std::vector<SoftLinkAddress> remote_links_;  // the peer's (this side dials them)
   std::bitset<kMaxLinks + 1> redial_due_;        // a redial_link() is scheduled
+  std::bitset<kMaxLinks + 1> joined_;            // links that joined once (then: rejoins)
+  LinkStats link_counts_;                        // (breaks and rejoins)
   std::array<std::chrono::milliseconds, kMaxLinks + 1> redial_after_{};  // the last wait
   std::array<std::uint64_t, kMaxLinks + 1> bytes_sent_{};  // per stream, as bytes_sent()
 };

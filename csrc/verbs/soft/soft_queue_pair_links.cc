@@ -53,10 +53,14 @@ std::string SoftQueuePair::link_errors() const {
   return all;
 }
 
-std::size_t SoftQueuePair::live_links() const {
+std::size_t SoftQueuePair::live_links() const { return static_cast<std::size_t>(link_stats().live); }
+
+LinkStats SoftQueuePair::link_stats() const {
   std::lock_guard lock(mu_);
-  return static_cast<std::size_t>(std::count_if(
+  LinkStats stats = link_counts_;
+  stats.live = static_cast<std::uint64_t>(std::count_if(
       links_.begin(), links_.end(), [](const std::unique_ptr<Link>& link) { return !link->broken; }));
+  return stats;
 }
 
 // ------------------------------------------------------------------------- connection
@@ -76,6 +80,7 @@ void SoftQueuePair::dial_links(const SoftEndpoint& remote) {
       add_link_locked(number, std::move(dialed.value().sock));
     } else if (!dialed.ok()) {  // left out for now: the other links carry its share
       note_link_error_locked(number, dialed.status().message());
+      ++link_counts_.breaks;
       redial_later_locked(number);
     }
   }
@@ -137,6 +142,8 @@ void SoftQueuePair::on_link_dial_locked(const Hello& hello, UniqueFd sock, bool 
 
 void SoftQueuePair::add_link_locked(std::uint32_t number, UniqueFd sock) {
   tune_link_stream(sock.get());
+  if (joined_.test(number)) ++link_counts_.rejoins;
+  joined_.set(number);
   auto link = std::make_unique<Link>();
   link->number = number;
   link->stream = std::make_shared<Stream>(std::move(sock), false);
@@ -157,6 +164,7 @@ void SoftQueuePair::watch_link_locked(Link& link) {
   if (!watched.ok()) {  // left out (dropped by prune_links_locked)
     link.broken = true;
     note_link_error_locked(link.number, "link " + std::to_string(link.number) + ": " + watched.message());
+    ++link_counts_.breaks;
     redial_later_locked(link.number);
     return;
   }
@@ -186,6 +194,7 @@ void SoftQueuePair::link_broke_locked(Link& link, const std::string& why) {
   if (link.broken) return;
   link.broken = true;
   note_link_error_locked(link.number, "link " + std::to_string(link.number) + " broke: " + why);
+  ++link_counts_.breaks;
   if (link.watched) context_->progress().unwatch(link.stream->fd());
   link.watched = false;
   link.stream->shutdown();  // (the peer leaves it out too)

@@ -19,6 +19,7 @@ GAUGES = {
     "channel_setups": "tensorverbs_channel_setups",
     "recv_calls_waiting": "tensorverbs_recv_calls_waiting",
     "tensors_unconfirmed": "tensorverbs_tensors_unconfirmed",
+    "links_live": "tensorverbs_links_live",
 }
 
 
