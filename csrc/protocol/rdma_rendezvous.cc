@@ -425,17 +425,19 @@ std::string RdmaRendezvous::describe_channels() const {
 
 std::vector<std::pair<std::string, std::uint64_t>> RdmaRendezvous::stats() const {
   auto out = counters_.snapshot();
-  std::size_t channels = 0;
-  verbs::LinkStats links;  // over every channel's queue pair
+  std::vector<std::shared_ptr<RdmaChannel>> open;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    channels = channels_.size();
-    for (const auto& [peer, channel] : channels_) {
-      const verbs::LinkStats each = channel->link_stats();
-      links.live += each.live;
-      links.breaks += each.breaks;
-      links.rejoins += each.rejoins;
-    }
+    open.reserve(channels_.size());
+    for (const auto& [peer, channel] : channels_) open.push_back(channel);
+  }
+  const std::size_t channels = open.size();
+  verbs::LinkStats links;  // over every channel's queue pair (its lock, not this one's)
+  for (const auto& channel : open) {
+    const verbs::LinkStats each = channel->link_stats();
+    links.live += each.live;
+    links.breaks += each.breaks;
+    links.rejoins += each.rejoins;
   }
   out.emplace_back("links_live", links.live);
   out.emplace_back("link_breaks", links.breaks);

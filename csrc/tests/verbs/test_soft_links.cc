@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "conformance.h"
@@ -266,28 +267,41 @@ TEST(SoftLinks, ALinkThatBreaksMidWriteIsLeftOutAndItsStripesGoAgain) {
   EXPECT_EQ(y.qp->state(), QpState::kRts);
 }
 
+// Whether every queue pair of `qps` has `links` live links.
+bool all_live(const std::vector<std::shared_ptr<QueuePair>>& qps, std::uint64_t links) {
+  return std::all_of(qps.begin(), qps.end(),
+                     [links](const auto& qp) { return qp->link_stats().live == links; });
+}
+
+// Writes `length` bytes from x to y, each write checked, until rejoined() says the links
+// left out joined again, having been left out first (a fatal failure after 60 s).
+void write_until_rejoined(Side& x, Side& y, std::size_t length, unsigned& seed,
+                          const std::function<bool()>& rejoined) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool left_out = false;
+  while (!(left_out && rejoined())) {
+    left_out = left_out || !rejoined();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "links did not rejoin: " << soft_qp(x).link_errors() << " / " << soft_qp(y).link_errors();
+    write_and_check(x, y, length, seed++);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // A link left out is dialed again in the background; once it answers, it rejoins and
 // carries its share again, both ways. Meanwhile the queue pair carries on without it.
 TEST(SoftLinks, ALinkLeftOutIsDialedAgainAndRejoins) {
   Side x(soft_with_links("127.0.0.2,127.0.0.3")), y(soft_with_links("127.0.0.4,127.0.0.5"));
   ASSERT_TRUE(x.ok() && y.ok()) << x.error << y.error;
   ASSERT_TRUE(connect_pair(*x.qp, *y.qp));
-  ASSERT_EQ(soft_qp(x).live_links(), 2u);
+  ASSERT_EQ(x.qp->link_stats().live, 2u);
   const int fd = socket_from("127.0.0.2");
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::shutdown(fd, SHUT_RDWR), 0);
-  // writes go on (each one whole) until both sides have link 1 back; it is dialed again
-  // kLinkRedialFirst after it went
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  // it is dialed again kLinkRedialFirst after it went
   unsigned seed = 30;
-  bool left_out = false;
-  while (soft_qp(x).live_links() < 2 || soft_qp(y).live_links() < 2 || !left_out) {
-    left_out = left_out || soft_qp(x).live_links() < 2 || soft_qp(y).live_links() < 2;
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-        << "link 1 did not rejoin: " << soft_qp(x).link_errors() << " / " << soft_qp(y).link_errors();
-    write_and_check(x, y, 2u << 20, seed++);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  write_until_rejoined(x, y, 2u << 20, seed, [&] { return all_live({x.qp, y.qp}, 2); });
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_NE((soft_qp(x).link_errors() + soft_qp(y).link_errors()).find("link 1"), std::string::npos);
   for (Side* side : {&x, &y}) {  // each side saw it go and come back
     const LinkStats links = side->qp->link_stats();
@@ -327,30 +341,16 @@ TEST(SoftLinks, LinksDialedAgainFromBothSidesAtOnceAllRejoin) {
     const auto tb = soft::decode_endpoint(ys.back()->endpoint()).take().token;
     ++(std::memcmp(ta.data(), tb.data(), soft::kTokenBytes) < 0 ? dialed_by_x : dialed_by_y);
   }
-  auto rejoined = [&] {
-    for (const auto* side : {&xs, &ys}) {
-      for (const auto& qp : *side) {
-        if (dynamic_cast<soft::SoftQueuePair&>(*qp).live_links() < 2) return false;
-      }
-    }
-    return true;
-  };
-  ASSERT_TRUE(rejoined());
+  std::vector<std::shared_ptr<QueuePair>> every = xs;
+  every.insert(every.end(), ys.begin(), ys.end());
+  ASSERT_TRUE(all_live(every, 2));
   const std::vector<int> first_links = sockets_from("127.0.0.2");
   ASSERT_EQ(first_links.size(), xs.size());
   for (int fd : first_links) ASSERT_EQ(::shutdown(fd, SHUT_RDWR), 0);
-  // the sides' completion threads drive their contexts (the breaks are seen), and writes
-  // on the first pair go on meanwhile
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  // the sides' completion threads drive their contexts (the breaks are seen)
   unsigned seed = 50;
-  bool left_out = false;
-  while (!(left_out && rejoined())) {
-    left_out = left_out || !rejoined();
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-        << "links did not rejoin: " << soft_qp(x).link_errors() << " / " << soft_qp(y).link_errors();
-    write_and_check(x, y, 64u << 10, seed++);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  write_until_rejoined(x, y, 64u << 10, seed, [&] { return all_live(every, 2); });
+  if (::testing::Test::HasFatalFailure()) return;
   for (const auto* side : {&xs, &ys}) {
     for (const auto& qp : *side) EXPECT_EQ(qp->state(), QpState::kRts);
   }

@@ -138,8 +138,6 @@ class SoftQueuePair final : public QueuePair, public std::enable_shared_from_thi
   // Why links were left out: the last reason of each that was, in the order of the links
   // ("" when none was), whether or not it rejoined since.
   std::string link_errors() const;
-  // The links carrying stripes now (rejoined ones included).
-  std::size_t live_links() const;
   LinkStats link_stats() const override;
   // Dials link `number` again (the context calls it when redial_later_locked() said; on a
   // thread of its own, without the lock).

@@ -53,8 +53,6 @@ std::string SoftQueuePair::link_errors() const {
   return all;
 }
 
-std::size_t SoftQueuePair::live_links() const { return static_cast<std::size_t>(link_stats().live); }
-
 LinkStats SoftQueuePair::link_stats() const {
   std::lock_guard lock(mu_);
   LinkStats stats = link_counts_;
